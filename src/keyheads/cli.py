@@ -1,0 +1,48 @@
+"""The `keyheads` command. Each subcommand lives in keyheads/commands/<name>.py and has
+`register(subparsers)`; adding a command is adding a module name below."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = (
+    "keyheads.commands.models",
+)
+
+
+class UserError(Exception):
+    """An error caused by the input: printed without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="keyheads", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"keyheads {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .io import MalformedLine
+    from .models import MissingPackage, ModelNotFound, UnsupportedArchitecture
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, MissingPackage, ModelNotFound, UnsupportedArchitecture, MalformedLine,
+            FileNotFoundError, ValueError) as err:
+        print(f"keyheads {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; finished work is kept and a re-run resumes", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

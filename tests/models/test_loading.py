@@ -1,0 +1,88 @@
+"""Loading: bundled models offline, the fp32 cache, and clear errors."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from keyheads.models import ModelNotFound, UnsupportedArchitecture, family_for, load_model
+from keyheads.models.loading import MANIFEST, _cache_valid, cached_folder, ensure_converted
+from keyheads.testing import tiny_model
+
+FEW_SHOT_PROMPT = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n5 + 3 = "
+
+
+def test_unknown_name_lists_known_names():
+    with pytest.raises(ModelNotFound, match="smollm2-135m.*gemma3-270m"):
+        load_model("no-such-model")
+
+
+def test_unsupported_architecture_names_families():
+    with pytest.raises(UnsupportedArchitecture, match="llama.*mistral.*qwen2.*gemma3.*gpt2.*gpt_neox"):
+        family_for("bert")
+
+
+def test_local_folder_roundtrip(tmp_path):
+    tiny = tiny_model("qwen2")
+    tiny.hf.save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path), device="cpu")
+    # transformers may pick the family's own tokenizer class for a saved folder, so compare on ids
+    ids = tiny.encode(["3 + 4 = "]).input_ids
+    assert loaded.family.name == "qwen2" and loaded.n_kv_heads == 2
+    torch.testing.assert_close(loaded.forward(ids), tiny.forward(ids), atol=0, rtol=0)
+
+
+def test_folder_without_config_is_explained(tmp_path):
+    with pytest.raises(ModelNotFound, match="config.json"):
+        load_model(str(tmp_path))
+
+
+@pytest.mark.real_model
+def test_smollm2_offline_convert_cache_reload(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEYHEADS_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    first = load_model("smollm2-135m", device="cpu")
+    assert (first.n_layers, first.n_heads, first.n_kv_heads, first.d_model) == (30, 9, 3, 576)
+    folder = cached_folder("smollm2-135m")
+    assert _cache_valid(folder)
+    again = load_model("smollm2-135m", device="cpu")
+    batch = first.encode([FEW_SHOT_PROMPT])
+    logits = first.forward(batch)
+    torch.testing.assert_close(again.forward(again.encode([FEW_SHOT_PROMPT])), logits, atol=0, rtol=0)
+    answer = first.tokenizer.decode(logits[0, -1].argmax())
+    assert answer == "8"
+
+    # a truncated weights file is detected and rebuilt, never loaded
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    assert not _cache_valid(folder)
+    rebuilt = load_model("smollm2-135m", device="cpu")
+    assert _cache_valid(folder)
+    torch.testing.assert_close(rebuilt.forward(rebuilt.encode([FEW_SHOT_PROMPT])), logits, atol=0, rtol=0)
+
+    # a flipped byte (same size) is caught by the checksum
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    assert not _cache_valid(folder)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert "model.safetensors" in manifest["files"]
+
+
+@pytest.mark.real_model
+def test_cli_models_and_generate(smollm2):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-m", "keyheads.cli", "models"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "smollm2-135m" in out.stdout and "gemma3-270m" in out.stdout and "pip install" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "keyheads.cli", "generate", "--escapes", "--max-new-tokens", "2",
+                          FEW_SHOT_PROMPT.replace("\n", "\\n")], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith("8")
+    out = subprocess.run([sys.executable, "-m", "keyheads.cli", "generate", "--model", "nope", "x"],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 2 and "Known names" in out.stderr
