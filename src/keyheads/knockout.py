@@ -1,0 +1,173 @@
+"""Mean ablation ("knockout"): replace chosen heads' and MLPs' outputs by their mean over
+counterfactual data, so that they carry no task information but stay in distribution.
+
+Means are kept position by position, aligned at END (the last prompt token): offset 1
+is END, offset 2 the token before, and so on. For the paper's data (one template,
+one-token operands) every counterfactual prompt has the same length and this is the
+plain per-position mean. An input longer than the counterfactual data, or a generation
+step, falls back to the mean over all positions ("global"); `Knockout.fallback_used`
+records whether that happened, so reports can say it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from .models.model import HookedModel
+
+Head = tuple[int, int]
+
+
+def parse_heads(spec: str | Iterable) -> list[Head]:
+    """'12.3,14.2' or [[12, 3], ...] or [(12, 3)] -> [(12, 3), (14, 2)]."""
+    if isinstance(spec, str):
+        items = [s for s in spec.replace(" ", "").split(",") if s]
+        heads = []
+        for item in items:
+            layer, dot, head = item.partition(".")
+            if not dot or not layer.isdigit() or not head.isdigit():
+                raise ValueError(f"head {item!r} is not of the form LAYER.HEAD (for example 12.3)")
+            heads.append((int(layer), int(head)))
+        return heads
+    return [(int(l), int(h)) for l, h in spec]
+
+
+def check_components(model: HookedModel, heads: Sequence[Head], mlps: Sequence[int]) -> None:
+    for layer, head in heads:
+        if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
+            raise ValueError(f"head {layer}.{head} does not exist: the model has {model.n_layers} layers "
+                             f"x {model.n_heads} heads")
+    for layer in mlps:
+        if not 0 <= layer < model.n_layers:
+            raise ValueError(f"MLP {layer} does not exist: the model has {model.n_layers} layers")
+
+
+@dataclass
+class Knockout:
+    """Mean values for a set of heads and MLP layers, and the hooks that write them.
+
+    Attributes:
+        heads: (layer, head) pairs to knock out.
+        mlps: MLP layers to knock out (their write into the residual stream).
+        head_means: layer -> [max_len, n_heads, head_dim], END-aligned (row -1 is END).
+        mlp_means: layer -> [max_len, d_model], END-aligned.
+        head_global, mlp_global: layer -> mean over all positions, for the fallback.
+        mode: "aligned" (END-aligned per position, global beyond) or "global".
+        fallback_used: set when a position had no aligned mean and the global one was used.
+    """
+
+    heads: list[Head]
+    mlps: list[int]
+    head_means: dict[int, torch.Tensor] = field(default_factory=dict)
+    mlp_means: dict[int, torch.Tensor] = field(default_factory=dict)
+    head_global: dict[int, torch.Tensor] = field(default_factory=dict)
+    mlp_global: dict[int, torch.Tensor] = field(default_factory=dict)
+    mode: str = "aligned"
+    fallback_used: bool = False
+
+    @property
+    def max_len(self) -> int:
+        tensors = list(self.head_means.values()) + list(self.mlp_means.values())
+        return tensors[0].shape[0] if tensors else 0
+
+    def _values(self, aligned: torch.Tensor, glob: torch.Tensor, length: int) -> torch.Tensor:
+        """[length, ...] values for an input of `length` tokens, END-aligned."""
+        if self.mode == "global":
+            if length > 0:
+                self.fallback_used = True
+            return glob.expand(length, *glob.shape)
+        have = min(length, aligned.shape[0])
+        tail = aligned[aligned.shape[0] - have:]
+        if have == length:
+            return tail
+        self.fallback_used = True
+        return torch.cat([glob.expand(length - have, *glob.shape), tail], dim=0)
+
+    def edits(self) -> dict:
+        """Edit functions for HookedModel.run / .hooks."""
+        by_layer: dict[int, list[int]] = {}
+        for layer, head in self.heads:
+            by_layer.setdefault(layer, []).append(head)
+        edits = {}
+        for layer, heads in by_layer.items():
+            index = torch.tensor(sorted(set(heads)))
+
+            def head_edit(z, layer=layer, index=index):
+                means = self._values(self.head_means[layer], self.head_global[layer], z.shape[1]).to(z)
+                z = z.clone()
+                z[:, :, index] = means[:, index].unsqueeze(0).expand(z.shape[0], -1, -1, -1)
+                return z
+
+            edits[f"{layer}.head_out"] = head_edit
+        for layer in self.mlps:
+            def mlp_edit(x, layer=layer):
+                means = self._values(self.mlp_means[layer], self.mlp_global[layer], x.shape[1]).to(x)
+                return means.unsqueeze(0).expand(x.shape[0], -1, -1).clone()
+
+            edits[f"{layer}.mlp_write"] = mlp_edit
+        return edits
+
+    def to_state(self) -> dict[str, torch.Tensor]:
+        state = {}
+        for name in ("head_means", "mlp_means", "head_global", "mlp_global"):
+            for layer, t in getattr(self, name).items():
+                state[f"{name}.{layer}"] = t.contiguous().cpu()
+        return state
+
+    @classmethod
+    def from_state(cls, heads, mlps, state: dict[str, torch.Tensor], mode: str = "aligned") -> "Knockout":
+        ko = cls(parse_heads(heads), [int(m) for m in mlps], mode=mode)
+        for key, t in state.items():
+            name, layer = key.rsplit(".", 1)
+            getattr(ko, name)[int(layer)] = t
+        return ko
+
+
+@torch.no_grad()
+def compute_means(model: HookedModel, prompts: Sequence[str], heads: Sequence[Head] = (), mlps: Sequence[int] = (),
+                  batch_size: int = 16, mode: str = "aligned", progress: bool = True) -> Knockout:
+    """Mean head outputs and MLP writes over `prompts` (the counterfactual prompts)."""
+    if mode not in ("aligned", "global"):
+        raise ValueError(f"unknown knockout mode {mode!r}: use 'aligned' or 'global'")
+    if not prompts:
+        raise ValueError("mean ablation needs at least one counterfactual prompt")
+    heads, mlps = parse_heads(heads), sorted({int(m) for m in mlps})
+    check_components(model, heads, mlps)
+    head_layers = sorted({l for l, _ in heads})
+    points = [f"{l}.head_out" for l in head_layers] + [f"{l}.mlp_write" for l in mlps]
+    max_len = max(len(model.encode([p]).input_ids[0]) for p in prompts)
+    sums: dict[str, torch.Tensor] = {}
+    counts = torch.zeros(max_len, dtype=torch.float64)
+    total = {}
+    n_tokens = 0.0
+    for start in tqdm(range(0, len(prompts), batch_size), desc="knockout means", disable=not progress, leave=False):
+        batch = model.encode(prompts[start:start + batch_size])
+        _, cache = model.run(batch, capture=points)
+        mask = batch.attention_mask.to(torch.float64).cpu()  # [b, T]
+        T = mask.shape[1]
+        counts[max_len - T:] += mask.sum(0)
+        n_tokens += mask.sum().item()
+        for key in points:
+            x = cache[key].to(torch.float64).cpu()
+            w = mask.reshape(*mask.shape, *([1] * (x.dim() - 2)))
+            per_pos = (x * w).sum(0)  # [T, ...]
+            if key not in sums:
+                sums[key] = torch.zeros(max_len, *x.shape[2:], dtype=torch.float64)
+                total[key] = torch.zeros(x.shape[2:], dtype=torch.float64)
+            sums[key][max_len - T:] += per_pos
+            total[key] += per_pos.sum(0)
+    ko = Knockout(heads, mlps, mode=mode)
+    denom = counts.clamp(min=1).reshape(max_len, *([1] * 0))
+    for key in points:
+        layer, name = key.split(".")
+        shape = (max_len,) + (1,) * (sums[key].dim() - 1)
+        aligned = (sums[key] / denom.reshape(shape)).to(model.dtype)
+        glob = (total[key] / max(n_tokens, 1.0)).to(model.dtype)
+        if name == "head_out":
+            ko.head_means[int(layer)], ko.head_global[int(layer)] = aligned, glob
+        else:
+            ko.mlp_means[int(layer)], ko.mlp_global[int(layer)] = aligned, glob
+    return ko
