@@ -8,6 +8,8 @@ import sys
 
 COMMAND_MODULES = (
     "keyheads.commands.models",
+    "keyheads.commands.data",
+    "keyheads.commands.patch",
 )
 
 

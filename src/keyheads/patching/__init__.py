@@ -1,0 +1,9 @@
+"""Identify: path patching (exact and fast), activation patching and attribution patching."""
+from .heatmap import draw_heatmap
+from .metrics import METRICS
+from .results import Effects, key_heads
+from .run import METHODS, PatchConfig, sweep
+from .samples import BadSample, load_samples
+
+__all__ = ["METHODS", "METRICS", "BadSample", "Effects", "PatchConfig", "draw_heatmap", "key_heads",
+           "load_samples", "sweep"]

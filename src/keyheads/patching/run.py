@@ -1,0 +1,119 @@
+"""A patching run: sweep the samples batch by batch, checkpoint, and write the outputs.
+
+The per-sample quantities are checkpointed atomically after every batch
+(per_sample.npz); an interrupted run resumes from the batches it finished. The
+checkpoint records what produced it, and a run with different settings refuses it.
+"""
+from __future__ import annotations
+
+import io
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..io import atomic_write_bytes
+from ..models.model import HookedModel
+from .activation import activation_patch_batch
+from .attribution import attribution_patch_batch
+from .metrics import check_metric
+from .naive import naive_path_patch_batch
+from .path import path_patch_batch
+from .results import Effects
+from .samples import batches, file_sha256, load_samples
+
+METHODS = {
+    "path": path_patch_batch,
+    "activation": activation_patch_batch,
+    "attribution": attribution_patch_batch,
+    "path-naive": naive_path_patch_batch,
+}
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: valid methods are {', '.join(METHODS)}")
+    return method
+
+
+@dataclass
+class PatchConfig:
+    """Settings of a patching run.
+
+    Attributes:
+        method: path (exact, fast), activation (total effect), attribution (gradient
+            estimate), or path-naive (one forward per sender; for checking).
+        metric: relative-logit (the paper's), logit-diff, or prob.
+        batch_size: samples per batch (samples of equal token length are batched).
+        limit: use only the first N pairs.
+        min_abs_logit: relative-logit excludes samples whose original answer logit is
+            smaller than this in absolute value (they are counted as n_excluded).
+        first_token: allow multi-token answers and measure their first token.
+    """
+
+    method: str = "path"
+    metric: str = "relative-logit"
+    batch_size: int = 16
+    limit: int | None = None
+    min_abs_logit: float = 1e-2
+    first_token: bool = False
+
+
+def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path | None = None,
+          progress: bool = True) -> tuple[Effects, dict]:
+    """Run the patching sweep over a pairs file; returns (effects, per-sample arrays)."""
+    check_method(config.method)
+    check_metric(config.metric)
+    samples = load_samples(model, data, limit=config.limit, first_token_only=config.first_token)
+    n, L, H = len(samples), model.n_layers, model.n_heads
+    signature = {"model": model.source, "data_sha256": file_sha256(data), "dtype": str(model.dtype),
+                 **{k: v for k, v in asdict(config).items() if k != "min_abs_logit"}}
+    state = _resume(out, signature, n, L, H)
+    fn = METHODS[config.method]
+    todo = [b for b in batches(samples, config.batch_size, model.device) if not state["done"][b.index].all()]
+    start = time.perf_counter()
+    with tqdm(total=n, initial=int(state["done"].sum()), desc=f"{config.method} patching", unit="sample",
+              disable=not progress) as bar:
+        for batch in todo:
+            result = fn(model, batch, config.metric)
+            idx = np.asarray(batch.index)
+            state["original"][idx] = result.original.float().cpu().numpy()
+            state["heads"][idx] = result.heads.float().cpu().numpy()
+            state["mlps"][idx] = result.mlps.float().cpu().numpy()
+            state["done"][idx] = True
+            if out is not None:
+                _checkpoint(out, signature, state)
+            bar.update(len(idx))
+    state["seconds"] = time.perf_counter() - start
+    effects = Effects.aggregate(config.metric, config.method, model.name, signature["data_sha256"],
+                                state["original"], state["heads"], state["mlps"], config.min_abs_logit)
+    return effects, state
+
+
+def _checkpoint(out: Path, signature: dict, state: dict) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, signature=np.array(json.dumps(signature, sort_keys=True)),
+             **{k: state[k] for k in ("original", "heads", "mlps", "done")})
+    atomic_write_bytes(out / "per_sample.npz", buf.getvalue())
+
+
+def _resume(out: Path | None, signature: dict, n: int, L: int, H: int) -> dict:
+    fresh = {"original": np.zeros(n, np.float32), "heads": np.zeros((n, L, H), np.float32),
+             "mlps": np.zeros((n, L), np.float32), "done": np.zeros(n, bool)}
+    path = None if out is None else out / "per_sample.npz"
+    if path is None or not path.exists():
+        return fresh
+    with np.load(path) as saved:
+        old = json.loads(str(saved["signature"]))
+        if old != signature:
+            changed = sorted(k for k in set(old) | set(signature) if old.get(k) != signature.get(k))
+            raise ValueError(f"{path} holds a run with different settings ({', '.join(changed)}); "
+                             "use another --out folder or pass --restart")
+        state = {k: saved[k].copy() for k in ("original", "heads", "mlps", "done")}
+    if progress_note := int(state["done"].sum()):
+        print(f"[keyheads] resuming: {progress_note}/{n} samples already done in {path}", flush=True)
+    return state
