@@ -1,0 +1,74 @@
+"""`keyheads data`: reference / counterfactual prompt pairs as JSONL."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .models import add_model_args, load_from_args
+
+
+def cmd_data(args) -> int:
+    from ..data.pairs import PairConfig, make_pairs, parse_operands, write_pairs
+    from ..data.templates import TASKS, load_templates
+
+    if args.n < 1:
+        raise ValueError("--n must be at least 1")
+    if args.few_shot < 0:
+        raise ValueError("--few-shot must be 0 or more")
+    a_range, b_range = parse_operands(args.operands)
+    templates = load_templates(args.templates)
+    if args.template:
+        wanted = [i.strip() for group in args.template for i in group.split(",") if i.strip()]
+        for tid in wanted:
+            templates.get(tid)  # an unknown id fails here, listing the known ones
+        templates.templates = [t for t in templates.templates if t.id in wanted]
+    tasks = templates.tasks if args.task == "all" else [args.task]
+    if args.task != "all" and args.task not in TASKS:
+        raise ValueError(f"--task {args.task!r}: choose from {', '.join(TASKS)} or all")
+    for task in tasks:
+        if not templates.for_task(task):
+            raise ValueError(f"no {task} templates among those selected")
+
+    config = PairConfig(n=args.n, few_shot=args.few_shot, seed=args.seed, a_range=a_range, b_range=b_range,
+                        allow_negative=args.allow_negative, allow_fractions=args.allow_fractions,
+                        single_token_operands=not args.multi_token_operands)
+    t0 = time.perf_counter()
+    model = load_from_args(args)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731  stdout stays for the summary
+    pairs = make_pairs(templates, tasks, config, model=model, keep_correct=args.keep_correct,
+                       batch_size=args.batch_size, log=log)
+    write_pairs(args.out, pairs)
+    counts = {t: sum(p.task == t for p in pairs) for t in tasks}
+    print(f"wrote {len(pairs)} pairs to {args.out} ({', '.join(f'{t} {n}' for t, n in counts.items())}) "
+          f"in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("data", help="make reference/counterfactual prompt pairs (JSONL)",
+                       description="Make reference/counterfactual prompt pairs from the paper's templates "
+                                   "(or your own), aligned token by token for the given model's tokenizer.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_model_args(p)
+    p.add_argument("--task", default="addition",
+                   help="addition, subtraction, multiplication, division, exponentiation or all")
+    p.add_argument("--n", type=int, default=100, help="candidates per task, spread evenly over its templates")
+    p.add_argument("--out", required=True, help="output .jsonl file")
+    p.add_argument("--few-shot", type=int, default=0, metavar="K",
+                   help="K solved examples of the same template before each prompt")
+    p.add_argument("--keep-correct", action="store_true",
+                   help="keep only the pairs whose answer the model predicts (argmax) correctly")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--templates", action="append", metavar="FILE",
+                   help="YAML template file to use instead of the built-in templates; repeatable; "
+                        "the word 'builtin' adds the built-in ones (default: builtin)")
+    p.add_argument("--template", action="append", metavar="ID",
+                   help="use only these template ids (repeatable or comma-separated), e.g. add-eq-1")
+    p.add_argument("--operands", default="1-9", help="operand range LO-HI, or LO-HI,LO-HI for A and B")
+    p.add_argument("--allow-negative", action="store_true", help="subtraction may have a negative answer")
+    p.add_argument("--allow-fractions", action="store_true", help="division may have a non-integer answer")
+    p.add_argument("--multi-token-operands", action="store_true",
+                   help="accept operands that span several tokens (positions then point at the last one)")
+    p.add_argument("--batch-size", type=int, default=32, help="prompts per forward pass for --keep-correct")
+    p.set_defaults(func=cmd_data)

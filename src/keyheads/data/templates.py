@@ -1,0 +1,266 @@
+"""Prompt templates and word pools, loaded from YAML.
+
+A template is one line of text with slots in braces (braces mean nothing else):
+
+    {A}, {B}      the operands, once each
+    {C}           the answer; it ends the text, and the prompt is everything before it
+    {OP:word}     the operator, exactly once. The reference shows `word`; the counterfactual shows
+                  a random NONSENSE pool word if `word` is alphabetic, else a random SYMBOLS symbol
+    {NAME}        a filler from the pool NAME, the same value at every occurrence. NAME2, NAME3...
+                  draw from the NAME pool and differ from NAME
+    {OBJECT~}     like {OBJECT} in the reference; in the counterfactual this occurrence gets another
+                  value of the pool (figure 9 of the paper: "... gains 4 cups. What is the total
+                  number of tables that John has?")
+
+A YAML file holds `templates:` (a list) and/or `pools:` (a mapping). Template fields:
+
+    id          unique name, e.g. add-eq-1
+    task        addition, subtraction, multiplication, division or exponentiation
+    text        as above
+    slots       optional {slot: pool}, e.g. {VERB: SPAN_PAST}, for a slot named unlike its pool
+    max_answer  optional upper bound on the answer, e.g. 9 when it is the last digit of a year
+
+A pool is a list of strings or {range: [lo, hi]} (integers, both ends included).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Iterable
+
+import yaml
+
+TASKS = ("addition", "subtraction", "multiplication", "division", "exponentiation")
+OPERANDS = ("A", "B")
+ANSWER = "C"
+NONSENSE, SYMBOLS = "NONSENSE", "SYMBOLS"  # the pools operator replacements come from
+
+_SLOT = re.compile(r"\{([^{}]*)\}")
+_SLOT_BODY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(~?)(?::(.*))?$", re.S)
+_NUMBERED = re.compile(r"^(.*?[A-Za-z_])(\d+)$")
+
+
+class TemplateError(ValueError):
+    """A template or pool that cannot be used; the message names the template and the slot."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One {...} in a template text."""
+
+    name: str            # A, B, C, OP or a filler slot such as NAME2
+    resample: bool = False  # `~`: the counterfactual draws another value here
+    word: str | None = None  # OP only: the operator as the reference shows it
+
+
+@dataclass(frozen=True)
+class Template:
+    """A parsed, validated template. `parts` alternates literal strings and Slots."""
+
+    id: str
+    task: str
+    text: str
+    parts: tuple = ()
+    pool_of: dict = field(default_factory=dict)  # filler slot -> pool name
+    max_answer: int | None = None
+    source: str = ""  # the file it came from, for messages
+
+    @property
+    def operator(self) -> Slot:
+        return next(p for p in self.parts if isinstance(p, Slot) and p.name == "OP")
+
+    @property
+    def fillers(self) -> list[str]:
+        """Filler slot names in order of first appearance."""
+        seen = []
+        for p in self.parts:
+            if isinstance(p, Slot) and p.name in self.pool_of and p.name not in seen:
+                seen.append(p.name)
+        return seen
+
+
+@dataclass
+class TemplateSet:
+    """Templates plus the pools their slots draw from."""
+
+    templates: list[Template]
+    pools: dict[str, list[str]]
+
+    def for_task(self, task: str) -> list[Template]:
+        return [t for t in self.templates if t.task == task]
+
+    @property
+    def tasks(self) -> list[str]:
+        return [t for t in TASKS if self.for_task(t)]
+
+    def get(self, template_id: str) -> Template:
+        for t in self.templates:
+            if t.id == template_id:
+                return t
+        raise TemplateError(f"no template {template_id!r}; known: {', '.join(t.id for t in self.templates)}")
+
+
+# ---- parsing ------------------------------------------------------------------------------------
+def parse_text(template_id: str, text: str) -> tuple:
+    """Split a template text into literal strings and Slots; errors name the template."""
+    parts, pos = [], 0
+    for m in _SLOT.finditer(text):
+        if m.start() > pos:
+            parts.append(text[pos:m.start()])
+        body = _SLOT_BODY.match(m.group(1).strip())
+        if not body:
+            raise TemplateError(f"template {template_id}: malformed slot {m.group(0)!r}")
+        name, tilde, word = body.group(1), bool(body.group(2)), body.group(3)
+        if (name == "OP") != (word is not None):
+            raise TemplateError(f"template {template_id}: slot {m.group(0)!r}: only OP takes a word, "
+                                "and OP needs one, e.g. {OP:plus}")
+        if name == "OP" and not word.strip():
+            raise TemplateError(f"template {template_id}: slot {m.group(0)!r}: the operator word is empty")
+        if tilde and name in (*OPERANDS, ANSWER, "OP"):
+            raise TemplateError(f"template {template_id}: slot {m.group(0)!r}: ~ is for filler slots only")
+        parts.append(Slot(name, tilde, word))
+        pos = m.end()
+    if pos < len(text):
+        parts.append(text[pos:])
+    stray = [c for p in parts if isinstance(p, str) for c in "{}" if c in p]
+    if stray:
+        raise TemplateError(f"template {template_id}: unmatched {stray[0]!r} in {text!r}")
+    return tuple(parts)
+
+
+def build_template(raw: dict, pools: dict, source: str = "") -> Template:
+    """Validate one YAML entry against the pools."""
+    where = f" ({source})" if source else ""
+    if not isinstance(raw, dict):
+        raise TemplateError(f"template entry{where} must be a mapping, got {raw!r}")
+    tid = raw.get("id")
+    if not isinstance(tid, str) or not tid:
+        raise TemplateError(f"template entry{where} without an id: {raw!r}")
+    unknown = set(raw) - {"id", "task", "text", "slots", "max_answer"}
+    if unknown:
+        raise TemplateError(f"template {tid}{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    task, text = raw.get("task"), raw.get("text")
+    if task not in TASKS:
+        raise TemplateError(f"template {tid}{where}: task {task!r} is not one of {', '.join(TASKS)}")
+    if not isinstance(text, str) or not text.strip():
+        raise TemplateError(f"template {tid}{where}: needs a text")
+    parts = parse_text(tid, text)
+    slots = [p for p in parts if isinstance(p, Slot)]
+    names = [s.name for s in slots]
+    for required in (*OPERANDS, "OP", ANSWER):
+        if names.count(required) == 0:
+            raise TemplateError(f"template {tid}{where}: missing slot {{{required}}} in {text!r}")
+        if names.count(required) > 1:
+            raise TemplateError(f"template {tid}{where}: slot {{{required}}} appears {names.count(required)} times")
+    if parts[-1] != Slot(ANSWER):
+        raise TemplateError(f"template {tid}{where}: slot {{C}} must end the text (the prompt is what precedes it)")
+
+    mapping = raw.get("slots") or {}
+    if not isinstance(mapping, dict):
+        raise TemplateError(f"template {tid}{where}: slots must map slot names to pool names")
+    pool_of = {}
+    for name in names:
+        if name in (*OPERANDS, ANSWER, "OP") or name in pool_of:
+            continue
+        numbered = _NUMBERED.match(name)
+        pool = mapping.get(name) or (name if name in pools else None) or \
+            (numbered.group(1) if numbered and numbered.group(1) in pools else None)
+        if pool not in pools:
+            raise TemplateError(f"template {tid}{where}: unknown slot {{{name}}} (no pool {pool or name!r}; "
+                                f"pools: {', '.join(sorted(pools))})")
+        pool_of[name] = pool
+    for name in mapping:
+        if name not in pool_of:
+            raise TemplateError(f"template {tid}{where}: slots maps {name!r}, which the text does not use")
+    pool_of_op = NONSENSE if _is_word(next(s.word for s in slots if s.name == "OP")) else SYMBOLS
+    if pool_of_op not in pools or not pools[pool_of_op]:
+        raise TemplateError(f"template {tid}{where}: slot {{OP}} needs the pool {pool_of_op}")
+
+    max_answer = raw.get("max_answer")
+    if max_answer is not None and (not isinstance(max_answer, int) or isinstance(max_answer, bool)):
+        raise TemplateError(f"template {tid}{where}: max_answer must be an integer")
+    return Template(tid, task, text, parts, pool_of, max_answer, source)
+
+
+def _is_word(word: str) -> bool:
+    return any(c.isalpha() for c in word)
+
+
+def operator_pool(template: Template) -> str:
+    return NONSENSE if _is_word(template.operator.word) else SYMBOLS
+
+
+def _read_pools(raw, source: str) -> dict[str, list[str]]:
+    if not isinstance(raw, dict):
+        raise TemplateError(f"{source}: pools must be a mapping of name -> list")
+    pools = {}
+    for name, value in raw.items():
+        if isinstance(value, dict) and set(value) == {"range"}:
+            lo, hi = value["range"]
+            values = [str(v) for v in range(int(lo), int(hi) + 1)]
+        elif isinstance(value, list):
+            # YAML reads an unquoted null, yes or no as None/True/False: quoting is needed there
+            odd = [v for v in value if v is None or isinstance(v, bool) or not isinstance(v, (str, int))]
+            if odd:
+                raise TemplateError(f"{source}: pool {name}: entry {odd[0]!r} is not a string (quote it)")
+            values = [str(v) for v in value]
+        else:
+            raise TemplateError(f"{source}: pool {name} must be a list or {{range: [lo, hi]}}")
+        if not values:
+            raise TemplateError(f"{source}: pool {name} is empty")
+        pools[str(name)] = values
+    return pools
+
+
+# ---- loading ------------------------------------------------------------------------------------
+def builtin_files() -> list[Path]:
+    folder = resources.files("keyheads.data") / "templates"
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_templates(files: Iterable[str | Path] | None = None) -> TemplateSet:
+    """Templates from `files` (None or the word "builtin" means the built-in ones).
+
+    The built-in pools are always available; pools in `files` add to or replace them by name.
+    """
+    files = ["builtin"] if files is None else list(files)
+    paths: list[Path] = []
+    for f in files:
+        paths.extend(builtin_files() if str(f) == "builtin" else [Path(f)])
+    docs = [(str(p), _load_yaml(p)) for p in builtin_files()]
+    pools: dict[str, list[str]] = {}
+    for source, doc in docs:
+        pools.update(_read_pools(doc.get("pools", {}), source))
+    chosen = [(str(p), _load_yaml(p)) for p in paths]
+    builtin = {str(p) for p in builtin_files()}
+    for source, doc in chosen:
+        if source not in builtin:
+            pools.update(_read_pools(doc.get("pools", {}), source))
+    templates, seen = [], {}
+    for source, doc in chosen:
+        raw = doc.get("templates", [])
+        if not isinstance(raw, list):
+            raise TemplateError(f"{source}: templates must be a list")
+        for entry in raw:
+            t = build_template(entry, pools, source)
+            if t.id in seen:
+                raise TemplateError(f"template {t.id} is defined twice ({seen[t.id]} and {source})")
+            seen[t.id] = source
+            templates.append(t)
+    if not templates:
+        raise TemplateError(f"no templates in {', '.join(str(p) for p in paths)}")
+    return TemplateSet(templates, pools)
+
+
+def _load_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"template file {path} does not exist")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise TemplateError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(doc, dict) or set(doc) - {"templates", "pools"}:
+        raise TemplateError(f"{path}: expected a mapping with `templates:` and/or `pools:`")
+    return doc
