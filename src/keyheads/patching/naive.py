@@ -11,7 +11,8 @@ from .samples import Batch
 
 
 @torch.no_grad()
-def naive_path_patch_batch(model: HookedModel, batch: Batch, metric: str) -> BatchResult:
+def naive_path_patch_batch(model: HookedModel, batch: Batch, metric: str, layers=None) -> BatchResult:
+    """`layers` restricts the senders to those layers (the others are NaN): for spot checks."""
     L, H = model.n_layers, model.n_heads
     heads_pts = [f"{l}.head_out" for l in range(L)]
     _, ref = model.run(batch.ref, capture=heads_pts)
@@ -32,9 +33,9 @@ def naive_path_patch_batch(model: HookedModel, batch: Batch, metric: str) -> Bat
             edits[f"{l}.head_out"] = edit
         return edits
 
-    heads = original.new_zeros(len(original), L, H)
-    mlps = original.new_zeros(len(original), L)
-    for l in range(L):
+    heads = original.new_full((len(original), L, H), float("nan"))
+    mlps = original.new_full((len(original), L), float("nan"))
+    for l in range(L) if layers is None else layers:
         for h in range(H):
             logits, _ = forward_end(model, batch.ref, edit=frozen((l, h)))
             heads[:, l, h] = logits_quantity(metric, logits, batch.answer)

@@ -28,6 +28,14 @@ def _points(model: HookedModel) -> tuple[list[str], list[str]]:
     return ref, cf
 
 
+def _first_bad(r: dict, n_layers: int) -> str:
+    for layer in range(n_layers):
+        for part in ("attn_write", "mlp_write"):
+            if not torch.isfinite(r[f"{layer}.{part}"]).all():
+                return f"layer {layer} ({part.split('_')[0]})"
+    return "the final norm or unembedding"
+
+
 def _mlp(model: HookedModel, layer: int, x: torch.Tensor, chunk: int) -> torch.Tensor:
     if x.shape[0] <= chunk:
         return model.mlp_write(layer, x)
@@ -39,7 +47,9 @@ def path_patch_batch(model: HookedModel, batch: Batch, metric: str, mlp_chunk: i
     ref_points, cf_points = _points(model)
     logits, r = forward_end(model, batch.ref, ref_points)
     _, c = forward_end(model, batch.cf, cf_points)
-    check_finite(logits, "the reference forward pass")
+    if not torch.isfinite(logits).all():
+        raise FloatingPointError(f"non-finite logits on the reference prompts, first at {_first_bad(r, model.n_layers)}; "
+                                 "try float32 (--dtype float32)")
     original = logits_quantity(metric, logits, batch.answer)
     B, H, L = batch.ref.shape[0], model.n_heads, model.n_layers
     samples = torch.arange(B, device=logits.device)

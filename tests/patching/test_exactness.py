@@ -1,0 +1,128 @@
+"""The fast path patching equals the naive one (one forward per sender), and the other
+methods equal their direct definitions."""
+import pytest
+import torch
+
+from keyheads.patching.activation import activation_patch_batch
+from keyheads.patching.attribution import attribution_patch_batch
+from keyheads.patching.naive import naive_path_patch_batch
+from keyheads.patching.path import path_patch_batch
+from keyheads.patching.samples import Batch
+from keyheads.testing import TINY_FAMILIES, tiny_model
+
+REF = ["3 + 4 = ", "5 + 2 = ", "1 + 1 = "]
+CF = ["3 @ 4 = ", "5 < 2 = ", "1 > 1 = "]
+
+
+def tiny_batch(model):
+    return Batch([0, 1, 2], model.encode(REF).input_ids, model.encode(CF).input_ids, torch.tensor([10, 11, 6]))
+
+
+@pytest.fixture(scope="module", params=TINY_FAMILIES)
+def model(request):
+    return tiny_model(request.param)
+
+
+@pytest.mark.parametrize("metric", ["relative-logit", "logit-diff", "prob"])
+def test_fast_path_patching_matches_naive(model, metric):
+    batch = tiny_batch(model)
+    fast = path_patch_batch(model, batch, metric)
+    naive = naive_path_patch_batch(model, batch, metric)
+    torch.testing.assert_close(fast.original, naive.original, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast.heads, naive.heads, atol=1e-4, rtol=0)
+    torch.testing.assert_close(fast.mlps, naive.mlps, atol=1e-4, rtol=0)
+    if metric == "prob":  # tiny random models give tiny probabilities: compare relatively too
+        rel = (fast.heads - naive.heads).abs() / naive.heads.abs().clamp(min=1e-12)
+        assert rel.max() < 1e-3
+    # guard: the effects are not all zero, so agreement means something
+    assert ((naive.heads - naive.original[:, None, None]) / naive.original[:, None, None]).abs().max() > 1e-2
+
+
+def test_path_patching_differs_from_total_effect(model):
+    """Freezing the heads above the sender matters: path != activation patching somewhere."""
+    batch = tiny_batch(model)
+    path = path_patch_batch(model, batch, "logit-diff")
+    total = activation_patch_batch(model, batch, "logit-diff")
+    assert (path.heads[:, :-1] - total.heads[:, :-1]).abs().max() > 1e-4
+    # in the last layer no head lies above the sender: both definitions agree
+    torch.testing.assert_close(path.heads[:, -1], total.heads[:, -1], atol=1e-4, rtol=0)
+
+
+def test_activation_patching_matches_full_forward(model):
+    batch = tiny_batch(model)
+    got = activation_patch_batch(model, batch, "logit-diff")
+    _, cf = model.run(batch.cf, capture=[f"{l}.head_out" for l in range(model.n_layers)]
+                      + [f"{l}.mlp_write" for l in range(model.n_layers)])
+    for layer in range(model.n_layers):
+        for head in range(model.n_heads):
+            def edit(z, layer=layer, head=head):
+                z = z.clone()
+                z[:, -1, head] = cf[f"{layer}.head_out"][:, -1, head]
+                return z
+            logits, _ = model.run(batch.ref, edit={f"{layer}.head_out": edit})
+            want = logits[:, -1].gather(1, batch.answer[:, None])[:, 0]
+            torch.testing.assert_close(got.heads[:, layer, head], want, atol=1e-4, rtol=0)
+
+        def mlp_edit(x, layer=layer):
+            x = x.clone()
+            x[:, -1] = cf[f"{layer}.mlp_write"][:, -1]
+            return x
+        logits, _ = model.run(batch.ref, edit={f"{layer}.mlp_write": mlp_edit})
+        torch.testing.assert_close(got.mlps[:, layer], logits[:, -1].gather(1, batch.answer[:, None])[:, 0],
+                                   atol=1e-4, rtol=0)
+
+
+def test_attribution_is_the_directional_derivative_of_path_patching(model):
+    """grad . delta equals a finite difference of the frozen-heads forward pass."""
+    batch = tiny_batch(model)
+    est = attribution_patch_batch(model, batch, "logit-diff")
+    L = model.n_layers
+    _, ref = model.run(batch.ref, capture=[f"{l}.head_out" for l in range(L)])
+    _, cf = model.run(batch.cf, capture=[f"{l}.head_out" for l in range(L)])
+    eps = 1e-2
+    for layer, head in [(0, 1), (L - 2, 3), (L - 1, 0)]:
+        def frozen(scale):
+            edits = {}
+            for l in range(L):
+                def edit(z, l=l):
+                    z = ref[f"{l}.head_out"].clone()
+                    if l == layer:
+                        d = cf[f"{l}.head_out"][:, -1, head] - ref[f"{l}.head_out"][:, -1, head]
+                        z[:, -1, head] += scale * d
+                    return z
+                edits[f"{l}.head_out"] = edit
+            logits, _ = model.run(batch.ref, edit=edits)
+            return logits[:, -1].gather(1, batch.answer[:, None])[:, 0].double()
+        fd = (frozen(eps) - frozen(-eps)) / (2 * eps)
+        torch.testing.assert_close(est.heads[:, layer, head].double() - est.original.double(), fd, atol=2e-3, rtol=2e-2)
+
+
+def test_batches_of_different_lengths_and_one_sample(model):
+    one = Batch([0], model.encode(REF[:1]).input_ids, model.encode(CF[:1]).input_ids, torch.tensor([10]))
+    torch.testing.assert_close(path_patch_batch(model, one, "prob").heads,
+                               path_patch_batch(model, tiny_batch(model), "prob").heads[:1], atol=1e-5, rtol=0)
+
+
+def test_nan_names_the_layer():
+    model = tiny_model("llama")
+    with torch.no_grad():
+        model.layer_module(1, "mlp.down_proj").weight[0, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match="layer 1"):
+        path_patch_batch(model, tiny_batch(model), "relative-logit")
+
+
+@pytest.mark.real_model
+def test_fast_matches_naive_on_smollm2(smollm2):
+    prefix = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n"
+    ref = smollm2.encode([prefix + "5 + 3 = ", prefix + "2 + 4 = "]).input_ids
+    cf = smollm2.encode([prefix + "5 @ 3 = ", prefix + "2 < 4 = "]).input_ids
+    answer = torch.tensor([smollm2.tokens("8")[0], smollm2.tokens("6")[0]])
+    batch = Batch([0, 1], ref, cf, answer)
+    fast = path_patch_batch(smollm2, batch, "relative-logit")
+    layers = [0, 9, 17, 28, 29]  # spot checks across depth keep the naive loop affordable
+    naive = naive_path_patch_batch(smollm2, batch, "relative-logit", layers=layers)
+    torch.testing.assert_close(fast.heads[:, layers], naive.heads[:, layers], atol=1e-4, rtol=0)
+    torch.testing.assert_close(fast.mlps[:, layers], naive.mlps[:, layers], atol=1e-4, rtol=0)
+    naive = naive.heads[:, layers]
+    effects = (fast.heads - fast.original[:, None, None]) / fast.original[:, None, None]
+    assert effects.min() < -0.01  # some head matters on the real model
