@@ -32,7 +32,8 @@ def cmd_data(args) -> int:
 
     config = PairConfig(n=args.n, few_shot=args.few_shot, seed=args.seed, a_range=a_range, b_range=b_range,
                         allow_negative=args.allow_negative, allow_fractions=args.allow_fractions,
-                        single_token_operands=not args.multi_token_operands)
+                        single_token_operands=not args.multi_token_operands,
+                        single_token_answer=args.single_token_answer)
     t0 = time.perf_counter()
     model = load_from_args(args)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731  stdout stays for the summary
@@ -70,5 +71,7 @@ def register(sub) -> None:
     p.add_argument("--allow-fractions", action="store_true", help="division may have a non-integer answer")
     p.add_argument("--multi-token-operands", action="store_true",
                    help="accept operands that span several tokens (positions then point at the last one)")
+    p.add_argument("--single-token-answer", action="store_true",
+                   help="keep only answers that are a single token (default: the first token counts)")
     p.add_argument("--batch-size", type=int, default=32, help="prompts per forward pass for --keep-correct")
     p.set_defaults(func=cmd_data)

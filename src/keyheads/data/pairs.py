@@ -109,8 +109,9 @@ def span_tokens(offsets, start: int, end: int) -> list[int]:
     return [i for i, (s, e) in enumerate(offsets) if e > s and s < end and e > start]
 
 
-def _continuation(tokenizer, prompt: str, answer: str) -> tuple[int, str] | None:
-    """(first answer token, full text) when `answer` follows `prompt` without re-tokenizing it.
+def _continuation(tokenizer, prompt: str, answer: str) -> tuple[int, str, int] | None:
+    """(first answer token, full text, answer token count) when `answer` follows `prompt` without
+    changing the prompt's tokens.
 
     A prompt not ending in whitespace is first tried with a space before the answer (" 8" as in
     "3 + 5 = 8"), then without ("153" + "7" in "the year 1537").
@@ -125,7 +126,7 @@ def _continuation(tokenizer, prompt: str, answer: str) -> tuple[int, str] | None
         token = full_ids[len(ids)]
         piece = tokenizer.decode([token]).strip()
         if piece and answer.startswith(piece):
-            return token, full
+            return token, full, len(full_ids) - len(ids)
     return None
 
 
@@ -184,6 +185,8 @@ class PairConfig:
     allow_fractions: division may give a non-integer answer (written with up to two decimals).
     single_token_operands: reject samples whose operand spans several tokens (the paper's setting;
         turn off for multi-digit operands with digit-splitting tokenizers).
+    single_token_answer: reject samples whose whole answer is more than one token ("12" with a
+        digit-splitting tokenizer); by default the answer token is the first one, as in the paper.
     counterfactual_tries: counterfactual draws per sample before giving up on alignment.
     """
 
@@ -195,6 +198,7 @@ class PairConfig:
     allow_negative: bool = False
     allow_fractions: bool = False
     single_token_operands: bool = True
+    single_token_answer: bool = False
     counterfactual_tries: int = 50
 
 
@@ -374,6 +378,9 @@ class Generator:
         else:
             self.rejected["answer does not start a token of its own"] += 1
             return None
+        if self.config.single_token_answer and found[2] != 1:
+            self.rejected["answer is several tokens"] += 1
+            return None
         cut = len(ref.text) - len(stem)
         reference = prefix + stem
         ids, offsets = encode_with_offsets(self.tokenizer, reference)
@@ -504,32 +511,42 @@ class TemplateScore:
         return self.correct / self.total if self.total else 0.0
 
 
-def predict_correct(model, candidates: list[Candidate], batch_size: int = 32, desc: str = "checking") -> list[bool]:
-    """Whether the model's argmax next token after each reference is the answer token.
+def predict_next(model, prompts: list[str], batch_size: int = 32, desc: str = "predicting",
+                 answers: list[int] | None = None) -> list[int]:
+    """The model's argmax next token after each prompt, batched.
 
-    Batches are built from prompts of similar length, so that little compute goes to padding.
+    Batches hold prompts of similar length so that little compute goes to padding. With `answers`
+    the progress bar shows the running accuracy.
     """
     import torch
     from tqdm.auto import tqdm
 
-    order = sorted(range(len(candidates)), key=lambda i: candidates[i].n_tokens)
-    ok = [False] * len(candidates)
+    lengths = [len(model.tokenizer(p)["input_ids"]) for p in prompts]
+    order = sorted(range(len(prompts)), key=lengths.__getitem__)
+    pred = [0] * len(prompts)
     right = 0
     with torch.inference_mode(), tqdm(total=len(order), desc=desc, unit="prompt") as bar:
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
-            batch = model.encode([candidates[i].pair.reference for i in chunk])
+            batch = model.encode([prompts[i] for i in chunk])
             try:  # only the last position's logits are needed: skip the rest of the vocab projection
                 logits = model.forward(batch, logits_to_keep=1)[:, -1]
             except TypeError:
                 logits = model.forward(batch)[:, -1]
-            pred = logits.argmax(-1).tolist()
-            for i, p in zip(chunk, pred):
-                ok[i] = p == candidates[i].answer_token
-                right += ok[i]
+            for i, p in zip(chunk, logits.argmax(-1).tolist()):
+                pred[i] = p
+                right += answers is not None and p == answers[i]
             bar.update(len(chunk))
-            bar.set_postfix(acc=f"{right / bar.n:.0%}")
-    return ok
+            if answers is not None:
+                bar.set_postfix(acc=f"{right / bar.n:.0%}")
+    return pred
+
+
+def predict_correct(model, candidates: list[Candidate], batch_size: int = 32, desc: str = "checking") -> list[bool]:
+    """Whether the model's argmax next token after each reference is the answer token."""
+    answers = [c.answer_token for c in candidates]
+    pred = predict_next(model, [c.pair.reference for c in candidates], batch_size, desc, answers)
+    return [p == a for p, a in zip(pred, answers)]
 
 
 def score_table(candidates: list[Candidate], ok: list[bool]) -> list[TemplateScore]:
