@@ -10,9 +10,9 @@ from fractions import Fraction
 import pytest
 import torch
 
-from keyheads.data.pairs import (CounterfactualError, Generator, NothingCorrect, Pair, PairConfig,
-                                 encode_with_offsets, make_pairs, parse_operands, predict_correct,
-                                 predict_next, read_pairs, verify_pair, write_pairs)
+from keyheads.data.correct import NothingCorrect, predict_correct, predict_next
+from keyheads.data.generate import CounterfactualError, Generator, PairConfig, make_pairs, parse_operands
+from keyheads.data.pairs import Pair, encode_with_offsets, read_pairs, verify_pair, write_pairs
 from keyheads.data.templates import TASKS, TemplateError, load_templates
 from keyheads.io import MalformedLine
 from keyheads.testing.tiny import ALPHABET, SPECIALS, char_tokenizer, tiny_model
@@ -189,6 +189,21 @@ def test_space_glued_to_numbers(templates):
             assert pieces[p.positions["A"]] in (" " + p.operands["A"], p.operands["A"])
             assert pieces[p.positions["B"]] == " " + p.operands["B"]
             assert verify_pair(glue, p) == []
+
+
+def test_positions_count_special_tokens(templates):
+    """A tokenizer that adds BOS shifts every position by one: positions index what the model sees."""
+    from tokenizers.processors import TemplateProcessing
+
+    bos = char_tokenizer()
+    bos._tokenizer.post_processor = TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    assert bos("1 + 2")["input_ids"][0] == 1
+    plain = candidates_for(templates, char_tokenizer(), "addition", few_shot=1)
+    shifted = candidates_for(templates, bos, "addition", few_shot=1)
+    for a, b in zip(plain, shifted):
+        assert a.pair.reference == b.pair.reference
+        assert {k: v + 1 for k, v in a.pair.positions.items()} == b.pair.positions
+        assert verify_pair(bos, b.pair) == []
 
 
 def test_deterministic_given_seed_and_independent_of_other_tasks(templates, tok):

@@ -9,7 +9,8 @@ from .models import add_model_args, load_from_args
 
 
 def cmd_data(args) -> int:
-    from ..data.pairs import PairConfig, make_pairs, parse_operands, write_pairs
+    from ..data.generate import PairConfig, make_pairs, parse_operands
+    from ..data.pairs import write_pairs
     from ..data.templates import TASKS, load_templates
 
     if args.n < 1:

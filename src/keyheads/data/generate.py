@@ -1,0 +1,371 @@
+"""Making pairs: operands, filled templates, aligned counterfactuals, keep-correct.
+
+    make_pairs(load_templates(), ["addition"], PairConfig(n=100, few_shot=3), model=model, keep_correct=True)
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from .correct import NothingCorrect, format_scores, predict_correct, score_table
+from .pairs import POSITION_KEYS, Pair, _continuation, encode_with_offsets, span_tokens
+from .templates import OPERANDS, Slot, Template, TemplateError, TemplateSet, operator_pool
+
+
+# ---- configuration ------------------------------------------------------------------------------
+@dataclass
+class PairConfig:
+    """How pairs are generated.
+
+    n: candidates per task, spread evenly over the task's templates (before --keep-correct).
+    few_shot: solved examples of the same template before each prompt, one a line. Reference and
+        counterfactual share them, so that only the final question differs.
+    seed: everything is deterministic given the seed; each template has its own random stream,
+        so adding a template or a task does not change the others' pairs.
+    a_range, b_range: operand ranges, both ends included (the paper: 1..9).
+    allow_negative: subtraction may give a negative answer.
+    allow_fractions: division may give a non-integer answer (written with up to two decimals).
+    single_token_operands: reject samples whose operand spans several tokens (the paper's setting;
+        turn off for multi-digit operands with digit-splitting tokenizers).
+    single_token_answer: reject samples whose whole answer is more than one token ("12" with a
+        digit-splitting tokenizer); by default the answer token is the first one, as in the paper.
+    counterfactual_tries: counterfactual draws per sample before giving up on alignment.
+    """
+
+    n: int = 100
+    few_shot: int = 0
+    seed: int = 0
+    a_range: tuple[int, int] = (1, 9)
+    b_range: tuple[int, int] = (1, 9)
+    allow_negative: bool = False
+    allow_fractions: bool = False
+    single_token_operands: bool = True
+    single_token_answer: bool = False
+    counterfactual_tries: int = 50
+
+
+def parse_operands(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """"1-9" -> both operands in 1..9; "10-99,1-9" -> A in 10..99, B in 1..9."""
+    ranges = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            lo, hi = int(lo), int(hi or lo)
+        except ValueError:
+            raise ValueError(f"--operands {text!r}: expected LO-HI or LO-HI,LO-HI, e.g. 1-9") from None
+        if lo < 0 or hi < lo:
+            raise ValueError(f"--operands {text!r}: need 0 <= LO <= HI")
+        ranges.append((lo, hi))
+    if len(ranges) not in (1, 2):
+        raise ValueError(f"--operands {text!r}: give one range or two (A,B)")
+    return ranges[0], ranges[-1]
+
+
+# ---- answers ------------------------------------------------------------------------------------
+def compute_answer(task: str, a: int, b: int, config: PairConfig):
+    """The answer as a number, or None when the task's rules exclude these operands."""
+    if task == "addition":
+        return a + b
+    if task == "subtraction":
+        return a - b if a >= b or config.allow_negative else None
+    if task == "multiplication":
+        return a * b
+    if task == "division":
+        if b == 0:
+            return None
+        q = Fraction(a, b)
+        return q if q.denominator == 1 or config.allow_fractions else None
+    if task == "exponentiation":
+        return a ** b
+    raise ValueError(f"unknown task {task!r}")
+
+
+def format_answer(value) -> str:
+    if isinstance(value, Fraction):
+        if value.denominator == 1:
+            return str(value.numerator)
+        return f"{float(value):.2f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def draw_operands(template: Template, config: PairConfig, rng: random.Random, tries: int = 10_000):
+    """(A, B, answer text) uniform over the operand pairs the task and template allow, or None."""
+    for _ in range(tries):
+        a, b = rng.randint(*config.a_range), rng.randint(*config.b_range)
+        value = compute_answer(template.task, a, b, config)
+        if value is not None and (template.max_answer is None or value <= template.max_answer):
+            return str(a), str(b), format_answer(value)
+    return None
+
+
+# ---- rendering ----------------------------------------------------------------------------------
+@dataclass
+class Rendered:
+    text: str                                   # the prompt stem: the template text before {C}
+    spans: dict[str, tuple[int, int]]           # "A", "B", "operator" -> character span
+    changed: list[tuple[int, int]] = field(default_factory=list)  # spans a counterfactual replaces
+
+
+def render(template: Template, values: dict[str, str], op_word: str | None = None,
+           swaps: dict[int, str] | None = None) -> Rendered:
+    """Fill a template. `op_word` and `swaps` (part index -> value for ~ slots) make a counterfactual."""
+    out, spans, changed, n = [], {}, [], 0
+    for i, part in enumerate(template.parts[:-1]):  # the last part is {C}
+        if isinstance(part, str):
+            piece = part
+        elif part.name == "OP":
+            piece = op_word if op_word is not None else part.word
+        elif swaps is not None and i in swaps:
+            piece = swaps[i]
+        else:
+            piece = values[part.name]
+        if isinstance(part, Slot):
+            span = (n, n + len(piece))
+            if part.name in OPERANDS:
+                spans[part.name] = span
+            elif part.name == "OP":
+                spans["operator"] = span
+            if part.name == "OP" or part.resample:
+                changed.append(span)
+        out.append(piece)
+        n += len(piece)
+    return Rendered("".join(out), spans, changed)
+
+
+def draw_fillers(template: Template, pools: dict, rng: random.Random) -> dict[str, str]:
+    """One value per filler slot; slots sharing a pool (NAME, NAME2) get different values."""
+    values, taken = {}, {}
+    for name in template.fillers:
+        pool = template.pool_of[name]
+        used = taken.setdefault(pool, set())
+        choices = [v for v in pools[pool] if v not in used] or pools[pool]
+        values[name] = rng.choice(choices)
+        used.add(values[name])
+    return values
+
+
+class CounterfactualError(ValueError):
+    """No counterfactual with the reference's token count could be drawn."""
+
+
+class _SameLength:
+    """Pool values that tokenize like a given value in a given left context (cached per tokenizer)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.cache = tokenizer, {}
+
+    def __call__(self, pool: str, values: list[str], reference: str, left: str) -> list[str]:
+        key = (pool, reference, left)
+        if key not in self.cache:
+            n = lambda v: len(self.tokenizer(left + v, add_special_tokens=False)["input_ids"])  # noqa: E731
+            target = n(reference)
+            self.cache[key] = [v for v in values if v != reference and n(v) == target]
+        return self.cache[key]
+
+
+# ---- generation ---------------------------------------------------------------------------------
+@dataclass
+class Candidate:
+    """A generated pair plus what the correctness check needs."""
+
+    pair: Pair
+    answer_token: int
+    n_tokens: int
+
+
+class Generator:
+    """Makes aligned pairs for one tokenizer. `rejected` counts discarded samples by reason."""
+
+    def __init__(self, templates: TemplateSet, tokenizer, config: PairConfig):
+        self.templates, self.tokenizer, self.config = templates, tokenizer, config
+        self.pools = templates.pools
+        self.same_length = _SameLength(tokenizer)
+        self.rejected: Counter = Counter()
+
+    def rng(self, template: Template) -> random.Random:
+        # a string seed is hashed with sha512: stable across runs and Python processes
+        return random.Random(f"{self.config.seed}:{template.id}")
+
+    def few_shot_prefix(self, template: Template, rng: random.Random, query: tuple[str, str]) -> str:
+        lines = []
+        for _ in range(self.config.few_shot):
+            for _ in range(20):  # prefer examples whose operands differ from the question's
+                drawn = draw_operands(template, self.config, rng)
+                if drawn[:2] != query:
+                    break
+            a, b, answer = drawn
+            values = {"A": a, "B": b, **draw_fillers(template, self.pools, rng)}
+            lines.append(render(template, values).text + answer)
+        return "".join(line + "\n" for line in lines)
+
+    def sample(self, template: Template, rng: random.Random) -> Candidate | None:
+        """One candidate, or None (counted in `rejected`) when the tokenizer rules it out."""
+        drawn = draw_operands(template, self.config, rng)
+        if drawn is None:
+            raise TemplateError(f"template {template.id}: no operands in {self.config.a_range} x "
+                                f"{self.config.b_range} give a valid {template.task} answer")
+        a, b, answer = drawn
+        values = {"A": a, "B": b, **draw_fillers(template, self.pools, rng)}
+        prefix = self.few_shot_prefix(template, rng, (a, b))
+        ref = render(template, values)
+
+        # Where the prompt ends: with the space before the answer when the tokenizer gives that
+        # space a token of its own (then the next token is the digit), else before it.
+        stems = [ref.text, ref.text.rstrip(" ")] if ref.text.endswith(" ") else [ref.text]
+        natural = prefix + ref.text + answer
+        for stem in stems:
+            found = _continuation(self.tokenizer, prefix + stem, answer)
+            if found is not None and found[1] == natural:
+                break
+        else:
+            self.rejected["answer does not start a token of its own"] += 1
+            return None
+        if self.config.single_token_answer and found[2] != 1:
+            self.rejected["answer is several tokens"] += 1
+            return None
+        cut = len(ref.text) - len(stem)
+        reference = prefix + stem
+        ids, offsets = encode_with_offsets(self.tokenizer, reference)
+        shift = lambda span: (span[0] + len(prefix), span[1] + len(prefix))  # noqa: E731
+        positions = self._positions(reference, offsets, {k: shift(v) for k, v in ref.spans.items()})
+        if positions is None:
+            return None
+
+        for _ in range(self.config.counterfactual_tries):
+            cf = self._counterfactual(template, values, rng)
+            counterfactual = prefix + cf.text[:len(cf.text) - cut]
+            cf_ids, cf_offsets = encode_with_offsets(self.tokenizer, counterfactual)
+            if self._aligned(ids, offsets, [shift(s) for s in ref.changed],
+                             cf_ids, cf_offsets, [shift(s) for s in cf.changed]) \
+                    and cf_ids[positions["operator"]] != ids[positions["operator"]]:
+                break
+        else:
+            raise CounterfactualError(
+                f"template {template.id}: no counterfactual of {len(ids)} tokens found for {reference!r} "
+                f"in {self.config.counterfactual_tries} tries; add words of the same token count to the "
+                f"{operator_pool(template)} pool (or to the pools of its ~ slots)")
+        pair = Pair(reference, counterfactual, answer, template.task, template.id, {"A": a, "B": b}, positions)
+        return Candidate(pair, found[0], len(ids))
+
+    def _positions(self, text: str, offsets, spans) -> dict[str, int] | None:
+        positions = {}
+        for key in POSITION_KEYS:
+            toks = span_tokens(offsets, *spans[key])
+            if key in OPERANDS and self.config.single_token_operands:
+                s, e = spans[key]
+                if len(toks) != 1 or text[offsets[toks[0]][0]:offsets[toks[0]][1]].strip() != text[s:e]:
+                    self.rejected["operand is not a single token"] += 1
+                    return None
+            positions[key] = toks[-1]
+        return positions
+
+    def _counterfactual(self, template: Template, values: dict, rng: random.Random) -> Rendered:
+        pools, parts = self.pools, template.parts
+        op = template.operator
+        left = _left_context(parts, parts.index(op), values)
+        choices = self.same_length(operator_pool(template), pools[operator_pool(template)], op.word, left)
+        if not choices:
+            raise CounterfactualError(
+                f"template {template.id}: no {operator_pool(template)} pool entry tokenizes like the operator "
+                f"{op.word!r}; add one with the same token count")
+        swaps = {}
+        for i, part in enumerate(parts):
+            if isinstance(part, Slot) and part.resample:
+                pool = template.pool_of[part.name]
+                same = self.same_length(pool, pools[pool], values[part.name], _left_context(parts, i, values))
+                if not same:
+                    raise CounterfactualError(f"template {template.id}: no other value of pool {pool} tokenizes "
+                                              f"like {values[part.name]!r} for slot {{{part.name}~}}")
+                swaps[i] = rng.choice(same)
+        return render(template, values, rng.choice(choices), swaps)
+
+    @staticmethod
+    def _aligned(ids, offsets, changed, cf_ids, cf_offsets, cf_changed) -> bool:
+        """Same token count, replaced spans on the same tokens, every other token identical."""
+        if len(ids) != len(cf_ids):
+            return False
+        free = set(range(len(ids)))
+        for span, cf_span in zip(changed, cf_changed):
+            toks = span_tokens(offsets, *span)
+            if toks != span_tokens(cf_offsets, *cf_span):
+                return False
+            free -= set(toks)
+        return all(ids[i] == cf_ids[i] for i in free)
+
+    def task(self, task: str, log=print) -> list[Candidate]:
+        """config.n candidates for `task`, spread evenly over its templates."""
+        templates = self.templates.for_task(task)
+        if not templates:
+            raise TemplateError(f"no templates for task {task}")
+        usable = []
+        for t in templates:  # a template whose constraints no operand pair meets is skipped, loudly
+            if draw_operands(t, self.config, random.Random(0)) is None:
+                log(f"  {t.id}: skipped, no operands in {self.config.a_range} x {self.config.b_range} "
+                    f"satisfy it (max_answer={t.max_answer})")
+            else:
+                usable.append(t)
+        if not usable:
+            raise TemplateError(f"task {task}: no template can be filled with operands "
+                                f"{self.config.a_range} x {self.config.b_range}")
+        out = []
+        for k, t in enumerate(usable):
+            want = self.config.n // len(usable) + (k < self.config.n % len(usable))
+            rng, got, tries = self.rng(t), [], 0
+            while len(got) < want and tries < 20 * want + 100:
+                tries += 1
+                c = self.sample(t, rng)
+                if c is not None:
+                    got.append(c)
+            if len(got) < want:
+                log(f"  {t.id}: only {len(got)} of {want} samples fit the tokenizer")
+            out.extend(got)
+        if self.rejected:
+            log("  rejected: " + ", ".join(f"{why} ({n})" for why, n in self.rejected.items()))
+        if not out:
+            hint = " (multi-digit operands need single_token_operands off)" \
+                if self.rejected.get("operand is not a single token") else ""
+            raise TemplateError(f"task {task}: every sample was rejected{hint}")
+        return out
+
+
+def _left_context(parts, index: int, values: dict) -> str:
+    """The character before slot `index` as rendered (a space changes how BPE tokenizes a word)."""
+    if index == 0:
+        return ""
+    prev = parts[index - 1]
+    prev = prev if isinstance(prev, str) else (prev.word if prev.name == "OP" else values.get(prev.name, ""))
+    return prev[-1:] if prev[-1:].isspace() else ""
+
+
+# ---- the whole job ------------------------------------------------------------------------------
+def make_pairs(templates: TemplateSet, tasks: list[str], config: PairConfig, tokenizer=None, model=None,
+               keep_correct: bool = False, batch_size: int = 32, log=print) -> list[Pair]:
+    """Generate config.n candidates per task; with keep_correct, keep only those `model` gets right.
+
+    Raises NothingCorrect (with the per-template accuracy) when the model gets none right.
+    """
+    tokenizer = tokenizer if tokenizer is not None else model.tokenizer
+    gen = Generator(templates, tokenizer, config)
+    kept, all_scores = [], []
+    for task in tasks:
+        t0 = time.perf_counter()
+        log(f"{task}: generating {config.n} candidates")
+        gen.rejected.clear()
+        candidates = gen.task(task, log=log)
+        if not keep_correct:
+            kept.extend(c.pair for c in candidates)
+            continue
+        ok = predict_correct(model, candidates, batch_size, desc=task)
+        scores = score_table(candidates, ok)
+        all_scores.extend(scores)
+        log(f"{task}: accuracy per template ({time.perf_counter() - t0:.0f} s)\n{format_scores(scores)}")
+        if not any(ok):
+            log(f"{task}: the model got nothing right; no {task} pairs")
+        kept.extend(c.pair for c, good in zip(candidates, ok) if good)
+    if keep_correct and not kept:
+        raise NothingCorrect("the model predicted no prompt correctly, so there is nothing to keep "
+                             f"(try --few-shot 3):\n{format_scores(all_scores)}")
+    return kept
