@@ -10,6 +10,8 @@ COMMAND_MODULES = (
     "keyheads.commands.models",
     "keyheads.commands.data",
     "keyheads.commands.patch",
+    "keyheads.commands.eval",
+    "keyheads.commands.analysis",
 )
 
 

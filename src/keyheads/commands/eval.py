@@ -1,0 +1,91 @@
+"""`keyheads eval`: the paper's table 1 for a model, and for the model with heads knocked out."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .models import add_model_args
+
+
+def _list(text: str | None) -> list[str]:
+    return [s.strip() for s in (text or "").split(",") if s.strip()]
+
+
+def variants_from_args(args):
+    from ..evaluation import Variant, read_heads
+
+    variants = []
+    if args.baseline:
+        variants.append(Variant.make("model", args.baseline))
+    knockout = bool(args.knockout or args.knockout_mlps)
+    if not (knockout and args.no_base):
+        variants.append(Variant.make("model", args.model))
+    if knockout:
+        heads = read_heads(args.knockout) if args.knockout else []
+        mlps = [int(m) for m in _list(args.knockout_mlps)]
+        if not args.knockout_data:
+            raise ValueError("--knockout/--knockout-mlps need --knockout-data PAIRS.jsonl: the means are taken "
+                             "over its counterfactual prompts")
+        what = ", ".join([f"{len(heads)} heads"] * bool(heads) + [f"MLPs {','.join(map(str, mlps))}"] * bool(mlps))
+        variants.append(Variant.make("knockout", args.model, label=f"{args.model} - knockout ({what})",
+                                     heads=[list(h) for h in heads], mlps=mlps, data=str(args.knockout_data)))
+    return variants
+
+
+def cmd_eval(args) -> int:
+    from ..data.trainset import SplitConfig
+    from ..evaluation import EvalConfig, evaluate
+    from ..evaluation.tasks import check_benchmarks
+    from ..models import load_model
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    cfg = EvalConfig(benchmarks=check_benchmarks(_list(args.benchmarks)), data_dir=args.data_dir, limit=args.limit,
+                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, few_shot=args.few_shot,
+                     cot=not args.no_cot, seed=args.seed, split=args.split,
+                     heldout=SplitConfig(args.heldout_seed, args.heldout_fraction), cache_dir=args.cache_dir,
+                     progress=not args.quiet)
+    variants = variants_from_args(args)
+    start = time.time()
+    evaluate(variants, cfg, args.out, loader=lambda name: load_model(name, device=args.device, dtype=args.dtype))
+    print((Path(args.out) / "table.md").read_text(), end="")
+    print(f"written to {args.out}/ (table.md, table.csv, results.json, per-variant wrong cases) "
+          f"in {time.time() - start:.0f} s")
+    return 0
+
+
+def register(sub) -> None:
+    from ..evaluation.tasks import TABLE_BENCHMARKS
+
+    p = sub.add_parser("eval", help="table 1: math (GSM8K, AddSub, SingleEq, SVAMP) and generic (MMLU, CSQA) accuracy")
+    add_model_args(p)
+    p.add_argument("--knockout", metavar="HEADS", help="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
+    p.add_argument("--knockout-mlps", metavar="LAYERS", help="MLP layers to mean-ablate, e.g. '14,15'")
+    p.add_argument("--knockout-data", metavar="F.jsonl",
+                   help="pairs file (reference, counterfactual, answer per line) whose counterfactual prompts give the means")
+    p.add_argument("--no-base", action="store_true", help="with --knockout: skip the unmodified model's row")
+    p.add_argument("--baseline", metavar="MODEL", help="another model evaluated first, as the reference row for Δ "
+                   "(for example the base of a fine-tuned folder)")
+    p.add_argument("--benchmarks", default=",".join(TABLE_BENCHMARKS),
+                   help=f"comma-separated, from {','.join(TABLE_BENCHMARKS)} (default: all)")
+    p.add_argument("--limit", type=int, help="only the first N items per benchmark (quick runs)")
+    p.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA; else the hub when online)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int,
+                   help="generation budget for the math sets (default: 256 for GSM8K, 128 for the others)")
+    p.add_argument("--few-shot", type=int, help="exemplars per prompt (default: 4 for math, 5 for MMLU/CSQA; "
+                   "MMLU has at most 5)")
+    p.add_argument("--no-cot", action="store_true", help="math exemplars without the worked solution")
+    p.add_argument("--seed", type=int, default=0, help="picks the few-shot exemplars")
+    p.add_argument("--split", choices=("full", "heldout"), default="full",
+                   help="heldout: AddSub/SingleEq/SVAMP minus the part used for fine-tuning (see keyheads.data.trainset)")
+    p.add_argument("--heldout-seed", type=int, default=0)
+    p.add_argument("--heldout-fraction", type=float, default=0.3, help="training share of the held-out split")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (on a busy machine 1 can be much faster)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--out", required=True, help="run folder: table.md, table.csv, results.json, wrong cases")
+    p.add_argument("--cache-dir", help="per-item result cache, shared by runs so that a re-run or an interrupted "
+                   "run resumes (default: $KEYHEADS_CACHE/eval)")
+    p.set_defaults(func=cmd_eval)

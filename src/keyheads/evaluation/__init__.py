@@ -1,0 +1,13 @@
+"""Evaluation (the paper's table 1): math by greedy few-shot generation, MMLU and CSQA by letter logits.
+
+    >>> from keyheads.evaluation import EvalConfig, Variant, evaluate
+    >>> evaluate([Variant.make("model", "smollm2-135m")], EvalConfig(limit=20, data_dir="..."), "runs/eval")
+"""
+from .extract import extract_answer, numbers_match, wilson
+from .runner import evaluate, evaluate_prepared
+from .tasks import CHOICE, DEFAULT_SHOTS, MATH, TABLE_BENCHMARKS, EvalConfig
+from .variants import VARIANT_KINDS, Prepared, Variant, prepare, read_heads, register_kind
+
+__all__ = ["extract_answer", "numbers_match", "wilson", "evaluate", "evaluate_prepared", "CHOICE", "DEFAULT_SHOTS",
+           "MATH", "TABLE_BENCHMARKS", "EvalConfig", "VARIANT_KINDS", "Prepared", "Variant", "prepare",
+           "read_heads", "register_kind"]

@@ -1,0 +1,135 @@
+"""Run the benchmarks for one or more variants, with a per-item cache, and write the table.
+
+Per-item results go to ``<cache_dir>/<benchmark>.jsonl`` (append-only, resumable, shared
+by runs; default $KEYHEADS_CACHE/eval). Run folder layout (``out``):
+    <variant>/<benchmark>.json       accuracy, 95% CI, settings (MMLU: per subject)
+    <variant>/<benchmark>.wrong.jsonl the wrong cases, for inspection
+    results.json, table.md, table.csv the table over all variants (first row = reference)
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+from tqdm.auto import tqdm
+
+from ..io import write_json, write_jsonl
+from ..models.model import HookedModel
+from .cache import ResultCache, item_key
+from .engine import PrefixKV
+from .table import to_csv, to_markdown
+from .tasks import MATH, EvalConfig, Task, check_benchmarks, make_task
+from .variants import Prepared, Variant, prepare
+
+
+def slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", label).strip("_") or "model"
+
+
+def cache_folder(cfg: EvalConfig) -> Path:
+    if cfg.cache_dir:
+        return Path(cfg.cache_dir)
+    from ..models import cache_root
+
+    return cache_root() / "eval"
+
+
+def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache) -> tuple[list[dict], dict]:
+    """Score every item of `task`, computing only those not in `cache`; -> (rows, timing)."""
+    model = prepared.model
+    settings = task.settings(model, cfg)
+    keys = [item_key(prepared.fingerprint, task.name, it.prompt, settings) for it in task.items]
+    pending = [(k, it) for k, it in zip(keys, task.items) if k not in cache]
+    # Sorted prompts put items with the same few-shot prefix (an MMLU subject) next to each other.
+    pending.sort(key=lambda p: p[1].prompt)
+    start = time.time()
+    if pending:
+        bar = tqdm(total=len(pending), desc=f"{prepared.label} {task.name}", unit="q", disable=not cfg.progress,
+                   dynamic_ncols=True)
+        prefix = PrefixKV(model)
+        right = done = 0
+        with model.hooks(edit=prepared.edits):
+            for i in range(0, len(pending), cfg.batch_size):
+                cache.refresh()  # another run sharing the cache may have done some of these
+                batch = [(k, it) for k, it in pending[i:i + cfg.batch_size] if k not in cache]
+                if not batch:
+                    bar.update(min(cfg.batch_size, len(pending) - i))
+                    continue
+                results = task.run(model, [it for _, it in batch], prefix, cfg)
+                cache.add({"key": k, "variant": prepared.label, **r} for (k, _), r in zip(batch, results))
+                right += sum(bool(task.score(it, r)["correct"]) for (_, it), r in zip(batch, results))
+                done += len(batch)
+                bar.update(min(cfg.batch_size, len(pending) - i))
+                bar.set_postfix(acc=f"{right / done:.3f}")
+        bar.close()
+    timing = {"computed": len(pending), "cached": len(keys) - len(pending), "seconds": round(time.time() - start, 1)}
+    return [task.score(it, cache.get(k)) for k, it in zip(keys, task.items)], timing
+
+
+def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
+                      tasks: dict[str, Task] | None = None) -> dict:
+    """Evaluate one prepared variant on cfg.benchmarks; writes its folder; -> its result dict."""
+    out = Path(out)
+    tasks = tasks if tasks is not None else {}
+    folder = out / slug(prepared.label)
+    summaries = {}
+    for name in check_benchmarks(cfg.benchmarks):
+        if name not in tasks:
+            tasks[name] = make_task(name, cfg)
+        task = tasks[name]
+        rows, timing = run_task(prepared, task, cfg, ResultCache(cache_folder(cfg) / f"{name}.jsonl"))
+        summary = task.summarize(task.items, rows)
+        summary["timing"] = timing
+        if name in MATH:
+            summary["max_new_tokens"] = cfg.new_tokens(name)
+        write_json(folder / f"{name}.json", summary)
+        write_jsonl(folder / f"{name}.wrong.jsonl",
+                    (task.wrong_case(it, r) for it, r in zip(task.items, rows) if not r["correct"]))
+        summaries[name] = summary
+    result = {"label": prepared.label, "fingerprint": prepared.fingerprint, "info": prepared.info,
+              "benchmarks": summaries}
+    write_json(folder / "summary.json", result)
+    return result
+
+
+def write_table(results: Sequence[dict], cfg: EvalConfig, out: str | Path) -> str:
+    out = Path(out)
+    md = to_markdown(results, cfg.benchmarks)
+    config = asdict(cfg)
+    write_json(out / "results.json", {"config": config, "variants": list(results)})
+    (out / "table.md").parent.mkdir(parents=True, exist_ok=True)
+    from ..io import atomic_write_text
+
+    atomic_write_text(out / "table.md", md)
+    atomic_write_text(out / "table.csv", to_csv(results, cfg.benchmarks))
+    return md
+
+
+def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalConfig, out: str | Path,
+             loader: Callable[[str], HookedModel] | None = None) -> list[dict]:
+    """Evaluate each variant (the first is the reference for the Δ columns) and write the table."""
+    loaded: dict[str, HookedModel] = {}
+
+    def load_once(name: str) -> HookedModel:  # variants of one model share its weights
+        if name not in loaded:
+            if loader is None:
+                from ..models import load_model
+
+                loaded[name] = load_model(name)
+            else:
+                loaded[name] = loader(name)
+        return loaded[name]
+
+    check_benchmarks(cfg.benchmarks)
+    tasks: dict[str, Task] = {}
+    results = []
+    for v in variants:
+        prepared = v if isinstance(v, Prepared) else prepare(v, load_once)
+        if isinstance(v, Variant):
+            prepared.info.setdefault("variant", v.spec())
+        results.append(evaluate_prepared(prepared, cfg, out, tasks))
+    write_table(results, cfg, out)
+    return results

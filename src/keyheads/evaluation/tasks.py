@@ -1,0 +1,224 @@
+"""The six table-1 benchmarks as tasks: items with prompts, how a batch is run, how it is scored."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..data.benchmarks import LETTERS, Record, get_benchmark, load
+from ..data.trainset import SplitConfig, heldout_splits
+from ..models.model import HookedModel
+from .engine import PrefixKV, greedy_generate, next_token_logits
+from .extract import extract_answer, numbers_match, wilson
+from .prompts import STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced
+
+MATH = ("gsm8k", "addsub", "singleeq", "svamp")
+CHOICE = ("mmlu", "csqa")
+TABLE_BENCHMARKS = MATH + CHOICE
+DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5}
+# GSM8K needs several reasoning steps; the other three are one or two operations.
+DEFAULT_NEW_TOKENS = {"gsm8k": 256, "addsub": 128, "singleeq": 128, "svamp": 128}
+
+
+@dataclass
+class EvalConfig:
+    """Settings of an evaluation run.
+
+    Attributes:
+        benchmarks: which of TABLE_BENCHMARKS to run, in table order.
+        data_dir: the benchmarks folder (default $KEYHEADS_DATA, else the hub when online).
+        limit: evaluate only the first N items of each benchmark (MMLU: round-robin over
+            subjects, so a small N still covers many subjects).
+        batch_size: prompts per forward pass.
+        max_new_tokens: generation budget for the math sets; None = DEFAULT_NEW_TOKENS.
+        few_shot: exemplars per prompt; None = DEFAULT_SHOTS (MMLU has at most 5 per subject).
+        cot: math exemplars show the GSM8K rationale before "The answer is N.".
+        seed: picks the GSM8K-train and CSQA-train exemplars.
+        split: "full" (the whole test sets, as in the paper) or "heldout" (for AddSub,
+            SingleEq and SVAMP only the part the training-set builder leaves out).
+        heldout: the held-out split's seed and train fraction (must match the training set's).
+        cache_dir: folder of the per-item result caches; None = $KEYHEADS_CACHE/eval, shared
+            by all runs (entries are keyed by model fingerprint, prompt and settings).
+        progress: show progress bars.
+    """
+
+    benchmarks: tuple[str, ...] = TABLE_BENCHMARKS
+    data_dir: str | None = None
+    limit: int | None = None
+    batch_size: int = 16
+    max_new_tokens: int | None = None
+    few_shot: int | None = None
+    cot: bool = True
+    seed: int = 0
+    split: str = "full"
+    heldout: SplitConfig = field(default_factory=SplitConfig)
+    cache_dir: str | None = None
+    progress: bool = True
+
+    def shots(self, bench: str) -> int:
+        k = DEFAULT_SHOTS[bench] if self.few_shot is None else self.few_shot
+        return min(k, 5) if bench == "mmlu" else k
+
+    def new_tokens(self, bench: str) -> int:
+        return DEFAULT_NEW_TOKENS[bench] if self.max_new_tokens is None else self.max_new_tokens
+
+
+def check_benchmarks(names: Sequence[str]) -> tuple[str, ...]:
+    unknown = [n for n in names if n not in TABLE_BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; known: {', '.join(TABLE_BENCHMARKS)}")
+    return tuple(names)
+
+
+@dataclass
+class Item:
+    record: Record
+    prompt: str
+
+
+class Task:
+    """One benchmark: `items` builds the prompts, `run` scores a batch, `summarize` aggregates."""
+
+    name: str
+    split: str
+    exemplars: list[Record]
+
+    def settings(self, model: HookedModel, cfg: EvalConfig) -> dict:
+        """Everything besides model and prompt that changes the raw result (part of the cache key)."""
+        raise NotImplementedError
+
+    def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV, cfg: EvalConfig) -> list[dict]:
+        """Raw results to cache (generated text, letter logits)."""
+        raise NotImplementedError
+
+    def score(self, item: Item, row: dict) -> dict:
+        """The cached row plus prediction and correctness."""
+        raise NotImplementedError
+
+    def summarize(self, items: Sequence[Item], rows: Sequence[dict]) -> dict:
+        n, correct = len(rows), sum(bool(r["correct"]) for r in rows)
+        lo, hi = wilson(correct, n)
+        return {"benchmark": self.name, "split": self.split, "n": n, "correct": correct,
+                "accuracy": correct / n if n else 0.0, "ci95": [lo, hi], "few_shot": len(self.exemplars),
+                "exemplars": [e.id for e in self.exemplars]}
+
+    def wrong_case(self, item: Item, row: dict) -> dict:
+        raise NotImplementedError
+
+
+def _ids(model: HookedModel, prompts: Sequence[str]) -> list[list[int]]:
+    return [model.tokenizer(p)["input_ids"] for p in prompts]
+
+
+class MathTask(Task):
+    def __init__(self, name: str, cfg: EvalConfig):
+        self.name = name
+        records = load(name, data_dir=cfg.data_dir)
+        self.split = get_benchmark(name).evaluated
+        if cfg.split == "heldout" and name != "gsm8k":
+            records = heldout_splits(cfg.data_dir, cfg.heldout)[name][1]
+            self.split = f"heldout-{cfg.heldout.tag()}"
+        self.exemplars = pick(load("gsm8k", "train", data_dir=cfg.data_dir), cfg.shots(name), cfg.seed)
+        self.cot = cfg.cot
+        records = records[:cfg.limit] if cfg.limit is not None else records
+        self.items = [Item(r, math_prompt(r.question, self.exemplars, cfg.cot)) for r in records]
+
+    def settings(self, model, cfg):
+        return {"type": "greedy", "v": 1, "stops": list(STOPS) + ["answer-complete"],
+                "max_new_tokens": cfg.new_tokens(self.name)}
+
+    def run(self, model, items, prefix, cfg):
+        rows = _ids(model, [it.prompt for it in items])
+        budget = cfg.new_tokens(self.name)
+        limit = getattr(model.config, "max_position_embeddings", None)
+        if limit and max(map(len, rows)) + budget > limit:
+            raise ValueError(f"{self.name}: prompt ({max(map(len, rows))} tokens) + {budget} new tokens "
+                             f"exceed the model's context of {limit}; use fewer shots or --max-new-tokens")
+        outs = greedy_generate(model, rows, budget, cut_at_stop, prefix)
+        return [{"id": it.record.id, "output": text, "finish": finish} for it, (text, finish) in zip(items, outs)]
+
+    def score(self, item, row):
+        """Extraction runs on the cached text, so a better extractor needs no new generation."""
+        value, found, how = extract_answer(row["output"])
+        return {**row, "gold": item.record.answer, "pred": value, "pred_text": found, "how": how,
+                "correct": numbers_match(value, item.record.answer, found)}
+
+    def summarize(self, items, rows):
+        out = super().summarize(items, rows)
+        out["cot"] = self.cot
+        out["no_number"] = sum(r["how"] == "none" for r in rows)
+        out["hit_length_limit"] = sum(r["finish"] == "length" for r in rows)
+        return out
+
+    def wrong_case(self, item, row):
+        return {"id": item.record.id, "question": item.record.question, "gold": row["gold"],
+                "pred": row["pred"], "how": row["how"], "finish": row["finish"], "output": row["output"]}
+
+
+class ChoiceTask(Task):
+    def __init__(self, name: str, cfg: EvalConfig):
+        self.name = name
+        self.split = get_benchmark(name).evaluated
+        records = load(name, data_dir=cfg.data_dir)
+        k = cfg.shots(name)
+        if name == "mmlu":
+            dev: dict[str, list[Record]] = {}
+            for r in load("mmlu", "dev", data_dir=cfg.data_dir):
+                dev.setdefault(r.subject, []).append(r)
+            shots = {s: rs[:k] for s, rs in dev.items()}  # the dev set is the 5-shot pool, in file order
+            self.exemplars = shots.get(records[0].subject, []) if records else []
+            records = _round_robin(records)
+        else:
+            pool = pick_balanced(load(name, "train", data_dir=cfg.data_dir), k, cfg.seed)
+            shots, self.exemplars = None, pool
+        records = records[:cfg.limit] if cfg.limit is not None else records
+        self.n_choices = max(len(r.choices) for r in records) if records else 4
+        self.items = [Item(r, choice_prompt(r, shots[r.subject] if shots else self.exemplars)) for r in records]
+
+    def settings(self, model, cfg):
+        lt = letter_tokens(model.tokenizer, self.n_choices)
+        return {"type": "letters", "v": 1, "extra": list(lt.extra), "letters": list(lt.letters)}
+
+    def run(self, model, items, prefix, cfg):
+        lt = letter_tokens(model.tokenizer, self.n_choices)
+        rows = [ids + list(lt.extra) for ids in _ids(model, [it.prompt for it in items])]
+        logits = next_token_logits(model, rows, prefix)
+        return [{"id": it.record.id, "scores": [float(x) for x in row_logits[list(lt.letters[:len(it.record.choices)])]]}
+                for it, row_logits in zip(items, logits)]
+
+    def score(self, item, row):
+        pred = max(range(len(row["scores"])), key=row["scores"].__getitem__)
+        return {**row, "subject": item.record.subject, "label": item.record.label, "pred": pred,
+                "correct": pred == item.record.label}
+
+    def summarize(self, items, rows):
+        out = super().summarize(items, rows)
+        if self.name == "mmlu":
+            out["exemplars"] = "the first k dev questions of each subject"
+            subjects: dict[str, list[int]] = {}
+            for r in rows:
+                subjects.setdefault(r["subject"], []).append(int(r["correct"]))
+            out["subjects"] = {s: {"n": len(v), "correct": sum(v), "accuracy": sum(v) / len(v)}
+                               for s, v in sorted(subjects.items())}
+            out["macro_accuracy"] = sum(s["accuracy"] for s in out["subjects"].values()) / max(len(subjects), 1)
+        return out
+
+    def wrong_case(self, item, row):
+        return {"id": item.record.id, "subject": item.record.subject, "question": item.record.question,
+                "choices": list(item.record.choices), "gold": LETTERS[row["label"]], "pred": LETTERS[row["pred"]],
+                "scores": row["scores"]}
+
+
+def _round_robin(records: list[Record]) -> list[Record]:
+    """Subject by subject interleaving: question 0 of every subject, then question 1, ..."""
+    by_subject: dict[str, list[Record]] = {}
+    for r in records:
+        by_subject.setdefault(r.subject, []).append(r)
+    out, depth = [], max(len(v) for v in by_subject.values())
+    for i in range(depth):
+        out.extend(v[i] for v in by_subject.values() if i < len(v))
+    return out
+
+
+def make_task(name: str, cfg: EvalConfig) -> Task:
+    check_benchmarks([name])
+    return MathTask(name, cfg) if name in MATH else ChoiceTask(name, cfg)

@@ -1,0 +1,216 @@
+"""Model variants: what a row of the table is, and how to turn it into a model plus hooks.
+
+A `Variant` is a small spec (kind, model, options). Each kind in `VARIANT_KINDS` knows
+how to build a `Prepared` (a HookedModel, the edit hooks to keep installed, and a stable
+fingerprint that keys the result cache). Adding a kind (fine-tuning adapters, say) is
+adding one function with `@register_kind("name")`; the evaluator only sees `Prepared`.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..knockout import Head, compute_means, parse_heads
+from ..models.model import HookedModel
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One thing to evaluate.
+
+    Attributes:
+        kind: a key of VARIANT_KINDS ("model", "knockout", ...).
+        model: bundled name, local model folder, .gguf file or hub id of the underlying model.
+        label: the row name in the table (default: derived from kind and model).
+        options: kind-specific settings as sorted (key, value) pairs, JSON-serialisable.
+    """
+
+    kind: str
+    model: str
+    label: str = ""
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def make(cls, kind: str, model: str, label: str = "", **options) -> "Variant":
+        return cls(kind, model, label, tuple(sorted(options.items())))
+
+    def opt(self, key: str, default=None):
+        return dict(self.options).get(key, default)
+
+    def spec(self) -> dict:
+        return {"kind": self.kind, "model": self.model, "options": dict(self.options)}
+
+    @property
+    def name(self) -> str:
+        return self.label or (self.model if self.kind == "model" else f"{self.model} [{self.kind}]")
+
+
+@dataclass
+class Prepared:
+    """A variant ready to run.
+
+    Attributes:
+        model: the HookedModel (possibly shared with other variants).
+        edits: hook edits to install around every forward pass (empty for a plain model).
+        fingerprint: hash of the weights and of everything else that changes outputs.
+        label: the row name.
+        info: table extras ("train_speed", "tuned_params") and notes for the report.
+    """
+
+    model: HookedModel
+    edits: dict = field(default_factory=dict)
+    fingerprint: str = ""
+    label: str = "model"
+    info: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_model(cls, model: HookedModel, label: str | None = None, edits: dict | None = None,
+                   extra: str = "") -> "Prepared":
+        """Wrap an in-memory model; its fingerprint hashes the parameters themselves."""
+        return cls(model, dict(edits or {}), _sha(parameters_fingerprint(model) + extra), label or model.name)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def parameters_fingerprint(model: HookedModel) -> str:
+    h = hashlib.sha256()
+    for name, p in model.hf.state_dict().items():
+        h.update(name.encode())
+        h.update(p.detach().to(torch.float32).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def weights_fingerprint(model: HookedModel) -> str:
+    """Hash of the files the model was loaded from (weights, config, tokenizer)."""
+    folder = Path(model.source)
+    if not folder.is_dir():  # a hub id: the resolved commit when transformers recorded it
+        return _sha(f"hub:{model.source}:{getattr(model.config, '_commit_hash', None)}")
+    manifest = folder / "keyheads-manifest.json"
+    if manifest.is_file():  # converted bundled models carry verified sha256 sums already
+        return _sha(json.dumps(json.loads(manifest.read_text())["files"], sort_keys=True))
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    return _sha(json.dumps({p.name: file_sha256(p) for p in files}, sort_keys=True))
+
+
+# ---- kinds ---------------------------------------------------------------------------------------
+
+Loader = Callable[[str], HookedModel]
+VARIANT_KINDS: dict[str, Callable[[Variant, Loader], Prepared]] = {}
+
+
+def register_kind(name: str):
+    def deco(fn: Callable[[Variant, Loader], Prepared]):
+        VARIANT_KINDS[name] = fn
+        return fn
+    return deco
+
+
+def prepare(variant: Variant, loader: Loader) -> Prepared:
+    if variant.kind not in VARIANT_KINDS:
+        raise ValueError(f"unknown variant kind {variant.kind!r}; known: {', '.join(VARIANT_KINDS)}")
+    return VARIANT_KINDS[variant.kind](variant, loader)
+
+
+@register_kind("model")
+def _plain(variant: Variant, loader: Loader) -> Prepared:
+    """A bundled/base model or any local model folder (fine-tuned or merged)."""
+    model = loader(variant.model)
+    return Prepared(model, {}, weights_fingerprint(model), variant.name)
+
+
+@register_kind("knockout")
+def _knockout(variant: Variant, loader: Loader) -> Prepared:
+    """Mean ablation of heads/MLPs; means over the counterfactual prompts of a pairs file.
+
+    Options: heads (list of [layer, head]), mlps (list of layers), data (pairs JSONL path).
+    The "global" mean is used at every position: generation feeds one token at a time.
+    """
+    model = loader(variant.model)
+    heads, mlps = parse_heads(variant.opt("heads", [])), [int(m) for m in variant.opt("mlps", [])]
+    if not heads and not mlps:
+        raise ValueError("a knockout variant needs at least one head or MLP")
+    data = variant.opt("data")
+    if not data:
+        raise ValueError("knockout needs counterfactual prompts: pass --knockout-data PAIRS.jsonl "
+                         "(one JSON object per line with reference, counterfactual, answer)")
+    prompts = read_counterfactuals(data)
+    ko = compute_means(model, prompts, heads=heads, mlps=mlps, mode="global", progress=False)
+    spec = json.dumps({"heads": sorted(heads), "mlps": sorted(mlps), "data": file_sha256(Path(data)),
+                       "mode": "global"}, sort_keys=True)
+    fp = _sha(weights_fingerprint(model) + spec)
+    info = {"knockout": {"heads": [f"{l}.{h}" for l, h in heads], "mlps": mlps, "pairs": str(data),
+                         "counterfactual_prompts": len(prompts), "mode": "global"}}
+    return Prepared(model, ko.edits(), fp, variant.name, info)
+
+
+def read_counterfactuals(path: str | Path) -> list[str]:
+    from ..io import iter_jsonl
+
+    prompts = []
+    for number, row in iter_jsonl(path):
+        missing = [k for k in ("reference", "counterfactual", "answer") if k not in row]
+        if missing:
+            raise ValueError(f"{path}:{number}: missing {', '.join(missing)} (a pairs file needs "
+                             "reference, counterfactual, answer)")
+        prompts.append(row["counterfactual"])
+    if not prompts:
+        raise ValueError(f"{path} has no pairs")
+    return prompts
+
+
+def read_heads(spec: str) -> list[Head]:
+    """'12.3,14.2', or a JSON/CSV file of key heads (in file order).
+
+    JSON: a list of "12.3" strings, [layer, head] pairs or {"layer", "head"} objects, or an
+    object with such a list under "heads". CSV: columns layer and head, or one column of "12.3".
+    """
+    path = Path(spec)
+    if path.suffix.lower() not in (".json", ".csv"):
+        return parse_heads(spec)
+    if not path.is_file():
+        raise FileNotFoundError(f"key-head file {path} does not exist")
+    if path.suffix.lower() == ".json":
+        data = json.loads(path.read_text())
+        if isinstance(data, dict):
+            data = data.get("heads", data.get("key_heads"))
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: expected a list of heads or an object with a 'heads' list")
+        return [_one_head(x, path) for x in data]
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if rows and {"layer", "head"} <= set(rows[0]):
+        return [(int(r["layer"]), int(r["head"])) for r in rows]
+    if rows and len(rows[0]) >= 1:
+        column = next(iter(rows[0]))
+        heads = [_one_head(r[column], path) for r in rows]
+        try:  # no header: the first head was read as the column name
+            return parse_heads(column) + heads
+        except ValueError:
+            return heads
+    raise ValueError(f"{path}: expected CSV columns layer,head or a column of LAYER.HEAD")
+
+
+def _one_head(x, path) -> Head:
+    if isinstance(x, str):
+        return parse_heads(x)[0]
+    if isinstance(x, dict):
+        return int(x["layer"]), int(x["head"])
+    if isinstance(x, (list, tuple)) and len(x) == 2:
+        return int(x[0]), int(x[1])
+    raise ValueError(f"{path}: cannot read a head from {x!r}")
