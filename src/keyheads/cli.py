@@ -11,7 +11,6 @@ COMMAND_MODULES = (
     "keyheads.commands.data",
     "keyheads.commands.patch",
     "keyheads.commands.eval",
-    "keyheads.commands.analysis",
 )
 
 
