@@ -1,0 +1,1 @@
+"""Validate and explain key components: knockout curves, transfer, attention patterns, MLP probes."""

@@ -1,0 +1,231 @@
+"""What every analysis needs: the pairs file, answer tokens, batched END predictions, knockout subsets."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from ..knockout import Head, Knockout
+from ..models.model import HookedModel
+
+
+class AnalysisError(ValueError):
+    """Bad input to an analysis: printed to the user without a traceback."""
+
+
+@dataclass
+class Sample:
+    """One reference prompt with what the analyses need to know about it.
+
+    Fields: prompt (the reference text), answer (its text), answer_id (the first token of
+    the answer as the model would write it after the prompt), task/template (groups),
+    positions (role -> token index in the unpadded prompt, or None when the file has none),
+    operands (name -> text) and counterfactual (the paired prompt, if any).
+    """
+
+    prompt: str
+    answer: str
+    answer_id: int
+    task: str = "unknown"
+    template: str = "unknown"
+    positions: dict | None = None
+    operands: dict | None = None
+    counterfactual: str | None = None
+
+
+def read_pair_rows(path: str | Path) -> list[dict]:
+    """The pairs file as dicts; the data package's reader is used when it exists."""
+    try:
+        from ..data.pairs import read_pairs  # written alongside; optional here
+    except ImportError:
+        read_pairs = None
+    if read_pairs is not None:
+        rows = [r if isinstance(r, dict) else _as_dict(r) for r in read_pairs(path)]
+    else:
+        from ..io import read_jsonl
+
+        rows = read_jsonl(path)
+    if not rows:
+        raise AnalysisError(f"{path}: no pairs in the file")
+    for number, row in enumerate(rows, start=1):
+        for key in ("reference", "answer"):
+            if key not in row:
+                raise AnalysisError(f"{path}: pair {number} has no {key!r} field "
+                                    "(each line needs at least reference, counterfactual and answer)")
+    return rows
+
+
+def _as_dict(obj) -> dict:
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(obj):
+        return asdict(obj)
+    return dict(vars(obj))
+
+
+def answer_token(model: HookedModel, prompt: str, answer: str, join: str | None = None) -> tuple[str, int]:
+    """(prompt, first answer token) as the model would continue `prompt` with `answer`.
+
+    `join` goes between prompt and answer: by default a space unless the prompt already ends
+    in whitespace ("3 + 5 =" + " 8"); pass "" to continue a number ("from 1723 to 172" + "8").
+    If the tokenizer writes that space as a token of its own (SmolLM2, Llama), the space is
+    moved into the prompt, so that the next token is the answer's first character. The
+    answer must not merge with the prompt's last token.
+    """
+    answer = str(answer)
+    if join is None:
+        join = "" if prompt[-1:].isspace() else " "
+    ids_p = model.tokens(prompt, add_special_tokens=True)
+    ids_full = model.tokens(prompt + join + answer, add_special_tokens=True)
+    if len(ids_full) <= len(ids_p) or ids_full[:len(ids_p)] != ids_p:
+        raise AnalysisError(f"the answer {answer!r} does not start a token of its own after {prompt[-40:]!r}")
+    first = ids_full[len(ids_p)]
+    if join and model.tokenizer.decode([first]).strip() == "":
+        return answer_token(model, prompt + join, answer, join="")
+    return prompt, first
+
+
+def number_token(model: HookedModel, text: str) -> int:
+    """The first non-space token of a number written after a space (W_U row used for probes)."""
+    ids = model.tokens(" " + str(text))
+    for i in ids:
+        if model.tokenizer.decode([i]).strip():
+            return i
+    raise AnalysisError(f"{text!r} has no non-space token")
+
+
+def load_samples(model: HookedModel, path: str | Path, n: int | None = None, seed: int = 0) -> list[Sample]:
+    """Reference samples from a pairs file, a seeded subset of `n` when n is smaller (file order kept)."""
+    rows = read_pair_rows(path)
+    if n is not None and 0 < n < len(rows):
+        keep = sorted(random.Random(seed).sample(range(len(rows)), n))
+        rows = [rows[i] for i in keep]
+    samples = []
+    for row in rows:
+        # a space token may be appended to the prompt; positions index the same tokens as before
+        prompt, tok = answer_token(model, row["reference"], row["answer"])
+        samples.append(Sample(prompt, str(row["answer"]), tok, str(row.get("task", "unknown")),
+                              str(row.get("template", "unknown")), row.get("positions") or None,
+                              row.get("operands") or None, row.get("counterfactual")))
+    return samples
+
+
+# ---- batched forward passes --------------------------------------------------------------
+
+@dataclass
+class Predictions:
+    """END-position predictions: top-1 ids, the answer's probability, optional top-k."""
+
+    top1: torch.Tensor
+    p_answer: torch.Tensor
+    topk_ids: torch.Tensor | None = None
+    topk_probs: torch.Tensor | None = None
+
+    def correct(self, answer_ids: Sequence[int]) -> torch.Tensor:
+        return self.top1 == torch.as_tensor(list(answer_ids))
+
+    def accuracy(self, answer_ids: Sequence[int]) -> float:
+        return self.correct(answer_ids).float().mean().item() if len(answer_ids) else float("nan")
+
+
+class Batches:
+    """Prompts encoded once, in batches of similar length (little padding), reusable across passes."""
+
+    def __init__(self, model: HookedModel, prompts: Sequence[str], batch_size: int = 32):
+        self.model = model
+        self.lengths = [len(model.tokens(p, add_special_tokens=True)) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: (self.lengths[i], i))
+        self.chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        self.encoded = [model.encode([prompts[i] for i in chunk]) for chunk in self.chunks]
+        self.n = len(prompts)
+
+    def longer_than(self, length: int) -> int:
+        return sum(1 for n in self.lengths if n > length)
+
+
+@torch.no_grad()
+def predict(model: HookedModel, batches: Batches, answer_ids: Sequence[int], edits: dict | None = None,
+            topk: int = 0, desc: str | None = None) -> Predictions:
+    """One forward pass over all prompts with `edits` installed; results in prompt order."""
+    top1 = torch.empty(batches.n, dtype=torch.long)
+    p_ans = torch.empty(batches.n)
+    tk_ids = torch.empty(batches.n, topk, dtype=torch.long) if topk else None
+    tk_p = torch.empty(batches.n, topk) if topk else None
+    answers = torch.as_tensor(list(answer_ids))
+    for chunk, batch in tqdm(list(zip(batches.chunks, batches.encoded)), desc=desc, disable=desc is None, leave=False):
+        logits, _ = model.run(batch, edit=edits or {})
+        probs = logits[:, -1].float().softmax(-1).cpu()
+        idx = torch.tensor(chunk)
+        top1[idx] = probs.argmax(-1)
+        p_ans[idx] = probs.gather(1, answers[idx][:, None])[:, 0]
+        if topk:
+            p, i = probs.topk(topk, dim=-1)
+            tk_ids[idx], tk_p[idx] = i, p
+    return Predictions(top1, p_ans, tk_ids, tk_p)
+
+
+# ---- knockout ----------------------------------------------------------------------------
+
+def all_heads(model: HookedModel) -> list[Head]:
+    return [(l, h) for l in range(model.n_layers) for h in range(model.n_heads)]
+
+
+def knockout_subset(full: Knockout, heads: Sequence[Head]) -> Knockout:
+    """A Knockout of `heads` that shares the means already computed for all candidate heads."""
+    missing = [h for h in heads if h[0] not in full.head_means]
+    if missing:
+        raise AnalysisError(f"no means computed for heads {fmt_heads(missing)}")
+    return Knockout(heads=list(heads), mlps=[], head_means=full.head_means, head_global=full.head_global,
+                    mode=full.mode)
+
+
+@dataclass
+class FallbackNote:
+    """How many prompts reached past the END-aligned means (their first tokens got the global mean)."""
+
+    n_prompts: int
+    n_longer: int
+    aligned_len: int
+    mode: str
+    cf_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def used(self) -> bool:
+        return self.mode == "global" or self.n_longer > 0
+
+    def text(self, what: str = "prompts") -> str:
+        if self.mode == "global":
+            return "knockout used the mean over all positions (global mode) for every position"
+        if not self.n_longer:
+            return ""
+        return (f"fallback: {self.n_longer}/{self.n_prompts} {what} are longer than the {self.aligned_len} "
+                f"END-aligned counterfactual positions; their earlier positions used the global mean")
+
+
+def fallback_note(full: Knockout, batches: Batches) -> FallbackNote:
+    return FallbackNote(batches.n, batches.longer_than(full.max_len), full.max_len, full.mode)
+
+
+def alignment_warning(model: HookedModel, cf_prompts: Sequence[str]) -> str:
+    """Per-position means only mean one thing per position if all counterfactual prompts align at END."""
+    lengths = sorted({len(model.tokens(p, add_special_tokens=True)) for p in cf_prompts})
+    if len(lengths) <= 1:
+        return ""
+    return (f"counterfactual prompts have {len(lengths)} different lengths ({lengths[0]}..{lengths[-1]} tokens): "
+            "END-aligned per-position means mix different templates' tokens at the same offset "
+            "(positions beyond the shortest are averaged over fewer prompts); pass --mean-mode global "
+            "to use one mean over all positions instead")
+
+
+def fmt_head(head: Head) -> str:
+    return f"{head[0]}.{head[1]}"
+
+
+def fmt_heads(heads: Sequence[Head]) -> str:
+    return ",".join(fmt_head(h) for h in heads)

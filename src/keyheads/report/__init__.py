@@ -1,0 +1,1 @@
+"""Figures and tables shared by the analysis commands."""

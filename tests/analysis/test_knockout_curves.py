@@ -1,0 +1,68 @@
+"""Knockout curves against a direct computation of accuracy with heads mean-ablated by hand."""
+import torch
+
+from keyheads.analysis.common import Batches, all_heads, answer_token, load_samples
+from keyheads.analysis.knockout_curves import CurveConfig, knockout_curves, random_order
+from keyheads.knockout import compute_means
+
+from .conftest import make_rows
+
+
+def direct_accuracy(model, refs, cfs, answers, heads):
+    """Replace each head's output by its per-position mean over `cfs` (all the same length) by hand."""
+    layers = sorted({l for l, _ in heads})
+    _, cache = model.run(model.encode(cfs), capture=[f"{l}.head_out" for l in layers])
+    means = {l: cache[f"{l}.head_out"].mean(0) for l in layers}  # [pos, head, dim]
+
+    def edit(layer):
+        def fn(z):
+            z = z.clone()
+            for l, h in heads:
+                if l == layer:
+                    z[:, :, h] = means[l][:, h]
+            return z
+        return fn
+
+    logits, _ = model.run(model.encode(refs), edit={f"{l}.head_out": edit(l) for l in layers})
+    return (logits[:, -1].argmax(-1) == torch.tensor(answers)).float().mean().item()
+
+
+def test_curve_points_equal_direct_accuracy(llama):
+    rows = make_rows(16)
+    refs = [r["reference"] for r in rows]
+    cfs = [r["counterfactual"] for r in rows]
+    # a random model knows no arithmetic: score it on its own clean predictions, so k=0 is 100%
+    clean = llama.forward(llama.encode(refs))[:, -1].argmax(-1).tolist()
+    heads = all_heads(llama)
+    full = compute_means(llama, cfs, heads=heads, progress=False)
+    ranked = [(2, 1), (0, 3), (1, 0), (2, 2), (0, 0)]
+    curves = knockout_curves(llama, Batches(llama, refs, 5), clean, full, ranked, heads,
+                             CurveConfig(k=5, seeds=3, seed=7), progress=False)
+    assert curves.ks == [0, 1, 2, 3, 4, 5] and curves.effect[0] == 1.0
+    for k in range(1, 6):
+        assert abs(curves.effect[k] - direct_accuracy(llama, refs, cfs, clean, ranked[:k])) < 1e-6
+    for order, row in zip(curves.random_orders, curves.random):
+        for k in (2, 5):
+            assert abs(row[k] - direct_accuracy(llama, refs, cfs, clean, order[:k])) < 1e-6
+    assert min(curves.effect) < 1.0  # the knockout does something, so equality above is not trivial
+
+
+def test_random_rank_uses_distinct_heads_and_differs_across_seeds(llama):
+    heads = all_heads(llama)
+    orders = [random_order(heads, s) for s in range(5)]
+    for order in orders:
+        assert len(set(order)) == len(heads) == len(order)
+    assert len({tuple(o[:3]) for o in orders}) > 1
+    assert random_order(heads, 3) == orders[3]  # seeded: reproducible
+
+
+def test_samples_get_the_answer_token(llama, pairs_file):
+    samples = load_samples(llama, pairs_file)
+    s = samples[0]
+    assert llama.tokenizer.decode([s.answer_id]) == s.answer
+    # a prompt without the trailing space gets it back, and the answer is still the digit
+    prompt, tok = answer_token(llama, s.prompt.rstrip(), s.answer)
+    assert prompt == s.prompt and tok == s.answer_id
+    # continuing a number: no space in between
+    prompt, tok = answer_token(llama, "from 1723 to 172", "8", join="")
+    assert prompt == "from 1723 to 172" and llama.tokenizer.decode([tok]) == "8"
