@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "keyheads.commands.data",
     "keyheads.commands.patch",
     "keyheads.commands.eval",
+    "keyheads.commands.analysis",
 )
 
 

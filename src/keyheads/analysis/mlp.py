@@ -1,0 +1,208 @@
+"""Figure 6 (and 13-14): what the MLPs read and write, probed with the unembedding vectors.
+
+At the END position of every reference prompt and for every layer:
+  in_A, in_B   cos(MLP_in, W_U[A]), cos(MLP_in, W_U[B]): MLP_in is the residual stream the
+               MLP reads (resid_mid; resid_pre in parallel-residual models), before its norm;
+  write_C      cos(MLP_out - MLP_in, W_U[C]): the MLP's write into the residual stream
+               (mlp_write) against the answer token C;
+  write_other  the same against every other number token, averaged.
+
+Turning points (one deterministic rule, 10% thresholds, no smoothing):
+  inflection = the layer where the operand curve s = (in_A + in_B) / 2 peaks;
+  start      = the first layer of the final climb to that peak: one past the last earlier layer
+               where s is still below min(s up to the peak) + 10% of the rise;
+  end        = the layer where the answer curve write_C peaks, at or after the inflection.
+The paper reads (13-18-28) for LLaMA2-7B off the same curves.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..models.model import HookedModel
+from .common import AnalysisError, Batches, Sample, number_token
+
+CURVES = ("in_A", "in_B", "in_C", "write_C", "write_other")
+
+
+def number_vocab(model: HookedModel, up_to: int = 100) -> dict[str, int]:
+    """Number text -> token for the numbers below `up_to` that are one token ('0'..'9' for digit tokenizers)."""
+    vocab = {}
+    for v in range(up_to):
+        ids = [i for i in model.tokens(" " + str(v)) if model.tokenizer.decode([i]).strip()]
+        if len(ids) == 1 and ids[0] not in vocab.values():
+            vocab[str(v)] = ids[0]
+    return vocab
+
+
+def mlp_read_point(model: HookedModel) -> str:
+    return "resid_pre" if model.parallel_residual else "resid_mid"
+
+
+def operand_token(model: HookedModel, sample: Sample, role: str) -> int:
+    if sample.operands and role in sample.operands:
+        return number_token(model, sample.operands[role])
+    if sample.positions and role in sample.positions:
+        return model.tokens(sample.prompt, add_special_tokens=True)[sample.positions[role]]
+    raise AnalysisError(f"the MLP probes need operand {role}: the pairs file has neither 'operands' nor 'positions'")
+
+
+@torch.no_grad()
+def end_vectors(model: HookedModel, prompts: Sequence[str], batch_size: int = 16, progress: bool = True,
+                desc: str = "MLP probes") -> tuple[torch.Tensor, torch.Tensor]:
+    """([n, L, d] MLP input, [n, L, d] MLP write) at END; only the END row is kept from each hook."""
+    read = mlp_read_point(model)
+    L = model.n_layers
+    store: dict[str, torch.Tensor] = {}
+
+    def keep_end(key):
+        def edit(x):
+            store[key] = x[:, -1].float().cpu()
+            return x
+        return edit
+
+    edits = {f"{l}.{p}": keep_end(f"{l}.{p}") for l in range(L) for p in (read, "mlp_write")}
+    batches = Batches(model, prompts, batch_size)
+    mlp_in = torch.empty(len(prompts), L, model.d_model)
+    write = torch.empty(len(prompts), L, model.d_model)
+    for chunk, batch in tqdm(list(zip(batches.chunks, batches.encoded)), desc=desc, disable=not progress, leave=False):
+        model.run(batch, edit=edits)
+        idx = torch.tensor(chunk)
+        mlp_in[idx] = torch.stack([store[f"{l}.{read}"] for l in range(L)], 1)
+        write[idx] = torch.stack([store[f"{l}.mlp_write"] for l in range(L)], 1)
+    return mlp_in, write
+
+
+def unit_rows(model: HookedModel, tokens) -> torch.Tensor:
+    w = model.W_U.detach().float().cpu()[torch.as_tensor(tokens)]
+    return w / w.norm(dim=-1, keepdim=True)
+
+
+def cosines(x: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
+    """x [n, L, d], directions [n, d] (one per sample) -> [n, L]."""
+    x = x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    return torch.einsum("nld,nd->nl", x, directions)
+
+
+def probe(model: HookedModel, samples: Sequence[Sample], batch_size: int = 16, progress: bool = True) -> dict[str, np.ndarray]:
+    """The five curves per sample and layer, {name: [n, L]} (see the module docstring)."""
+    mlp_in, write = end_vectors(model, [s.prompt for s in samples], batch_size, progress)
+    a = [operand_token(model, s, "A") for s in samples]
+    b = [operand_token(model, s, "B") for s in samples]
+    c = [s.answer_id for s in samples]
+    numbers = list(number_vocab(model).values())
+    out = {"in_A": cosines(mlp_in, unit_rows(model, a)), "in_B": cosines(mlp_in, unit_rows(model, b)),
+           "in_C": cosines(mlp_in, unit_rows(model, c)), "write_C": cosines(write, unit_rows(model, c))}
+    # other numbers: the mean of the cosines (not the cosine with a mean direction)
+    w_num = unit_rows(model, numbers)                                       # [m, d]
+    unit_write = write / write.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    all_cos = torch.einsum("nld,md->nlm", unit_write, w_num)                # [n, L, m]
+    keep = torch.tensor([[t != ci for t in numbers] for ci in c], dtype=torch.float32)  # [n, m]
+    out["write_other"] = (all_cos * keep[:, None]).sum(-1) / keep.sum(-1, keepdim=True).clamp(min=1)
+    return {k: v.numpy() for k, v in out.items()}
+
+
+@dataclass
+class TurningPoints:
+    start: int
+    inflection: int
+    end: int
+
+    def text(self) -> str:
+        return f"{self.start}-{self.inflection}-{self.end}"
+
+
+def turning_points(operand_curve: Sequence[float], answer_curve: Sequence[float], frac: float = 0.1) -> TurningPoints:
+    """Start, inflection and end layers by the rule in the module docstring."""
+    s = np.asarray(operand_curve, dtype=float)
+    c = np.asarray(answer_curve, dtype=float)
+    inflection = int(np.argmax(s))
+    base = float(np.min(s[:inflection + 1]))
+    level = base + frac * (s[inflection] - base)
+    below = [l for l in range(inflection) if s[l] < level]
+    start = below[-1] + 1 if below else 0
+    end = inflection + int(np.argmax(c[inflection:]))
+    return TurningPoints(start, inflection, end)
+
+
+# ---- figure 6(c): one case, layer by layer --------------------------------------------------
+
+@torch.no_grad()
+def case_numbers(model: HookedModel, prompt: str) -> tuple[list[str], np.ndarray]:
+    """(number texts, [L, m] cosine of each layer's MLP write at END with each number token)."""
+    vocab = number_vocab(model)
+    _, write = end_vectors(model, [prompt], progress=False)
+    unit = write[0] / write[0].norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    return list(vocab), (unit @ unit_rows(model, list(vocab.values())).T).numpy()
+
+
+def top_numbers(names: Sequence[str], cos: np.ndarray, k: int = 3) -> list[list[str]]:
+    return [[names[j] for j in np.argsort(-row, kind="stable")[:k]] for row in cos]
+
+
+# ---- figures -------------------------------------------------------------------------------
+
+def _band(ax, curves: np.ndarray, colour: str, label: str) -> None:
+    layers = np.arange(curves.shape[1])
+    mean = curves.mean(0)
+    lo, hi = np.percentile(curves, 25, axis=0), np.percentile(curves, 75, axis=0)
+    ax.plot(layers, mean, "o-", ms=3, color=colour, label=label)
+    ax.fill_between(layers, lo, hi, color=colour, alpha=0.2)
+
+
+def _marks(ax, tp: TurningPoints) -> None:
+    for layer, name in ((tp.start, "start"), (tp.inflection, "inflection"), (tp.end, "end")):
+        ax.axvline(layer, color="black", ls=":", lw=1)
+        ax.text(layer, 1.0, f" {name} {layer}", transform=ax.get_xaxis_transform(), fontsize=7, va="top",
+                rotation=90)
+
+
+def plot_curves(curves: dict[str, np.ndarray], tp: TurningPoints, path_in, path_out, model_name: str) -> None:
+    from ..report.figures import new_figure, save_figure
+
+    n, L = curves["in_A"].shape
+    fig, ax = new_figure(7.5, 4)
+    _band(ax, curves["in_A"], "tab:red", "cos(MLP_in, W_U[A])")
+    _band(ax, curves["in_B"], "tab:orange", "cos(MLP_in, W_U[B])")
+    _marks(ax, tp)
+    ax.axhline(0, color="gray", lw=0.5)
+    ax.set(xlabel="layer", ylabel="cosine similarity", xlim=(0, L - 1),
+           title=f"{model_name}: MLP input vs operand tokens at END (n={n}; mean, band = 25-75%)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    save_figure(fig, path_in)
+
+    fig, ax = new_figure(7.5, 4)
+    _band(ax, curves["write_C"], "tab:green", "cos(MLP_out - MLP_in, W_U[C]) (right answer)")
+    _band(ax, curves["write_other"], "tab:gray", "cos(MLP_out - MLP_in, W_U[other numbers]) (mean)")
+    _marks(ax, tp)
+    ax.axhline(0, color="gray", lw=0.5)
+    ax.set(xlabel="layer", ylabel="cosine similarity", xlim=(0, L - 1),
+           title=f"{model_name}: what each MLP adds at END vs number tokens (n={n})")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    save_figure(fig, path_out)
+
+
+def plot_case(names: Sequence[str], cos: np.ndarray, prompt: str, answer: str, path, k: int = 3) -> None:
+    from ..report.figures import new_figure, save_figure
+
+    fig, ax = new_figure(max(5.0, 0.45 * len(names) + 2), 0.28 * cos.shape[0] + 1.5)
+    lim = float(np.abs(cos).max()) or 1.0
+    im = ax.imshow(cos, aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim)
+    for layer, row in enumerate(cos):
+        for rank, j in enumerate(np.argsort(-row, kind="stable")[:k]):
+            ax.text(j, layer, str(rank + 1), ha="center", va="center", fontsize=6,
+                    fontweight="bold" if names[j] == answer else "normal")
+    ax.set_xticks(range(len(names)), names, fontsize=7)
+    ax.set_yticks(range(cos.shape[0]), range(cos.shape[0]), fontsize=7)
+    ax.set(xlabel="number token", ylabel="layer")
+    tail = prompt.splitlines()[-1] if prompt.strip() else prompt
+    ax.set_title(f"MLP_out - MLP_in vs number tokens for {tail.strip()!r} (answer {answer}); "
+                 "1-3 = top numbers per layer", fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.03, label="cosine")
+    save_figure(fig, path)

@@ -1,0 +1,352 @@
+"""The three analysis runs behind `keyheads knockout`, `keyheads attention` and `keyheads mlp`.
+
+Each run reads the model and files, computes, prints what the paper prints and writes JSON,
+CSV and PNG files into its run folder (every file written atomically).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..io import write_json
+from ..knockout import check_components, compute_means, parse_heads
+from ..models.model import HookedModel
+from . import attention as att
+from . import mlp as mlpmod
+from . import transfer as tr
+from .common import (AnalysisError, Batches, alignment_warning, all_heads, answer_token, fallback_note, fmt_head,
+                     fmt_heads, knockout_subset, load_samples, read_pair_rows)
+from .effects import DEFAULT_THRESHOLD, read_effects, select_key_heads
+from .knockout_curves import CurveConfig, accuracy_with, knockout_curves, plot_curves
+
+
+class Notes(list):
+    """Warnings and remarks: printed when they happen and kept for the run's JSON."""
+
+    def add(self, text: str) -> None:
+        if text:
+            print(f"note: {text}", file=sys.stderr)
+            self.append(text)
+
+
+@dataclass
+class Selection:
+    """How key heads are chosen. heads: explicit 'L.H,...' list (wins); effects: effects.json path;
+    threshold: effect below this; top_k: the K most negative (among those below the threshold
+    only if a threshold is also given)."""
+
+    heads: str | None = None
+    effects: str | None = None
+    threshold: float | None = None
+    top_k: int | None = None
+
+
+def choose_heads(model: HookedModel, sel: Selection):
+    """(key heads, Effects or None): explicit heads, else threshold / top-k over the effects."""
+    effects = read_effects(sel.effects, model) if sel.effects else None
+    if sel.heads:
+        heads = parse_heads(sel.heads)
+        check_components(model, heads, [])
+        return heads, effects
+    if effects is None:
+        raise AnalysisError("say which heads: --effects effects.json (from `keyheads patch`) or --heads L.H,...")
+    if sel.top_k is not None and sel.threshold is None:
+        return select_key_heads(effects, threshold=None, top_k=sel.top_k), effects
+    threshold = DEFAULT_THRESHOLD if sel.threshold is None else sel.threshold
+    heads = select_key_heads(effects, threshold=threshold)
+    return (heads[:sel.top_k] if sel.top_k else heads), effects
+
+
+# ---- knockout ------------------------------------------------------------------------------
+
+@dataclass
+class KnockoutRun:
+    """data: pairs file; out: run folder; k: largest k of the curves; seeds: random orders;
+    n_samples: reference prompts used (seeded subset; None = all); mean_mode: aligned | global;
+    transfer_data: another pairs file; data_dir: benchmark folder (SVAMP, GSM8K);
+    transfer_n: prompts per generated / benchmark transfer set (None = all)."""
+
+    data: str
+    out: str
+    selection: Selection = field(default_factory=Selection)
+    k: int = 20
+    seeds: int = 5
+    seed: int = 0
+    n_samples: int | None = 300
+    batch_size: int = 32
+    mean_mode: str = "aligned"
+    transfer: bool = True
+    transfer_data: str | None = None
+    data_dir: str | None = None
+    transfer_n: int | None = 100
+    progress: bool = True
+
+
+def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
+    t0 = time.time()
+    out = Path(cfg.out)
+    notes = Notes()
+    rows = read_pair_rows(cfg.data)
+    cf = [r.get("counterfactual") for r in rows]
+    if not all(cf):
+        raise AnalysisError(f"{cfg.data}: knockout needs the counterfactual prompts (every line's 'counterfactual') "
+                            "for the mean activations")
+    notes.add(alignment_warning(model, cf) if cfg.mean_mode == "aligned" else "")
+    key_heads, effects = choose_heads(model, cfg.selection)
+    samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
+    answers = [s.answer_id for s in samples]
+    candidates = all_heads(model)
+    if effects is None and cfg.k:
+        notes.add("no --effects: the effect-rank / random-rank curves are skipped")
+    k = min(cfg.k, len(candidates))
+    if cfg.k > len(candidates):
+        notes.add(f"--k {cfg.k} is more than the model's {len(candidates)} heads: capped at {k}")
+    print(f"{model.name}: {len(samples)} reference prompts from {cfg.data}; means over {len(cf)} counterfactual prompts")
+
+    # one pass over the counterfactual prompts gives the means of every head
+    full = compute_means(model, cf, heads=candidates, batch_size=cfg.batch_size, mode=cfg.mean_mode,
+                         progress=cfg.progress)
+    batches = Batches(model, [s.prompt for s in samples], cfg.batch_size)
+    notes.add(fallback_note(full, batches).text("reference prompts"))
+    result: dict = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "n_counterfactual": len(cf),
+                    "mean_mode": cfg.mean_mode, "effects": cfg.selection.effects, "config": asdict(cfg)}
+
+    if effects is not None and k:
+        curves = knockout_curves(model, batches, answers, full, effects.ranked(), candidates,
+                                 CurveConfig(k=k, seeds=cfg.seeds, seed=cfg.seed), progress=cfg.progress)
+        result["curves"] = {"k": curves.ks, "effect_rank": curves.effect, "random_rank": curves.random,
+                            "random_mean": curves.random_mean.tolist(), "random_std": curves.random_std.tolist(),
+                            "effect_order": [fmt_head(h) for h in curves.effect_order],
+                            "random_orders": [[fmt_head(h) for h in o] for o in curves.random_orders]}
+        _write_curves(out, curves, model.name)
+        print(_format_curves(curves))
+
+    base = accuracy_with(model, batches, answers, full, [])
+    after = accuracy_with(model, batches, answers, full, key_heads)
+    rel = (after - base) / base if base else float("nan")
+    result["key_heads"] = {"heads": [fmt_head(h) for h in key_heads], "accuracy_before": base,
+                           "accuracy_after": after, "relative_change": rel}
+    print(f"knockout of {len(key_heads)} heads [{fmt_heads(key_heads)}]: accuracy {base:.1%} -> {after:.1%} "
+          f"({rel:+.1%} relative)")
+
+    if cfg.transfer:
+        result["transfer"] = _run_transfer(model, cfg, full, key_heads, notes, out)
+    result["notes"] = list(notes)
+    result["seconds"] = round(time.time() - t0, 1)
+    write_json(out / "knockout.json", result)
+    print(f"wrote {out}/knockout.json" + (", knockout_curves.csv, knockout_curves.png" if "curves" in result else "")
+          + (", transfer.csv, transfer_cases.txt" if cfg.transfer else "") + f" ({result['seconds']:.0f} s)")
+    return result
+
+
+def _write_curves(out: Path, curves, model_name: str) -> None:
+    from ..report.figures import write_csv
+
+    seeds = len(curves.random)
+    header = ["k", "effect_rank_head", "effect_rank_accuracy", "random_mean", "random_std"] + \
+             [f"random_seed{s}" for s in range(seeds)]
+    rows = []
+    for i, k in enumerate(curves.ks):
+        head = fmt_head(curves.effect_order[k - 1]) if k else ""
+        rows.append([k, head, curves.effect[i], float(curves.random_mean[i]), float(curves.random_std[i])]
+                    + [r[i] for r in curves.random])
+    write_csv(out / "knockout_curves.csv", header, rows)
+    plot_curves(curves, out / "knockout_curves.png",
+                f"{model_name}: knocking out top-k heads (effect-rank vs random-rank, {seeds} seeds)")
+
+
+def _format_curves(curves) -> str:
+    lines = ["   k  head    effect-rank  random-rank (mean ± std)"]
+    for i, k in enumerate(curves.ks):
+        head = fmt_head(curves.effect_order[k - 1]) if k else "-"
+        lines.append(f"{k:>4}  {head:<6}  {curves.effect[i]:>10.1%}  {curves.random_mean[i]:>10.1%} ± "
+                     f"{curves.random_std[i]:.1%}")
+    return "\n".join(lines)
+
+
+def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: Path) -> dict:
+    from ..data.benchmarks import DataNotFound, data_dir_from
+    from ..io import atomic_write_text
+    from ..report.figures import write_csv
+
+    n = cfg.transfer_n
+    # the identification data itself first, as the reference row
+    ident = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
+    sets = [tr.TransferSet(f"{Path(cfg.data).name} (identification data)", [s.prompt for s in ident],
+                           [s.answer for s in ident], [s.answer_id for s in ident])]
+    if cfg.transfer_data:
+        sets += tr.from_pairs(model, cfg.transfer_data, by="task", n=n, seed=cfg.seed)
+    sets += [tr.multidigit(model, n or 100, cfg.seed), tr.decimal(model, n or 100, cfg.seed),
+             tr.year_span(model, n or 100, cfg.seed)]
+    folder = data_dir_from(cfg.data_dir)
+    for name, prefer in (("svamp", "Danny has 12 bottle caps"), ("gsm8k", "")):
+        try:
+            sets.append(tr.benchmark(model, name, folder, n, cfg.seed, prefer))
+        except DataNotFound as err:
+            notes.add(f"transfer to {name.upper()} skipped: {err}")
+    ko = knockout_subset(full, key_heads)
+    rows, cases = [], []
+    for tset in sets:
+        row, case = tr.evaluate(model, tset, ko, cfg.batch_size, cfg.progress)
+        notes.add(f"{tset.name}: {row.fallback}" if row.fallback else "")
+        rows.append(row)
+        cases.append(case)
+    table = tr.format_table(rows)
+    print(f"\ntransfer: knocking out {len(key_heads)} key heads [{fmt_heads(key_heads)}]\n{table}\n")
+    case_text = "\n\n".join(c.text() for c in cases)
+    print(case_text)
+    write_csv(out / "transfer.csv", ["set", "n", "accuracy_before", "accuracy_after", "relative_change", "note"],
+              [[r.name, r.n, r.before, r.after, r.relative_drop, "; ".join(x for x in (r.note, r.fallback) if x)]
+               for r in rows])
+    atomic_write_text(out / "transfer_cases.txt", f"knocked out: {fmt_heads(key_heads)}\n\n{table}\n\n{case_text}\n")
+    return {"heads": [fmt_head(h) for h in key_heads], "rows": [r.as_dict() for r in rows],
+            "cases": [asdict(c) for c in cases]}
+
+
+# ---- attention -----------------------------------------------------------------------------
+
+@dataclass
+class AttentionRun:
+    """data: pairs file with positions; out: run folder; n_samples: reference prompts per the
+    paper's 1000 (None = all); max_heads: most heads drawn in the figures."""
+
+    data: str
+    out: str
+    selection: Selection = field(default_factory=Selection)
+    n_samples: int | None = 1000
+    seed: int = 0
+    batch_size: int = 16
+    progress: bool = True
+
+
+def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
+    from ..report.figures import write_csv
+
+    out = Path(cfg.out)
+    notes = Notes()
+    heads, effects = choose_heads(model, cfg.selection)
+    samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
+    missing = sum(1 for s in samples if not s.positions)
+    if missing:
+        raise AnalysisError(f"{cfg.data}: {missing} of {len(samples)} pairs have no 'positions' (token indices of A, "
+                            "B and the operator); attention by token role needs them - regenerate the file with "
+                            "`keyheads data`, which writes them")
+    rows = att.end_attention(model, [s.prompt for s in samples], heads, cfg.batch_size, cfg.progress)
+    roles = att.by_role(rows, samples)                                    # [n, heads, 5]
+    tasks = sorted({s.task for s in samples})
+    per_task = {t: roles[[i for i, s in enumerate(samples) if s.task == t]].mean(0) for t in tasks}
+    counts = {t: sum(1 for s in samples if s.task == t) for t in tasks}
+    labels = att.label_heads(heads, roles.mean(0))
+    att.plot_by_role(per_task, counts, heads, labels, out / "attention_by_role.png")
+
+    # figure 7: END rows on one prompt per task and on the figure-4 formats the heads never saw
+    cases = [(f"{t} ({next(s.template for s in samples if s.task == t)})", next(s.prompt for s in samples
+                                                                             if s.task == t)) for t in tasks]
+    for make in (tr.multidigit, tr.decimal, tr.year_span):
+        ts = make(model, 1)
+        cases.append((ts.name, ts.prompts[0]))
+    case_rows = att.end_attention(model, [p for _, p in cases], heads, progress=False)
+    att.plot_cases(model, cases, case_rows, heads, out / "attention_cases.png")
+    # figure 16: the full pattern of the strongest operator head and operand head
+    drawn = []
+    for kind in ("operator", "operand"):
+        best = max((l for l in labels if l.label == kind), key=lambda l: getattr(l, kind), default=None)
+        if best is None:
+            continue
+        task_cases = cases[:len(tasks)][:4]
+        pats = att.full_patterns(model, [p for _, p in task_cases], best.head)
+        name = f"attention_pattern_{fmt_head(best.head)}.png"
+        att.plot_patterns(model, task_cases, pats, best.head, kind, out / name)
+        drawn.append(name)
+
+    csv_rows = []
+    for t in tasks + ["all"]:
+        m = roles.mean(0) if t == "all" else per_task[t]
+        for h, lab, vals in zip(heads, labels, m):
+            csv_rows.append([t, fmt_head(h), lab.label, *[float(v) for v in vals]])
+    write_csv(out / "attention_by_role.csv", ["task", "head", "label", *att.ROLES], csv_rows)
+    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "heads": [fmt_head(h) for h in heads],
+              "roles": list(att.ROLES), "per_task": {t: per_task[t].tolist() for t in tasks}, "counts": counts,
+              "all": roles.mean(0).tolist(), "labels": [l.as_dict() for l in labels],
+              "effects": {fmt_head(h): effects.effect(h) for h in heads} if effects else None, "notes": list(notes)}
+    write_json(out / "attention.json", result)
+    print(f"{model.name}: END-token attention of {len(heads)} key heads over {len(samples)} reference prompts "
+          f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")
+    print(f"{'head':<7} {'label':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES))
+    for lab, vals in zip(labels, roles.mean(0)):
+        print(f"{fmt_head(lab.head):<7} {lab.label:<9} " + " ".join(f"{v:>11.3f}" for v in vals))
+    print(f"wrote {out}/attention.json, attention_by_role.csv, attention_by_role.png, attention_cases.png"
+          + "".join(f", {d}" for d in drawn))
+    return result
+
+
+# ---- MLPs ----------------------------------------------------------------------------------
+
+DEFAULT_CASE_PREFIX = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n"
+
+
+@dataclass
+class MLPRun:
+    """data: pairs file with operands; out: run folder; n_samples: reference prompts (None = all);
+    case: the figure-6c prompt (default: '4 + 3 = ' after the data's own few-shot prefix)."""
+
+    data: str
+    out: str
+    n_samples: int | None = 1000
+    seed: int = 0
+    batch_size: int = 16
+    case: str | None = None
+    case_answer: str = "7"
+    progress: bool = True
+
+
+def case_prompt(samples) -> str:
+    """'4 + 3 = ' with the few-shot prefix of the data's first 'A + B = ' prompt (the paper's case)."""
+    for s in samples:
+        if s.operands and "A" in s.operands and "B" in s.operands:
+            tail = f"{s.operands['A']} + {s.operands['B']} ="
+            stripped = s.prompt.rstrip()
+            if stripped.endswith(tail):
+                return stripped[: len(stripped) - len(tail)] + "4 + 3 = "
+    return DEFAULT_CASE_PREFIX + "4 + 3 = "
+
+
+def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
+    from ..report.figures import write_csv
+
+    out = Path(cfg.out)
+    samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
+    curves = mlpmod.probe(model, samples, cfg.batch_size, cfg.progress)
+    means = {k: v.mean(0) for k, v in curves.items()}
+    operand = (means["in_A"] + means["in_B"]) / 2
+    tp = mlpmod.turning_points(operand, means["write_C"])
+    mlpmod.plot_curves(curves, tp, out / "mlp_input_operands.png", out / "mlp_output_answer.png", model.name)
+
+    prompt = cfg.case or case_prompt(samples)
+    prompt, _ = answer_token(model, prompt, cfg.case_answer)
+    names, cos = mlpmod.case_numbers(model, prompt)
+    tops = mlpmod.top_numbers(names, cos)
+    mlpmod.plot_case(names, cos, prompt, cfg.case_answer, out / "mlp_case.png")
+
+    L = model.n_layers
+    write_csv(out / "mlp_curves.csv", ["layer", *[f"{k}_mean" for k in mlpmod.CURVES], *[f"{k}_std" for k in mlpmod.CURVES]],
+              [[l, *[float(means[k][l]) for k in mlpmod.CURVES], *[float(curves[k][:, l].std()) for k in mlpmod.CURVES]]
+               for l in range(L)])
+    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "read_point": mlpmod.mlp_read_point(model),
+              "curves": {k: v.tolist() for k, v in means.items()},
+              "turning_points": asdict(tp), "rule": mlpmod.__doc__.split("Turning points")[1].strip(),
+              "case": {"prompt": prompt, "answer": cfg.case_answer, "numbers": names, "top3_per_layer": tops,
+                       "cosine": cos.tolist()}}
+    write_json(out / "mlp.json", result)
+    print(f"{model.name}: MLP probes at END over {len(samples)} reference prompts ({mlpmod.mlp_read_point(model)} as MLP_in)")
+    print("layer  cos(in,A)  cos(in,B)  cos(write,C)  cos(write,other)  top numbers in the case's MLP write")
+    for l in range(L):
+        print(f"{l:>5}  {means['in_A'][l]:>9.3f}  {means['in_B'][l]:>9.3f}  {means['write_C'][l]:>12.3f}  "
+              f"{means['write_other'][l]:>16.3f}  {' '.join(tops[l])}")
+    print(f"start-inflection-end: {tp.text()} (operand curve rises from layer {tp.start} and peaks at "
+          f"{tp.inflection}; the answer curve peaks at {tp.end})")
+    print(f"case {prompt.splitlines()[-1]!r} -> answer {cfg.case_answer}")
+    print(f"wrote {out}/mlp.json, mlp_curves.csv, mlp_input_operands.png, mlp_output_answer.png, mlp_case.png")
+    return result

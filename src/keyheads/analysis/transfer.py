@@ -1,0 +1,209 @@
+"""Figure 4 and appendix E: do the heads found on one dataset matter on data they were not found on?
+
+Each transfer set is a list of prompts with the first token of the answer. The key heads are
+knocked out (mean ablation with the identification data's counterfactual means) and the
+top-1 accuracy is compared before and after; the relative drop is (after - before) / before,
+as the paper reports it for SVAMP (34.7 -> 11.8, -66%).
+
+Sets: another pairs file (per task and template), generated multi-digit additions
+("281 + 135 = "), decimals ("4.2 plus 2.5 equals to "), year spans ("... from 1723 to 172"),
+and SVAMP / GSM8K questions ending in "The answer is ".
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..knockout import Knockout
+from ..models.model import HookedModel
+from .common import AnalysisError, Batches, answer_token, fallback_note, predict, read_pair_rows
+
+# Hand-written solved examples: not taken from any benchmark, so that nothing evaluated is shown.
+WORD_FEW_SHOT = (
+    "Tom has 3 apples. He buys 4 more apples. How many apples does Tom have now? The answer is 7.\n"
+    "A box holds 9 pens. Sara takes 5 pens out of the box. How many pens are left in the box? The answer is 4.\n"
+    "There are 12 birds on a tree and 15 more birds arrive. How many birds are on the tree now? The answer is 27.\n"
+)
+MULTIDIGIT_FEW_SHOT = "123 + 456 = 579\n310 + 207 = 517\n145 + 232 = 377\n"
+DECIMAL_FEW_SHOT = "1.3 plus 2.4 equals to 3.7\n3.1 plus 1.5 equals to 4.6\n2.2 plus 4.3 equals to 6.5\n"
+YEAR_FEW_SHOT = "The project lasted 3 years from 1841 to 1844.\nThe festival lasted 2 years from 1652 to 1654.\n"
+EVENTS = ("war", "conflict", "project", "festival", "campaign", "siege")
+
+
+@dataclass
+class TransferSet:
+    """name: row label; prompts/answers: what the model reads and the answer text; answer_ids:
+    first answer token per prompt; case: index of the prompt printed as a figure-4 case."""
+
+    name: str
+    prompts: list[str]
+    answers: list[str]
+    answer_ids: list[int] = field(default_factory=list)
+    case: int = 0
+    note: str = ""
+
+
+def _finish(model: HookedModel, name: str, prompts: Sequence[str], answers: Sequence[str], case: int = 0,
+            note: str = "", join: str | None = None) -> TransferSet:
+    """Attach answer tokens; prompts whose answer merges with their last token are left out (and counted)."""
+    kept_p, kept_a, ids = [], [], []
+    for i, (p, a) in enumerate(zip(prompts, answers)):
+        try:
+            p2, t = answer_token(model, p, a, join)
+        except AnalysisError:
+            case = case - 1 if i < case else case
+            continue
+        kept_p.append(p2)
+        kept_a.append(str(a))
+        ids.append(t)
+    if not kept_p:
+        raise AnalysisError(f"{name}: no prompt has an answer that starts a token of its own")
+    dropped = len(prompts) - len(kept_p)
+    if dropped:
+        note = (note + "; " if note else "") + f"{dropped} left out (answer merges with the prompt's last token)"
+    return TransferSet(name, kept_p, kept_a, ids, max(case, 0), note)
+
+
+def format_number(value: float) -> str:
+    """51.0 -> '51', 2.5 -> '2.5' (how an answer is written after 'The answer is')."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+# ---- generated sets (the paper's figure 4 case first) -------------------------------------
+
+def multidigit(model: HookedModel, n: int, seed: int = 0) -> TransferSet:
+    rng = random.Random(seed)
+    pairs = [(281, 135)] + [(rng.randint(100, 499), rng.randint(100, 499)) for _ in range(n - 1)]
+    prompts = [f"{MULTIDIGIT_FEW_SHOT}{a} + {b} = " for a, b in pairs]
+    return _finish(model, "multi-digit (A + B, 3 digits)", prompts, [str(a + b) for a, b in pairs])
+
+
+def decimal(model: HookedModel, n: int, seed: int = 0) -> TransferSet:
+    rng = random.Random(seed)
+    pairs = [(42, 25)] + [(rng.randint(10, 49), rng.randint(10, 49)) for _ in range(n - 1)]  # tenths
+    prompts = [f"{DECIMAL_FEW_SHOT}{a / 10:.1f} plus {b / 10:.1f} equals to " for a, b in pairs]
+    return _finish(model, "decimal (A plus B)", prompts, [f"{(a + b) / 10:.1f}" for a, b in pairs])
+
+
+def year_span(model: HookedModel, n: int, seed: int = 0) -> TransferSet:
+    """'The war lasted 5 years from 1723 to 172' -> '8': the last digit of the end year."""
+    rng = random.Random(seed)
+    rows = [("war", 5, 1723)]
+    while len(rows) < n:
+        years = rng.randint(1, 8)
+        start = rng.randint(1100, 1899)
+        if start % 10 + years <= 9:  # the answer is the one digit that completes the year
+            rows.append((rng.choice(EVENTS), years, start))
+    prompts = [f"{YEAR_FEW_SHOT}The {e} lasted {y} years from {s} to {(s + y) // 10}" for e, y, s in rows]
+    return _finish(model, "year span (time templates)", prompts, [str((s + y) % 10) for _, y, s in rows], join="")
+
+
+def benchmark(model: HookedModel, name: str, data_dir: str | Path | None, n: int | None,
+              seed: int = 0, prefer: str = "") -> TransferSet:
+    """SVAMP or GSM8K questions: few-shot + question + ' The answer is '; target: first answer token."""
+    from ..data.benchmarks import load
+
+    records = load(name, data_dir=data_dir)
+    if not records:
+        raise AnalysisError(f"{name}: no questions found")
+    order = list(range(len(records)))
+    if n and n < len(records):
+        order = sorted(random.Random(seed).sample(order, n))
+        # keep the paper's printed case in the subset when the benchmark has it
+        wanted = next((i for i, r in enumerate(records) if prefer and prefer in r.question), None)
+        if wanted is not None and wanted not in order:
+            order = sorted(order[1:] + [wanted])
+    chosen = [records[i] for i in order]
+    case = next((i for i, r in enumerate(chosen) if prefer and prefer in r.question), 0)
+    prompts = [f"{WORD_FEW_SHOT}{_sentence(r.question)} The answer is " for r in chosen]
+    answers = [format_number(r.answer) for r in chosen]
+    return _finish(model, f"{name.upper()} (first answer token)", prompts, answers, case,
+                   note=f"{len(chosen)} of {len(records)} questions")
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text if text.endswith(("?", ".", "!")) else text + "."
+
+
+def from_pairs(model: HookedModel, path: str | Path, by: str = "task", n: int | None = None,
+               seed: int = 0) -> list[TransferSet]:
+    """One set per task (or template) of another pairs file, its reference prompts."""
+    rows = read_pair_rows(path)
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(str(row.get(by) or "all"), []).append(row)
+    sets = []
+    for key, items in groups.items():
+        if n and n < len(items):
+            items = [items[i] for i in sorted(random.Random(seed).sample(range(len(items)), n))]
+        sets.append(_finish(model, f"{Path(path).name}: {by} {key}", [r["reference"] for r in items],
+                            [str(r["answer"]) for r in items]))
+    return sets
+
+
+# ---- evaluation ----------------------------------------------------------------------------
+
+@dataclass
+class TransferRow:
+    name: str
+    n: int
+    before: float
+    after: float
+    fallback: str
+    note: str = ""
+
+    @property
+    def relative_drop(self) -> float:
+        return (self.after - self.before) / self.before if self.before > 0 else float("nan")
+
+    def as_dict(self) -> dict:
+        return {"set": self.name, "n": self.n, "accuracy_before": self.before, "accuracy_after": self.after,
+                "relative_change": self.relative_drop, "fallback": self.fallback, "note": self.note}
+
+
+@dataclass
+class Case:
+    """A figure-4 case: the input and the top-5 next tokens before and after the knockout."""
+
+    name: str
+    prompt: str
+    answer: str
+    before: list[tuple[str, float]]
+    after: list[tuple[str, float]]
+
+    def text(self, show_chars: int = 300) -> str:
+        shown = self.prompt if len(self.prompt) <= show_chars else "…" + self.prompt[-show_chars:]
+        lines = [f"[{self.name}]  answer: {self.answer}", f"> Input: {shown!r}"]
+        for label, top in (("before knockout", self.before), ("after knockout", self.after)):
+            lines.append(f"  {label}:  > Next token: {top[0][0]!r}")
+            lines.append("    > Top-5 prediction probability: "
+                         + ", ".join(f"{t!r} {p:.2%}" for t, p in top))
+        return "\n".join(lines)
+
+
+def evaluate(model: HookedModel, tset: TransferSet, ko: Knockout, batch_size: int = 16,
+             progress: bool = True) -> tuple[TransferRow, Case]:
+    """Accuracy before and after the knockout on one set, and its figure-4 case."""
+    batches = Batches(model, tset.prompts, batch_size)
+    desc = f"transfer {tset.name}" if progress else None
+    before = predict(model, batches, tset.answer_ids, None, topk=5, desc=desc)
+    after = predict(model, batches, tset.answer_ids, ko.edits(), topk=5, desc=desc)
+    note = fallback_note(ko, batches)
+    row = TransferRow(tset.name, len(tset.prompts), before.accuracy(tset.answer_ids),
+                      after.accuracy(tset.answer_ids), note.text(), tset.note)
+    i = tset.case
+    tok = model.tokenizer
+    top = lambda pred: [(tok.decode([int(t)]), float(p)) for t, p in zip(pred.topk_ids[i], pred.topk_probs[i])]  # noqa: E731
+    return row, Case(tset.name, tset.prompts[i], tset.answers[i], top(before), top(after))
+
+
+def format_table(rows: Sequence[TransferRow]) -> str:
+    width = max([len(r.name) for r in rows] + [10])
+    lines = [f"{'set':<{width}}  {'n':>5}  {'before':>7}  {'after':>7}  {'relative':>8}",
+             f"{'-' * width}  {'-' * 5}  {'-' * 7}  {'-' * 7}  {'-' * 8}"]
+    for r in rows:
+        lines.append(f"{r.name:<{width}}  {r.n:>5}  {r.before:>7.1%}  {r.after:>7.1%}  {r.relative_drop:>+8.1%}")
+    return "\n".join(lines)
