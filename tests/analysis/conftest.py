@@ -3,6 +3,7 @@ import json
 import random
 
 import pytest
+import torch
 
 from keyheads.testing import tiny_model
 
@@ -37,3 +38,12 @@ def llama():
 @pytest.fixture
 def pairs_file(tmp_path):
     return write_rows(tmp_path / "pairs.jsonl", make_rows())
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models are far faster on one thread (no thread sync per small op), most of all on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

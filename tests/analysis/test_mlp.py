@@ -33,6 +33,8 @@ def test_cosines_equal_numpy(model):
             assert got["write_C"][i, l] == pytest.approx(cos(w, W[tok(c)]), abs=1e-5)
             others = [cos(w, W[d]) for d in digits if d != tok(c)]
             assert got["write_other"][i, l] == pytest.approx(np.mean(others), abs=1e-5)
+            others = [cos(x, W[d]) for d in digits if d not in (tok(a), tok(b))]
+            assert got["in_other"][i, l] == pytest.approx(np.mean(others), abs=1e-5)
 
 
 def test_case_numbers_are_the_digits(model):
@@ -47,5 +49,8 @@ def test_turning_points_rule():
     tp = turning_points(s, c)
     assert (tp.start, tp.inflection, tp.end) == (4, 6, 9)
     assert tp.text() == "4-6-9"
+    # a high first layer is not a climb: the inflection ends the largest rise from an earlier low
+    tp = turning_points([0.5, -0.1, -0.1, 0.0, 0.3, 0.2], [0, 0, 0, 0, 0.1, 0.2])
+    assert (tp.start, tp.inflection, tp.end) == (3, 4, 5)
     # the answer peak is searched only from the inflection on
     assert turning_points(s, [1.0] + c[1:]).end == 9

@@ -116,7 +116,8 @@ def plot_by_role(per_task: dict[str, np.ndarray], counts: dict[str, int], heads:
     from ..report.figures import save_figure, subplots
 
     tasks = list(per_task)
-    fig, axes = subplots(len(tasks), 1, figsize=(max(7.0, 0.9 * len(heads) + 2), 2.8 * len(tasks)), squeeze=False)
+    fig, axes = subplots(len(tasks), 1, figsize=(max(7.0, 0.9 * len(heads) + 2), 2.8 * len(tasks)), squeeze=False,
+                         constrained_layout=True)
     x = np.arange(len(heads))
     width = 0.8 / len(ROLES)
     for ax, task in zip(axes[:, 0], tasks):
@@ -141,7 +142,8 @@ def plot_cases(model: HookedModel, cases: Sequence[tuple[str, str]], end_rows: S
     """Figure 7: per prompt, a heads x tokens heatmap of END attention (the last `max_tokens` tokens)."""
     from ..report.figures import save_figure, subplots, token_label
 
-    fig, axes = subplots(len(cases), 1, figsize=(12, 0.35 * len(heads) * len(cases) + 1.6 * len(cases)), squeeze=False)
+    fig, axes = subplots(len(cases), 1, figsize=(12, 0.35 * len(heads) * len(cases) + 1.6 * len(cases)), squeeze=False,
+                         constrained_layout=True)
     for ax, (name, prompt), row in zip(axes[:, 0], cases, end_rows):
         ids = model.tokens(prompt, add_special_tokens=True)
         shown = slice(max(0, len(ids) - max_tokens), len(ids))

@@ -3,16 +3,24 @@
 At the END position of every reference prompt and for every layer:
   in_A, in_B   cos(MLP_in, W_U[A]), cos(MLP_in, W_U[B]): MLP_in is the residual stream the
                MLP reads (resid_mid; resid_pre in parallel-residual models), before its norm;
+  in_other     cos(MLP_in, W_U[n]) averaged over the number tokens n other than A and B;
+  in_C         cos(MLP_in, W_U[C]);
   write_C      cos(MLP_out - MLP_in, W_U[C]): the MLP's write into the residual stream
                (mlp_write) against the answer token C;
   write_other  the same against every other number token, averaged.
 
-Turning points (one deterministic rule, 10% thresholds, no smoothing):
-  inflection = the layer where the operand curve s = (in_A + in_B) / 2 peaks;
-  start      = the first layer of the final climb to that peak: one past the last earlier layer
-               where s is still below min(s up to the peak) + 10% of the rise;
-  end        = the layer where the answer curve write_C peaks, at or after the inflection.
-The paper reads (13-18-28) for LLaMA2-7B off the same curves.
+All number tokens share a common direction (most visibly in tied-embedding models, where
+the END token's own embedding is in the residual stream), so a raw cosine rises and falls with
+"some number" as much as with "this number". The turning points are therefore read off
+contrasts: the operand curve s = (in_A + in_B) / 2 - in_other and the answer curve
+c = write_C - write_other. Rule (deterministic, no smoothing, 10% thresholds):
+  inflection = the layer that ends the largest climb of s, i.e. argmax over l of
+               s[l] - min(s[0..l]) (a plain argmax would pick layer 0 in a tied-embedding model,
+               whose first attention layer can copy the operands' embeddings straight to END);
+  start      = the first layer of that climb: one past the last earlier layer where s is
+               still below min(s up to the inflection) + 10% of the rise;
+  end        = the layer where c peaks, at or after the inflection.
+The paper reads (13-18-28) for LLaMA2-7B off the same kind of curves (figures 6, 13, 14).
 """
 from __future__ import annotations
 
@@ -26,7 +34,10 @@ from tqdm.auto import tqdm
 from ..models.model import HookedModel
 from .common import AnalysisError, Batches, Sample, number_token
 
-CURVES = ("in_A", "in_B", "in_C", "write_C", "write_other")
+RULE = ("operand curve s = (in_A + in_B)/2 - in_other, answer curve c = write_C - write_other (per-layer means); "
+        "inflection = argmax over l of s[l] - min(s[:l+1]) (the end of the largest climb); start = 1 + the last layer before the inflection with s < min(s[:inflection+1]) "
+        "+ 10% of the rise; end = argmax of c at or after the inflection")
+CURVES = ("in_A", "in_B", "in_other", "in_C", "write_C", "write_other")
 
 
 def number_vocab(model: HookedModel, up_to: int = 100) -> dict[str, int]:
@@ -98,12 +109,22 @@ def probe(model: HookedModel, samples: Sequence[Sample], batch_size: int = 16, p
     out = {"in_A": cosines(mlp_in, unit_rows(model, a)), "in_B": cosines(mlp_in, unit_rows(model, b)),
            "in_C": cosines(mlp_in, unit_rows(model, c)), "write_C": cosines(write, unit_rows(model, c))}
     # other numbers: the mean of the cosines (not the cosine with a mean direction)
-    w_num = unit_rows(model, numbers)                                       # [m, d]
-    unit_write = write / write.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-    all_cos = torch.einsum("nld,md->nlm", unit_write, w_num)                # [n, L, m]
-    keep = torch.tensor([[t != ci for t in numbers] for ci in c], dtype=torch.float32)  # [n, m]
-    out["write_other"] = (all_cos * keep[:, None]).sum(-1) / keep.sum(-1, keepdim=True).clamp(min=1)
+    out["write_other"] = _mean_cos_except(write, model, numbers, [[ci] for ci in c])
+    out["in_other"] = _mean_cos_except(mlp_in, model, numbers, [[ai, bi] for ai, bi in zip(a, b)])
     return {k: v.numpy() for k, v in out.items()}
+
+
+def _mean_cos_except(x: torch.Tensor, model: HookedModel, numbers: list[int], skip: list[list[int]]) -> torch.Tensor:
+    """[n, L]: cos(x, W_U[t]) averaged over the number tokens t not in skip[i]."""
+    unit = x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    all_cos = torch.einsum("nld,md->nlm", unit, unit_rows(model, numbers))             # [n, L, m]
+    keep = torch.tensor([[t not in sk for t in numbers] for sk in skip], dtype=torch.float32)  # [n, m]
+    return (all_cos * keep[:, None]).sum(-1) / keep.sum(-1, keepdim=True).clamp(min=1)
+
+
+def contrasts(means: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(operand curve, answer curve) for the turning points, from the per-layer means."""
+    return (means["in_A"] + means["in_B"]) / 2 - means["in_other"], means["write_C"] - means["write_other"]
 
 
 @dataclass
@@ -120,7 +141,7 @@ def turning_points(operand_curve: Sequence[float], answer_curve: Sequence[float]
     """Start, inflection and end layers by the rule in the module docstring."""
     s = np.asarray(operand_curve, dtype=float)
     c = np.asarray(answer_curve, dtype=float)
-    inflection = int(np.argmax(s))
+    inflection = int(np.argmax(s - np.minimum.accumulate(s)))  # end of the largest climb
     base = float(np.min(s[:inflection + 1]))
     level = base + frac * (s[inflection] - base)
     below = [l for l in range(inflection) if s[l] < level]
@@ -154,38 +175,48 @@ def _band(ax, curves: np.ndarray, colour: str, label: str) -> None:
     ax.fill_between(layers, lo, hi, color=colour, alpha=0.2)
 
 
-def _marks(ax, tp: TurningPoints) -> None:
-    for layer, name in ((tp.start, "start"), (tp.inflection, "inflection"), (tp.end, "end")):
+def _marks(ax, tp: TurningPoints, labels: bool = True) -> None:
+    # labels at staggered heights: the three layers are often only a few apart
+    for (layer, name), y in zip(((tp.start, "start"), (tp.inflection, "inflection"), (tp.end, "end")),
+                                (0.97, 0.89, 0.81)):
         ax.axvline(layer, color="black", ls=":", lw=1)
-        ax.text(layer, 1.0, f" {name} {layer}", transform=ax.get_xaxis_transform(), fontsize=7, va="top",
-                rotation=90)
+        if labels:
+            ax.text(layer + 0.15, y, f"{name} {layer}", transform=ax.get_xaxis_transform(), fontsize=7, va="top",
+                    bbox={"facecolor": "white", "alpha": 0.7, "lw": 0, "pad": 1})
 
 
 def plot_curves(curves: dict[str, np.ndarray], tp: TurningPoints, path_in, path_out, model_name: str) -> None:
-    from ..report.figures import new_figure, save_figure
+    """Figures 6(a) and 6(b): raw cosines (top) and the contrast the turning points are read from (bottom)."""
+    from ..report.figures import save_figure, subplots
 
     n, L = curves["in_A"].shape
-    fig, ax = new_figure(7.5, 4)
-    _band(ax, curves["in_A"], "tab:red", "cos(MLP_in, W_U[A])")
-    _band(ax, curves["in_B"], "tab:orange", "cos(MLP_in, W_U[B])")
-    _marks(ax, tp)
-    ax.axhline(0, color="gray", lw=0.5)
-    ax.set(xlabel="layer", ylabel="cosine similarity", xlim=(0, L - 1),
-           title=f"{model_name}: MLP input vs operand tokens at END (n={n}; mean, band = 25-75%)")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.grid(alpha=0.3)
-    save_figure(fig, path_in)
-
-    fig, ax = new_figure(7.5, 4)
-    _band(ax, curves["write_C"], "tab:green", "cos(MLP_out - MLP_in, W_U[C]) (right answer)")
-    _band(ax, curves["write_other"], "tab:gray", "cos(MLP_out - MLP_in, W_U[other numbers]) (mean)")
-    _marks(ax, tp)
-    ax.axhline(0, color="gray", lw=0.5)
-    ax.set(xlabel="layer", ylabel="cosine similarity", xlim=(0, L - 1),
-           title=f"{model_name}: what each MLP adds at END vs number tokens (n={n})")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.grid(alpha=0.3)
-    save_figure(fig, path_out)
+    operand = (curves["in_A"] + curves["in_B"]) / 2 - curves["in_other"]
+    answer = curves["write_C"] - curves["write_other"]
+    panels = (
+        (path_in, f"{model_name}: MLP input vs operand tokens at END (n={n})",
+         [("in_A", "tab:red", "cos(MLP_in, W_U[A])"), ("in_B", "tab:orange", "cos(MLP_in, W_U[B])"),
+          ("in_other", "tab:gray", "cos(MLP_in, W_U[other numbers]) (mean)")],
+         operand, "operand curve: (A + B) / 2 - other"),
+        (path_out, f"{model_name}: what each MLP adds at END vs number tokens (n={n})",
+         [("write_C", "tab:green", "cos(MLP_out - MLP_in, W_U[C]) (right answer)"),
+          ("write_other", "tab:gray", "cos(MLP_out - MLP_in, W_U[other numbers]) (mean)")],
+         answer, "answer curve: C - other"),
+    )
+    for path, title, lines, contrast, contrast_label in panels:
+        fig, (ax, bx) = subplots(2, 1, figsize=(7.5, 6), sharex=True, gridspec_kw={"height_ratios": [3, 2]},
+                                 constrained_layout=True)
+        for key, colour, label in lines:
+            _band(ax, curves[key], colour, label)
+        _band(bx, contrast, "black", contrast_label)
+        _marks(ax, tp)
+        _marks(bx, tp, labels=False)
+        for a in (ax, bx):
+            a.axhline(0, color="gray", lw=0.5)
+            a.grid(alpha=0.3)
+            a.legend(fontsize=8, loc="best")
+        ax.set(ylabel="cosine similarity", title=title + "; mean, band = 25-75%")
+        bx.set(xlabel="layer", ylabel="contrast", xlim=(0, L - 1))
+        save_figure(fig, path)
 
 
 def plot_case(names: Sequence[str], cos: np.ndarray, prompt: str, answer: str, path, k: int = 3) -> None:

@@ -320,8 +320,8 @@ def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
     samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
     curves = mlpmod.probe(model, samples, cfg.batch_size, cfg.progress)
     means = {k: v.mean(0) for k, v in curves.items()}
-    operand = (means["in_A"] + means["in_B"]) / 2
-    tp = mlpmod.turning_points(operand, means["write_C"])
+    operand, answer = mlpmod.contrasts(means)
+    tp = mlpmod.turning_points(operand, answer)
     mlpmod.plot_curves(curves, tp, out / "mlp_input_operands.png", out / "mlp_output_answer.png", model.name)
 
     prompt = cfg.case or case_prompt(samples)
@@ -336,17 +336,20 @@ def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
                for l in range(L)])
     result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "read_point": mlpmod.mlp_read_point(model),
               "curves": {k: v.tolist() for k, v in means.items()},
-              "turning_points": asdict(tp), "rule": mlpmod.__doc__.split("Turning points")[1].strip(),
+              "operand_contrast": operand.tolist(), "answer_contrast": answer.tolist(),
+              "turning_points": asdict(tp), "rule": mlpmod.RULE,
               "case": {"prompt": prompt, "answer": cfg.case_answer, "numbers": names, "top3_per_layer": tops,
                        "cosine": cos.tolist()}}
     write_json(out / "mlp.json", result)
     print(f"{model.name}: MLP probes at END over {len(samples)} reference prompts ({mlpmod.mlp_read_point(model)} as MLP_in)")
-    print("layer  cos(in,A)  cos(in,B)  cos(write,C)  cos(write,other)  top numbers in the case's MLP write")
+    print("layer  cos(in,A)  cos(in,B)  cos(in,other)  operand  cos(write,C)  cos(write,other)  answer  "
+          "top numbers in the case's MLP write")
     for l in range(L):
-        print(f"{l:>5}  {means['in_A'][l]:>9.3f}  {means['in_B'][l]:>9.3f}  {means['write_C'][l]:>12.3f}  "
-              f"{means['write_other'][l]:>16.3f}  {' '.join(tops[l])}")
-    print(f"start-inflection-end: {tp.text()} (operand curve rises from layer {tp.start} and peaks at "
-          f"{tp.inflection}; the answer curve peaks at {tp.end})")
+        print(f"{l:>5}  {means['in_A'][l]:>9.3f}  {means['in_B'][l]:>9.3f}  {means['in_other'][l]:>13.3f}  "
+              f"{operand[l]:>7.3f}  {means['write_C'][l]:>12.3f}  {means['write_other'][l]:>16.3f}  {answer[l]:>6.3f}  "
+              f"{' '.join(tops[l])}")
+    print(f"start-inflection-end: {tp.text()} (the operand contrast climbs from layer {tp.start} and peaks at "
+          f"{tp.inflection}; the answer contrast peaks at {tp.end})")
     print(f"case {prompt.splitlines()[-1]!r} -> answer {cfg.case_answer}")
     print(f"wrote {out}/mlp.json, mlp_curves.csv, mlp_input_operands.png, mlp_output_answer.png, mlp_case.png")
     return result

@@ -35,7 +35,7 @@ def token_label(text: str) -> str:
     """Readable axis label for a token: spaces and newlines made visible, long tokens cut."""
     text = text.replace("\n", "\\n").replace("\t", "\\t")
     if text.strip() == "":
-        return repr(text)[1:-1] or "''"
+        return text.replace(" ", "␣") or "''"  # a bare space would be an invisible label
     return text if len(text) <= 12 else text[:11] + "…"
 
 
