@@ -38,35 +38,13 @@ class Sample:
 
 
 def read_pair_rows(path: str | Path) -> list[dict]:
-    """The pairs file as dicts; the data package's reader is used when it exists."""
-    try:
-        from ..data.pairs import read_pairs  # written alongside; optional here
-    except ImportError:
-        read_pairs = None
-    if read_pairs is not None:
-        rows = [r if isinstance(r, dict) else _as_dict(r) for r in read_pairs(path)]
-    else:
-        from ..io import read_jsonl
+    """The pairs file as dicts (the data package's reader validates every line)."""
+    from ..data.pairs import read_pairs
 
-        rows = read_jsonl(path)
+    rows = [p.to_dict() for p in read_pairs(path)]
     if not rows:
         raise AnalysisError(f"{path}: no pairs in the file")
-    for number, row in enumerate(rows, start=1):
-        for key in ("reference", "answer"):
-            if key not in row:
-                raise AnalysisError(f"{path}: pair {number} has no {key!r} field "
-                                    "(each line needs at least reference, counterfactual and answer)")
     return rows
-
-
-def _as_dict(obj) -> dict:
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    from dataclasses import asdict, is_dataclass
-
-    if is_dataclass(obj):
-        return asdict(obj)
-    return dict(vars(obj))
 
 
 def answer_token(model: HookedModel, prompt: str, answer: str, join: str | None = None) -> tuple[str, int]:
@@ -110,8 +88,8 @@ def load_samples(model: HookedModel, path: str | Path, n: int | None = None, see
     for row in rows:
         # a space token may be appended to the prompt; positions index the same tokens as before
         prompt, tok = answer_token(model, row["reference"], row["answer"])
-        samples.append(Sample(prompt, str(row["answer"]), tok, str(row.get("task", "unknown")),
-                              str(row.get("template", "unknown")), row.get("positions") or None,
+        samples.append(Sample(prompt, str(row["answer"]), tok, row.get("task") or "unknown",
+                              row.get("template") or "unknown", row.get("positions") or None,
                               row.get("operands") or None, row.get("counterfactual")))
     return samples
 

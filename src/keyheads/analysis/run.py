@@ -65,7 +65,8 @@ def choose_heads(model: HookedModel, sel: Selection):
 class KnockoutRun:
     """data: pairs file; out: run folder; k: largest k of the curves; seeds: random orders;
     n_samples: reference prompts used (seeded subset; None = all); mean_mode: aligned | global;
-    transfer_data: another pairs file; data_dir: benchmark folder (SVAMP, GSM8K);
+    transfer_data: another pairs file, one transfer set per value of its `transfer_by` field
+    (task or template); data_dir: benchmark folder (SVAMP, GSM8K);
     transfer_n: prompts per generated / benchmark transfer set (None = all)."""
 
     data: str
@@ -79,6 +80,7 @@ class KnockoutRun:
     mean_mode: str = "aligned"
     transfer: bool = True
     transfer_data: str | None = None
+    transfer_by: str = "task"
     data_dir: str | None = None
     transfer_n: int | None = 100
     progress: bool = True
@@ -177,7 +179,7 @@ def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: P
     sets = [tr.TransferSet(f"{Path(cfg.data).name} (identification data)", [s.prompt for s in ident],
                            [s.answer for s in ident], [s.answer_id for s in ident])]
     if cfg.transfer_data:
-        sets += tr.from_pairs(model, cfg.transfer_data, by="task", n=n, seed=cfg.seed)
+        sets += tr.from_pairs(model, cfg.transfer_data, by=cfg.transfer_by, n=n, seed=cfg.seed)
     sets += [tr.multidigit(model, n or 100, cfg.seed), tr.decimal(model, n or 100, cfg.seed),
              tr.year_span(model, n or 100, cfg.seed)]
     folder = data_dir_from(cfg.data_dir)

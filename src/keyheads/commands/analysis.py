@@ -44,7 +44,8 @@ def cmd_knockout(args) -> int:
     cfg = KnockoutRun(data=args.data, out=args.out, selection=_selection(args), k=args.k, seeds=args.seeds,
                       seed=args.seed, n_samples=_limit(args.n_samples), batch_size=args.batch_size,
                       mean_mode=args.mean_mode, transfer=not args.no_transfer, transfer_data=args.transfer_data,
-                      data_dir=args.data_dir, transfer_n=_limit(args.transfer_n), progress=not args.quiet)
+                      transfer_by=args.transfer_by, data_dir=args.data_dir, transfer_n=_limit(args.transfer_n),
+                      progress=not args.quiet)
     if cfg.seeds < 1:
         raise ValueError("--seeds must be at least 1")
     run_knockout(_load(args), cfg)
@@ -103,6 +104,8 @@ def register(sub) -> None:
     p.add_argument("--mean-mode", default="aligned", choices=["aligned", "global"],
                    help="means per END-aligned position, or one mean over all positions")
     p.add_argument("--transfer-data", help="another pairs file (other templates / tasks) for the transfer table")
+    p.add_argument("--transfer-by", default="task", choices=["task", "template"],
+                   help="one transfer row per task or per template of --transfer-data")
     p.add_argument("--data-dir", help="benchmark folder with svamp/SVAMP.json and gsm8k/test.jsonl "
                                       "(default $KEYHEADS_DATA)")
     p.add_argument("--transfer-n", type=int, default=100, help="prompts per transfer set (0 = all)")
