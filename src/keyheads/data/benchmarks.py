@@ -293,5 +293,10 @@ def load(name: str, split: str | None = None, data_dir: str | Path | None = None
 
 
 def question_key(text: str) -> str:
-    """A normalised form for finding the same question across datasets (case, spacing, punctuation)."""
-    return " ".join(re.findall(r"[a-z]+|\d+(?:\.\d+)?", text.lower()))
+    """A normalised form for finding the same question across datasets.
+
+    Ignores case, spacing, punctuation and thousands separators: SingleEq writes "64,535"
+    where AddSub has "64535" for the same question.
+    """
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower())
+    return " ".join(re.findall(r"[a-z]+|\d+(?:\.\d+)?", text))

@@ -3,8 +3,9 @@
 GSM8K has a train split; AddSub, SingleEq and SVAMP do not, and MAWPS contains most of
 AddSub and SingleEq. So the training set is GSM8K train plus a seeded held-out part of
 AddSub, SingleEq and SVAMP; the rest of those three is what evaluation uses
-(``heldout_splits``). AddSub and SingleEq share 111 questions: the split is drawn over
-their union of distinct questions, so a shared question falls on the same side in both.
+(``heldout_splits``). AddSub and SingleEq share 126 questions (111 verbatim, 15 more that
+differ only in thousands separators): the split is drawn over their union of distinct
+questions, so a shared question falls on the same side in both.
 The builder writes a manifest naming the seed, fraction and sizes, and checks the result
 against everything that is evaluated.
 """

@@ -17,8 +17,61 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from ..models.model import HookedModel
+
+
+class GrowingLayer(DynamicLayer):
+    """A cache layer that writes new keys/values into spare room instead of concatenating.
+
+    DynamicLayer copies the whole cache at every generated token (torch.cat); with a long
+    few-shot prefix repeated for every row that copy costs as much as the model itself.
+    """
+
+    def __init__(self, layer: DynamicLayer, room: int):
+        super().__init__()
+        k, v = layer.keys, layer.values
+        b, h, t, d = k.shape
+        self.kbuf, self.vbuf = k.new_empty(b, h, t + room, d), v.new_empty(b, h, t + room, v.shape[-1])
+        self.kbuf[:, :, :t], self.vbuf[:, :, :t] = k, v
+        self.n = t
+        self.dtype, self.device, self.is_initialized = k.dtype, k.device, True
+        self._views()
+
+    def _views(self) -> None:
+        self.keys, self.values = self.kbuf[:, :, :self.n], self.vbuf[:, :, :self.n]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        t = key_states.shape[-2]
+        if self.n + t > self.kbuf.shape[-2]:  # out of room: double it
+            grow = max(t, self.kbuf.shape[-2])
+            self.kbuf = torch.cat([self.kbuf, self.kbuf.new_empty(*self.kbuf.shape[:2], grow, self.kbuf.shape[-1])], 2)
+            self.vbuf = torch.cat([self.vbuf, self.vbuf.new_empty(*self.vbuf.shape[:2], grow, self.vbuf.shape[-1])], 2)
+        self.kbuf[:, :, self.n:self.n + t] = key_states
+        self.vbuf[:, :, self.n:self.n + t] = value_states
+        self.n += t
+        self._views()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.kbuf, self.vbuf = self.kbuf[indices], self.vbuf[indices]
+        self._views()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.kbuf = self.kbuf.repeat_interleave(repeats, dim=0)
+        self.vbuf = self.vbuf.repeat_interleave(repeats, dim=0)
+        self._views()
+
+
+def make_growing(cache, room: int) -> None:
+    """Swap a DynamicCache's plain layers for GrowingLayers in place (others are left alone)."""
+    layers = getattr(cache, "layers", None)
+    if not layers:
+        return
+    for i, layer in enumerate(layers):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.numel():
+            layers[i] = GrowingLayer(layer, room)
 
 
 def common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
@@ -114,6 +167,7 @@ def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
     eos = {tok.eos_token_id} | set(configured if isinstance(configured, (list, tuple)) else [configured])
     eos.discard(None)
     step = prefill(model, rows, prefix)
+    make_growing(step.cache, max_new_tokens)
     active = list(range(len(rows)))  # original row index of each batch row
     generated: list[list[int]] = [[] for _ in rows]
     results: list[tuple[str, str] | None] = [None] * len(rows)
