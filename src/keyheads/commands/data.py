@@ -7,6 +7,20 @@ import time
 
 from .models import add_model_args, load_from_args
 
+EPILOG = """\
+template files (YAML):
+  templates:
+    - {id: my-add-1, task: addition, text: "{A} {OP:plus} {B} makes {C}"}
+  {A} {B} operands, {C} the answer (last; the prompt is what precedes it), {OP:word} the operator the
+  counterfactual replaces, {NAME} a pool word, {OBJECT~} a pool word the counterfactual changes.
+  Own pools: `pools: {FRUIT: [kiwis, figs]}`. Built-in templates: keyheads/data/templates/*.yaml.
+
+output (one pair a line):
+  {"task": "addition", "template": "add-eq-1", "reference": "3 + 5 = ", "counterfactual": "3 @ 5 = ",
+   "answer": "8", "operands": {"A": "3", "B": "5"}, "positions": {"A": 0, "B": 3, "operator": 1}}
+  positions are token indices in the unpadded tokenized prompt (special tokens and few-shot included).
+"""
+
 
 def cmd_data(args) -> int:
     from ..data.generate import PairConfig, make_pairs, parse_operands
@@ -51,28 +65,28 @@ def register(sub) -> None:
     p = sub.add_parser("data", help="make reference/counterfactual prompt pairs (JSONL)",
                        description="Make reference/counterfactual prompt pairs from the paper's templates "
                                    "(or your own), aligned token by token for the given model's tokenizer.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(p)
     p.add_argument("--task", default="addition",
-                   help="addition, subtraction, multiplication, division, exponentiation or all")
-    p.add_argument("--n", type=int, default=100, help="candidates per task, spread evenly over its templates")
+                   help="addition, subtraction, multiplication, division, exponentiation or all (default: addition)")
+    p.add_argument("--n", type=int, default=100, help="candidates per task, spread evenly over its templates (default: 100)")
     p.add_argument("--out", required=True, help="output .jsonl file")
     p.add_argument("--few-shot", type=int, default=0, metavar="K",
                    help="K solved examples of the same template before each prompt")
     p.add_argument("--keep-correct", action="store_true",
                    help="keep only the pairs whose answer the model predicts (argmax) correctly")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the output is a function of the seed (default: 0)")
     p.add_argument("--templates", action="append", metavar="FILE",
                    help="YAML template file to use instead of the built-in templates; repeatable; "
-                        "the word 'builtin' adds the built-in ones (default: builtin)")
+                        "the word 'builtin' adds the built-in ones")
     p.add_argument("--template", action="append", metavar="ID",
                    help="use only these template ids (repeatable or comma-separated), e.g. add-eq-1")
-    p.add_argument("--operands", default="1-9", help="operand range LO-HI, or LO-HI,LO-HI for A and B")
+    p.add_argument("--operands", default="1-9", help="operand range LO-HI, or LO-HI,LO-HI for A and B (default: 1-9)")
     p.add_argument("--allow-negative", action="store_true", help="subtraction may have a negative answer")
     p.add_argument("--allow-fractions", action="store_true", help="division may have a non-integer answer")
     p.add_argument("--multi-token-operands", action="store_true",
                    help="accept operands that span several tokens (positions then point at the last one)")
     p.add_argument("--single-token-answer", action="store_true",
                    help="keep only answers that are a single token (default: the first token counts)")
-    p.add_argument("--batch-size", type=int, default=32, help="prompts per forward pass for --keep-correct")
+    p.add_argument("--batch-size", type=int, default=32, help="prompts per forward pass for --keep-correct (default: 32)")
     p.set_defaults(func=cmd_data)
