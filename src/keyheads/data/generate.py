@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .correct import NothingCorrect, format_scores, predict_correct, score_table
-from .pairs import POSITION_KEYS, Pair, _continuation, encode_with_offsets, span_tokens
+from .pairs import POSITION_KEYS, Pair, answer_continuation, encode_with_offsets, span_tokens
 from .templates import OPERANDS, Slot, Template, TemplateError, TemplateSet, operator_pool
 
 
@@ -217,7 +217,7 @@ class Generator:
         stems = [ref.text, ref.text.rstrip(" ")] if ref.text.endswith(" ") else [ref.text]
         natural = prefix + ref.text + answer
         for stem in stems:
-            found = _continuation(self.tokenizer, prefix + stem, answer)
+            found = answer_continuation(self.tokenizer, prefix + stem, answer)
             if found is not None and found[1] == natural:
                 break
         else:
@@ -325,7 +325,7 @@ class Generator:
         if self.rejected:
             log("  rejected: " + ", ".join(f"{why} ({n})" for why, n in self.rejected.items()))
         if not out:
-            hint = " (multi-digit operands need single_token_operands off)" \
+            hint = " (multi-digit operands need --multi-token-operands, i.e. single_token_operands=False)" \
                 if self.rejected.get("operand is not a single token") else ""
             raise TemplateError(f"task {task}: every sample was rejected{hint}")
         return out

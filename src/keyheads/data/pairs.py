@@ -107,7 +107,7 @@ def span_tokens(offsets, start: int, end: int) -> list[int]:
     return [i for i, (s, e) in enumerate(offsets) if e > s and s < end and e > start]
 
 
-def _continuation(tokenizer, prompt: str, answer: str) -> tuple[int, str, int] | None:
+def answer_continuation(tokenizer, prompt: str, answer: str) -> tuple[int, str, int] | None:
     """(first answer token, full text, answer token count) when `answer` follows `prompt` without
     changing the prompt's tokens.
 
@@ -130,7 +130,7 @@ def _continuation(tokenizer, prompt: str, answer: str) -> tuple[int, str, int] |
 
 def answer_token_id(tokenizer, prompt: str, answer: str) -> int:
     """The token a model must predict after `prompt`: the first token of the answer."""
-    found = _continuation(tokenizer, prompt, answer)
+    found = answer_continuation(tokenizer, prompt, answer)
     if found is None:
         raise ValueError(f"the answer {answer!r} does not start a token of its own after {prompt!r}")
     return found[0]
@@ -144,7 +144,7 @@ def verify_pair(tokenizer, pair: Pair) -> list[str]:
     cf_ids, _ = encode_with_offsets(tokenizer, pair.counterfactual)
     if len(ref_ids) != len(cf_ids):
         problems.append(f"reference has {len(ref_ids)} tokens, counterfactual {len(cf_ids)}")
-    if _continuation(tokenizer, pair.reference, pair.answer) is None:
+    if answer_continuation(tokenizer, pair.reference, pair.answer) is None:
         problems.append(f"answer {pair.answer!r} does not start a token after the reference")
     if pair.positions is None:
         return problems
