@@ -13,6 +13,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from ..data.pairs import answer_continuation
 from ..io import iter_jsonl
 from ..models.model import HookedModel
 
@@ -37,21 +38,6 @@ class PatchSample:
     answer_id: int
 
 
-def answer_tokens(model: HookedModel, prompt: str, answer: str) -> list[int]:
-    """The tokens the answer becomes when it follows the prompt.
-
-    Tokenising prompt+answer and removing the prompt's tokens handles tokenizers that
-    add a prefix space to a lone number; it falls back to the answer alone when the
-    prompt's last token merges with the answer.
-    """
-    tok = model.tokenizer
-    prompt_ids = tok(prompt)["input_ids"]
-    full = tok(prompt + answer)["input_ids"]
-    if full[: len(prompt_ids)] == prompt_ids and len(full) > len(prompt_ids):
-        return full[len(prompt_ids):]
-    return tok(answer, add_special_tokens=False)["input_ids"]
-
-
 def load_samples(model: HookedModel, path: str | Path, limit: int | None = None,
                  first_token_only: bool = False) -> list[PatchSample]:
     """Read a pairs JSONL file (fields reference, counterfactual, answer) for patching."""
@@ -67,14 +53,16 @@ def load_samples(model: HookedModel, path: str | Path, limit: int | None = None,
         if len(ref) != len(cf):
             raise BadSample(f"{path}:{line}: reference has {len(ref)} tokens but counterfactual has {len(cf)}; "
                             "patching needs aligned prompts of equal token length")
-        answer = answer_tokens(model, row["reference"], str(row["answer"]))
-        if not answer:
-            raise BadSample(f"{path}:{line}: the answer {row['answer']!r} is empty after tokenisation")
-        if len(answer) > 1 and not first_token_only:
-            pieces = tok.convert_ids_to_tokens(answer)
-            raise BadSample(f"{path}:{line}: the answer {row['answer']!r} is {len(answer)} tokens {pieces}; "
-                            "patching measures one answer token (use single-token answers, or --first-token)")
-        samples.append(PatchSample(line, ref, cf, answer[0]))
+        # the answer's tokens as they follow the prompt (a lone "8" may tokenise differently)
+        found = answer_continuation(tok, row["reference"], str(row["answer"]))
+        if found is None:
+            raise BadSample(f"{path}:{line}: the answer {row['answer']!r} does not start a token of its own "
+                            "after the reference prompt")
+        answer_id, _, n_answer = found
+        if n_answer > 1 and not first_token_only:
+            raise BadSample(f"{path}:{line}: the answer {row['answer']!r} is {n_answer} tokens; patching measures "
+                            "one answer token (use single-token answers, or --first-token)")
+        samples.append(PatchSample(line, ref, cf, answer_id))
         if limit is not None and len(samples) >= limit:
             break
     if not samples:
