@@ -60,4 +60,6 @@ def wilson(correct: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    # at 0 and n one bound is exactly 0 or 1; keep float rounding from putting p outside
+    return (0.0 if correct == 0 else lo), (1.0 if correct == n else hi)

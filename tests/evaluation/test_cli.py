@@ -1,0 +1,83 @@
+"""`keyheads eval` end to end: a tiny model folder with a knockout row, and the bundled model."""
+import json
+import sys
+
+import pytest
+
+from keyheads.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, tiny):
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tiny.hf.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_eval_with_knockout_prints_the_table(tiny_folder, tiny_data, pairs_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["eval", "--model", str(tiny_folder), "--device", "cpu", "--knockout", "0.1,2.3", "--knockout-mlps", "1",
+            "--knockout-data", str(pairs_file), "--benchmarks", "addsub,mmlu", "--limit", "3", "--few-shot", "1",
+            "--max-new-tokens", "5", "--data-dir", str(tiny_data), "--cache-dir", str(tmp_path / "cache"),
+            "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    table = (out / "table.md").read_text()
+    assert table in printed
+    header, _, base, ko = table.split("\n")[:4]
+    assert header == "| Model | Train speed | Tuned params | AddSub Acc. | AddSub Δ | MMLU Acc. | MMLU Δ |"
+    assert base.startswith(f"| {tiny_folder} | - | - |")
+    assert "knockout (2 heads, MLPs 1)" in ko
+    results = json.loads((out / "results.json").read_text())
+    assert [v["benchmarks"]["addsub"]["n"] for v in results["variants"]] == [3, 3]
+    assert results["variants"][1]["info"]["knockout"]["heads"] == ["0.1", "2.3"]
+    # a re-run is served from the cache
+    assert main(argv) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert all(b["timing"]["computed"] == 0 for v in again["variants"] for b in v["benchmarks"].values())
+
+
+def test_eval_input_errors(tiny_folder, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    base = ["eval", "--model", str(tiny_folder), "--out", str(tmp_path / "run"), "--quiet"]
+    assert main(base + ["--benchmarks", "gsm8k,nope"]) == 2
+    assert "unknown benchmark 'nope'; known: gsm8k, addsub, singleeq, svamp, mmlu, csqa" in capsys.readouterr().err
+    assert main(base + ["--benchmarks", "svamp", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "svamp" / "SVAMP.json") in err and "ChilleD/SVAMP" in err
+    assert main(base + ["--knockout", "0.1"]) == 2
+    assert "--knockout-data" in capsys.readouterr().err
+
+
+def test_lm_eval_stays_optional():
+    import keyheads.evaluation  # noqa: F401
+
+    assert "lm_eval" not in sys.modules
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        from keyheads.models import MissingPackage
+
+        with pytest.raises(MissingPackage, match="pip install lm_eval"):
+            import keyheads.evaluation.lm_eval_adapter  # noqa: F401
+
+
+@pytest.mark.real_model
+def test_bundled_model_few_items(shared_data, tmp_path, capsys):
+    import torch
+
+    out = tmp_path / "run"
+    threads = torch.get_num_threads()
+    try:  # zero-shot and a short budget keep this quick; the full prompts run in the benchmark
+        assert main(["eval", "--model", "smollm2-135m", "--device", "cpu", "--benchmarks", "svamp,csqa", "--limit", "2",
+                     "--few-shot", "0", "--max-new-tokens", "24", "--threads", "1", "--data-dir", str(shared_data),
+                     "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--quiet"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert "| smollm2-135m | - | - |" in capsys.readouterr().out
+    for name in ("svamp", "csqa"):
+        summary = json.loads((out / "smollm2-135m" / f"{name}.json").read_text())
+        assert summary["n"] == 2 and summary["timing"]["computed"] == 2
+    cache = [json.loads(x) for x in (tmp_path / "cache" / "svamp.jsonl").read_text().split("\n") if x]
+    assert all(row["finish"] in ("stop", "eos", "length") for row in cache)

@@ -1,0 +1,109 @@
+"""The shared-prefix forward, greedy generation and letter scoring against direct computations."""
+import pytest
+import torch
+
+from keyheads.evaluation import EvalConfig
+from keyheads.evaluation.engine import PrefixKV, greedy_generate, next_token_logits
+from keyheads.evaluation.prompts import letter_tokens
+from keyheads.evaluation.tasks import make_task
+from keyheads.testing import char_tokenizer, tiny_model
+
+SHOTS = "3+4=7\n1+1=2\n6+2=8\n5+4=9\n2+5=7\n"
+PROMPTS = [SHOTS + "3+3=", SHOTS + "12+5=", SHOTS + "9+99=", SHOTS + "4+0="]
+
+
+def _rows(model, prompts):
+    return [model.tokenizer(p)["input_ids"] for p in prompts]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
+def test_prefix_cache_gives_the_logits_of_separate_runs(family):
+    model = tiny_model(family)
+    rows = _rows(model, PROMPTS)
+    prefix = PrefixKV(model, min_len=4)
+    got = next_token_logits(model, rows, prefix)
+    want = torch.stack([model.forward(torch.tensor([r]))[0, -1] for r in rows])
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+    # a second batch reuses the stored prefix instead of computing it again
+    next_token_logits(model, rows[:2], prefix)
+    if family == "gemma3":  # sliding-window layers cannot share a prefix: computed per batch instead
+        assert not prefix.enabled
+    else:
+        assert prefix.computed == 1 and prefix.ids == rows[0][:len(prefix.ids)]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_greedy_generation_equals_transformers_generate(family):
+    model = tiny_model(family, seed=3)
+    rows = _rows(model, PROMPTS)
+    got = greedy_generate(model, rows, 10, lambda text: None, PrefixKV(model, min_len=4))
+    for row, (text, finish) in zip(rows, got):
+        out = model.hf.generate(input_ids=torch.tensor([row]), attention_mask=torch.ones(1, len(row), dtype=torch.long),
+                                max_new_tokens=10, do_sample=False, pad_token_id=model.tokenizer.pad_token_id)
+        want = model.tokenizer.decode(out[0, len(row):], skip_special_tokens=True)
+        assert text == want[:len(text)]
+        assert finish == "eos" or text == want
+
+
+def test_generation_stops_where_told():
+    model = tiny_model("llama", seed=3)
+    rows = _rows(model, PROMPTS)
+    free = greedy_generate(model, rows, 8, lambda text: None)
+    cut = greedy_generate(model, rows, 8, lambda text: 1 if len(text) >= 3 else None)
+    for (a, _), (b, why) in zip(free, cut):
+        if len(a) >= 3:
+            assert why == "stop" and b == a[:1]
+
+
+def test_letter_tokens_for_a_tokenizer_that_splits_the_space():
+    tok = char_tokenizer()
+    lt = letter_tokens(tok, 5)
+    assert lt.extra == tuple(tok.convert_tokens_to_ids([" "]))
+    assert lt.letters == tuple(tok.convert_tokens_to_ids(list("ABCDE")))
+
+
+@pytest.mark.real_model
+def test_letter_tokens_for_a_tokenizer_that_merges_the_space():
+    from transformers import AutoTokenizer
+
+    from keyheads.models import ensure_converted
+
+    tok = AutoTokenizer.from_pretrained(ensure_converted("smollm2-135m"))
+    lt = letter_tokens(tok, 4)
+    assert lt.extra == ()
+    # exactly the token that "Answer: B" ends with in context
+    assert tok("Q\nAnswer: B", add_special_tokens=False)["input_ids"][-1] == lt.letters[1]
+    assert [tok.decode([t]) for t in lt.letters] == [" A", " B", " C", " D"]
+
+
+@pytest.mark.parametrize("bench", ["mmlu", "csqa"])
+def test_letter_scores_equal_a_direct_forward(tiny, tiny_data, bench):
+    task = make_task(bench, EvalConfig(data_dir=str(tiny_data), few_shot=1))
+    rows = task.run(tiny, task.items, PrefixKV(tiny, min_len=4), EvalConfig())
+    tok = tiny.tokenizer
+    for item, row in zip(task.items, rows):
+        ids = tok(item.prompt + " ")["input_ids"]  # the char tokenizer: the space is its own token
+        logits = tiny.forward(torch.tensor([ids]))[0, -1]
+        letters = tok.convert_tokens_to_ids(list("ABCDE"[:len(item.record.choices)]))
+        torch.testing.assert_close(torch.tensor(row["scores"]), logits[letters], atol=1e-4, rtol=0)
+
+
+def test_boosted_letter_wins(tiny, tiny_data):
+    """An unembedding hook that favours "C": every prediction is C, accuracy is the share of C answers."""
+    c = tiny.tokenizer.convert_tokens_to_ids("C")
+
+    def boost(module, args, output):
+        output = output.clone()
+        output[..., c] += 1000.0
+        return output
+
+    handle = tiny.hf.get_output_embeddings().register_forward_hook(boost)
+    try:
+        for bench in ("mmlu", "csqa"):
+            task = make_task(bench, EvalConfig(data_dir=str(tiny_data), few_shot=1))
+            rows = [task.score(it, r) for it, r in zip(task.items, task.run(tiny, task.items, None, EvalConfig()))]
+            assert all(r["pred"] == 2 for r in rows)
+            summary = task.summarize(task.items, rows)
+            assert summary["correct"] == sum(it.record.letter == "C" for it in task.items)
+    finally:
+        handle.remove()
