@@ -48,6 +48,8 @@ def test_eval_input_errors(tiny_folder, tmp_path, capsys, monkeypatch):
     assert str(tmp_path / "svamp" / "SVAMP.json") in err and "ChilleD/SVAMP" in err
     assert main(base + ["--knockout", "0.1"]) == 2
     assert "--knockout-data" in capsys.readouterr().err
+    assert main(base + ["--variant", '{"model": "x"}']) == 2
+    assert "--variant needs JSON like" in capsys.readouterr().err
 
 
 def test_lm_eval_stays_optional():

@@ -1,6 +1,7 @@
 """`keyheads eval`: the paper's table 1 for a model, and for the model with heads knocked out."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -29,6 +30,13 @@ def variants_from_args(args):
         what = ", ".join([f"{len(heads)} heads"] * bool(heads) + [f"MLPs {','.join(map(str, mlps))}"] * bool(mlps))
         variants.append(Variant.make("knockout", args.model, label=f"{args.model} - knockout ({what})",
                                      heads=[list(h) for h in heads], mlps=mlps, data=str(args.knockout_data)))
+    for spec in args.variant or []:  # any registered kind, without a dedicated option
+        try:
+            spec = json.loads(spec)
+            variants.append(Variant.make(spec["kind"], spec["model"], spec.get("label", ""), **spec.get("options", {})))
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"--variant needs JSON like {{\"kind\": \"model\", \"model\": \"path\", "
+                             f"\"label\": \"...\", \"options\": {{}}}}, got {spec!r} ({err})") from err
     return variants
 
 
@@ -68,6 +76,9 @@ def register(sub) -> None:
     p.add_argument("--no-base", action="store_true", help="with --knockout: skip the unmodified model's row")
     p.add_argument("--baseline", metavar="MODEL", help="another model evaluated first, as the reference row for Δ "
                    "(for example the base of a fine-tuned folder)")
+    p.add_argument("--variant", action="append", metavar="JSON",
+                   help='one more row of any registered kind: {"kind": ..., "model": ..., "label": ..., "options": {...}} '
+                   "(repeatable)")
     p.add_argument("--benchmarks", default=",".join(TABLE_BENCHMARKS),
                    help=f"comma-separated, from {','.join(TABLE_BENCHMARKS)} (default: all)")
     p.add_argument("--limit", type=int, help="only the first N items per benchmark (quick runs)")

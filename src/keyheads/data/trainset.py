@@ -12,6 +12,7 @@ against everything that is evaluated.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -80,7 +81,9 @@ def format_number(x: float) -> str:
 
 def build_trainset(data_dir: str | Path | None = None, cfg: SplitConfig = SplitConfig()
                    ) -> tuple[list[dict], dict]:
-    """-> (training rows, manifest). Rows: {id, source, question, answer, solution, target}."""
+    """GSM8K train plus the seeded held-out parts of AddSub, SingleEq and SVAMP, deduplicated and
+    cleaned of every evaluated question. -> (rows, manifest); rows: {id, source, question, answer,
+    solution, target}."""
     splits = heldout_splits(data_dir, cfg)
     candidates = load("gsm8k", "train", data_dir=data_dir) + [r for name in HELDOUT for r in splits[name][0]]
     evaluated = evaluated_sets(data_dir, cfg)
@@ -123,3 +126,22 @@ def write_trainset(out_dir: str | Path, data_dir: str | Path | None = None, cfg:
     rows, manifest = build_trainset(data_dir_from(data_dir), cfg)
     write_jsonl(out_dir / "train.jsonl", rows)
     return write_json(out_dir / "manifest.json", manifest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m keyheads.data.trainset", description=build_trainset.__doc__)
+    p.add_argument("out", help="folder for train.jsonl and manifest.json")
+    p.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA)")
+    p.add_argument("--seed", type=int, default=SplitConfig.seed)
+    p.add_argument("--train-fraction", type=float, default=SplitConfig.train_fraction)
+    args = p.parse_args(argv)
+    path = write_trainset(args.out, args.data_dir, SplitConfig(args.seed, args.train_fraction))
+    manifest = json.loads(Path(path).read_text())
+    print(f"{manifest['train_size']} training rows {manifest['train_by_dataset']}; manifest: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

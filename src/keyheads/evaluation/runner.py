@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from ..io import write_json, write_jsonl
+from ..io import atomic_write_text, write_json, write_jsonl
 from ..models.model import HookedModel
 from .cache import ResultCache, item_key
 from .engine import PrefixKV
@@ -98,11 +98,7 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
 def write_table(results: Sequence[dict], cfg: EvalConfig, out: str | Path) -> str:
     out = Path(out)
     md = to_markdown(results, cfg.benchmarks)
-    config = asdict(cfg)
-    write_json(out / "results.json", {"config": config, "variants": list(results)})
-    (out / "table.md").parent.mkdir(parents=True, exist_ok=True)
-    from ..io import atomic_write_text
-
+    write_json(out / "results.json", {"config": asdict(cfg), "variants": list(results)})
     atomic_write_text(out / "table.md", md)
     atomic_write_text(out / "table.csv", to_csv(results, cfg.benchmarks))
     return md
