@@ -91,7 +91,8 @@ def plot_curves(curves: Curves, path, title: str) -> None:
     mean, std = curves.random_mean, curves.random_std
     lo, hi = np.min(curves.random, axis=0), np.max(curves.random, axis=0)
     ax.plot(ks, mean, "s-", color="tab:blue", label=f"random-rank (mean of {len(curves.random)} seeds)")
-    ax.fill_between(ks, mean - std, mean + std, color="tab:blue", alpha=0.25, label="random-rank ±1 std")
+    ax.fill_between(ks, np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1), color="tab:blue", alpha=0.25,
+                    label="random-rank ±1 std")
     ax.fill_between(ks, lo, hi, color="tab:blue", alpha=0.08, label="random-rank min–max")
     ax.set_xlabel("number of heads knocked out (k)")
     ax.set_ylabel("accuracy (top-1 = answer)")
