@@ -34,6 +34,11 @@ def cmd_patch(args) -> int:
                       else f"{k['label']} ({k['effect']:+.3g})" for k in keys["heads"][:15])
     print(f"key heads ({len(keys['heads'])} of {keys['n_heads_total']}; threshold {args.threshold}, "
           f"top-k {args.top_k}): {shown or 'none'}")
+    if not keys["heads"]:
+        best = key_heads(effects, threshold=None, top_k=3)["heads"]
+        print("no head passed the threshold; the most negative are "
+              + ", ".join(f"{k['label']} ({k['effect']:+.3g})" for k in best)
+              + ". Small models spread the work thinly: pick key heads with --top-k K")
     if args.method == "attribution":
         exact, _ = sweep(model, args.data, PatchConfig(method="path", metric=args.metric, batch_size=args.batch_size,
                                                        limit=args.limit, min_abs_logit=args.min_abs_logit,
