@@ -25,6 +25,9 @@ def cmd_patch(args) -> int:
                          min_abs_logit=args.min_abs_logit, first_token=args.first_token)
     effects, state = sweep(model, args.data, config, out=out)
     effects.write(out)
+    # --top-k alone means "the K most negative"; the paper's -5% applies when nothing is said
+    if args.threshold is None and args.top_k is None:
+        args.threshold = -0.05
     keys = key_heads(effects, threshold=args.threshold, top_k=args.top_k)
     write_json(out / "key_heads.json", keys)
     draw_heatmap(effects, out / "heatmap.png", key=[(k["layer"], k["head"]) for k in keys["heads"]])
@@ -62,8 +65,9 @@ def register(sub) -> None:
     p.add_argument("--metric", default="relative-logit", help=f"one of {', '.join(METRICS)}")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--limit", type=int, default=None, help="use the first N pairs")
-    p.add_argument("--threshold", type=float, default=-0.05, help="key heads: effect below this")
-    p.add_argument("--top-k", type=int, default=None, help="key heads: at most the K most negative")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="key heads: effect below this (default -0.05, the paper's, unless --top-k is given)")
+    p.add_argument("--top-k", type=int, default=None, help="key heads: the K most negative (below --threshold if given)")
     p.add_argument("--min-abs-logit", type=float, default=1e-2,
                    help="relative-logit: exclude samples whose answer logit is closer to zero")
     p.add_argument("--first-token", action="store_true", help="accept multi-token answers, measure the first")
