@@ -133,3 +133,14 @@ def test_cli_writes_the_run_folder(model, tmp_path):
         assert (out / name).is_file(), name
     assert len(json.loads((out / "key_heads.json").read_text())["heads"]) == 3
     assert main(["patch", "--model", str(folder), "--data", str(data), "--out", str(out), "--method", "nope"]) == 2
+
+
+def test_attribution_run_reports_rank_correlation(model, tmp_path):
+    from keyheads.patching import describe, identify
+
+    data = write_pairs(tmp_path / "pairs.jsonl")
+    effects, keys = identify(model, data, PatchConfig(method="attribution", metric="logit-diff"), tmp_path / "run",
+                             top_k=2, progress=False)
+    assert -1.0 <= keys["spearman_vs_path"] <= 1.0
+    assert (tmp_path / "run" / "attribution_vs_path.json").is_file()
+    assert "Spearman" in describe(effects, keys)

@@ -8,14 +8,12 @@ from .models import add_model_args, load_from_args
 
 
 def cmd_patch(args) -> int:
-    from scipy.stats import spearmanr
-
-    from ..io import write_json
-    from ..patching import METHODS, METRICS, PatchConfig, draw_heatmap, key_heads, sweep
-    from ..patching.run import check_method
+    from ..patching import PatchConfig
+    from ..patching.identify import describe, identify
     from ..patching.metrics import check_metric
+    from ..patching.run import check_method
 
-    check_method(args.method)
+    check_method(args.method)  # before loading a model: a typo should fail at once
     check_metric(args.metric)
     out = Path(args.out)
     if args.restart and (out / "per_sample.npz").exists():
@@ -23,32 +21,8 @@ def cmd_patch(args) -> int:
     model = load_from_args(args)
     config = PatchConfig(method=args.method, metric=args.metric, batch_size=args.batch_size, limit=args.limit,
                          min_abs_logit=args.min_abs_logit, first_token=args.first_token)
-    effects, state = sweep(model, args.data, config, out=out)
-    effects.write(out)
-    # --top-k alone means "the K most negative"; the paper's -5% applies when nothing is said
-    if args.threshold is None and args.top_k is None:
-        args.threshold = -0.05
-    keys = key_heads(effects, threshold=args.threshold, top_k=args.top_k)
-    write_json(out / "key_heads.json", keys)
-    draw_heatmap(effects, out / "heatmap.png", key=[(k["layer"], k["head"]) for k in keys["heads"]])
-    print(f"{config.method} patching, metric {config.metric}: {effects.n_samples} samples "
-          f"({effects.n_excluded} excluded), {state['seconds']:.1f} s")
-    shown = ", ".join(f"{k['label']} ({k['effect']:+.1%})" if config.metric == "relative-logit"
-                      else f"{k['label']} ({k['effect']:+.3g})" for k in keys["heads"][:15])
-    print(f"key heads ({len(keys['heads'])} of {keys['n_heads_total']}; threshold {args.threshold}, "
-          f"top-k {args.top_k}): {shown or 'none'}")
-    if not keys["heads"]:
-        best = key_heads(effects, threshold=None, top_k=3)["heads"]
-        print("no head passed the threshold; the most negative are "
-              + ", ".join(f"{k['label']} ({k['effect']:+.3g})" for k in best)
-              + ". Small models spread the work thinly: pick key heads with --top-k K")
-    if args.method == "attribution":
-        exact, _ = sweep(model, args.data, PatchConfig(method="path", metric=args.metric, batch_size=args.batch_size,
-                                                       limit=args.limit, min_abs_logit=args.min_abs_logit,
-                                                       first_token=args.first_token), out=None)
-        rho = spearmanr(sum(effects.heads, []), sum(exact.heads, [])).statistic
-        write_json(out / "attribution_vs_path.json", {"spearman_heads": rho})
-        print(f"attribution vs exact path patching: Spearman rank correlation over heads = {rho:.3f}")
+    effects, keys = identify(model, args.data, config, out, threshold=args.threshold, top_k=args.top_k)
+    print(describe(effects, keys))
     print(f"wrote {out}/effects.json, effects.csv, key_heads.json, heatmap.png")
     return 0
 

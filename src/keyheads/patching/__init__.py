@@ -1,9 +1,10 @@
 """Identify: path patching (exact and fast), activation patching and attribution patching."""
 from .heatmap import draw_heatmap
+from .identify import describe, identify
 from .metrics import METRICS
 from .results import Effects, key_heads
 from .run import METHODS, PatchConfig, sweep
 from .samples import BadSample, load_samples
 
-__all__ = ["METHODS", "METRICS", "BadSample", "Effects", "PatchConfig", "draw_heatmap", "key_heads",
+__all__ = ["METHODS", "METRICS", "BadSample", "Effects", "PatchConfig", "describe", "draw_heatmap", "identify", "key_heads",
            "load_samples", "sweep"]

@@ -1,0 +1,59 @@
+"""The identify stage: sweep, then write effects.json, effects.csv, key_heads.json and the heatmap."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ..io import write_json
+from ..models.model import HookedModel
+from .heatmap import draw_heatmap
+from .results import Effects, key_heads
+from .run import PatchConfig, sweep
+
+PAPER_THRESHOLD = -0.05
+
+
+def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str | Path,
+             threshold: float | None = None, top_k: int | None = None, progress: bool = True) -> tuple[Effects, dict]:
+    """Run the sweep into `out` (resuming a checkpoint there) and write every output.
+
+    Key heads: below `threshold` and at most `top_k`; `top_k` alone means the K most
+    negative, and with neither the paper's -5% applies. Returns (effects, key heads).
+    """
+    out = Path(out)
+    if threshold is None and top_k is None:
+        threshold = PAPER_THRESHOLD
+    effects, state = sweep(model, data, config, out=out, progress=progress)
+    effects.write(out)
+    keys = key_heads(effects, threshold=threshold, top_k=top_k)
+    keys["seconds"] = state["seconds"]
+    write_json(out / "key_heads.json", keys)
+    draw_heatmap(effects, out / "heatmap.png", key=[(k["layer"], k["head"]) for k in keys["heads"]])
+    if config.method == "attribution":
+        from scipy.stats import spearmanr
+
+        exact, _ = sweep(model, data, replace(config, method="path"), out=None, progress=progress)
+        rho = float(spearmanr(sum(effects.heads, []), sum(exact.heads, [])).statistic)
+        write_json(out / "attribution_vs_path.json", {"spearman_heads": rho})
+        keys["spearman_vs_path"] = rho
+    return effects, keys
+
+
+def describe(effects: Effects, keys: dict) -> str:
+    """What `keyheads patch` prints."""
+    pct = effects.metric == "relative-logit"
+    fmt = (lambda v: f"{v:+.1%}") if pct else (lambda v: f"{v:+.3g}")
+    lines = [f"{effects.method} patching, metric {effects.metric}: {effects.n_samples} samples "
+             f"({effects.n_excluded} excluded), {keys.get('seconds', 0.0):.1f} s"]
+    shown = ", ".join(f"{k['label']} ({fmt(k['effect'])})" for k in keys["heads"][:15])
+    lines.append(f"key heads ({len(keys['heads'])} of {keys['n_heads_total']}; threshold {keys['threshold']}, "
+                 f"top-k {keys['top_k']}): {shown or 'none'}")
+    if not keys["heads"]:
+        best = key_heads(effects, threshold=None, top_k=3)["heads"]
+        lines.append("no head passed the threshold; the most negative are "
+                     + ", ".join(f"{k['label']} ({fmt(k['effect'])})" for k in best)
+                     + ". Small models spread the work thinly: pick key heads with --top-k K")
+    if "spearman_vs_path" in keys:
+        lines.append(f"attribution vs exact path patching: Spearman rank correlation over heads = "
+                     f"{keys['spearman_vs_path']:.3f}")
+    return "\n".join(lines)
