@@ -59,3 +59,13 @@ def test_labels_follow_where_attention_goes():
     labels = label_heads([(0, 0), (1, 1), (2, 2)], m)
     assert [l.label for l in labels] == ["operand", "operator", "text"]
     assert labels[0].operand == pytest.approx(0.6)
+
+
+def test_top_other_tokens_marks_the_end_token(llama):
+    from keyheads.analysis.attention import top_other_tokens
+
+    s = Sample("x 3 + 4 = ", "7", 0, positions={"A": 2, "B": 6, "operator": 4})
+    row = np.zeros((1, 10))
+    row[0, 8], row[0, 9], row[0, 0], row[0, 2] = 0.5, 0.3, 0.1, 0.1
+    top = top_other_tokens(llama, [row, row], [s, s], k=2)
+    assert top == [[("=", pytest.approx(0.5)), ("␣ (END)", pytest.approx(0.3))]]

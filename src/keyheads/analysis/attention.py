@@ -84,6 +84,26 @@ def by_role(end_rows: Sequence[np.ndarray], samples: Sequence[Sample]) -> np.nda
     return out
 
 
+def top_other_tokens(model: HookedModel, end_rows: Sequence[np.ndarray], samples: Sequence[Sample],
+                     k: int = 3) -> list[list[tuple[str, float]]]:
+    """Per head, the k 'other words' tokens with the most attention on average (the END token itself is
+    marked "(END)"): says what a head labelled "text" actually reads."""
+    from collections import defaultdict
+
+    from ..report.figures import token_label
+
+    totals = [defaultdict(float) for _ in range(end_rows[0].shape[0])]
+    for row, s in zip(end_rows, samples):
+        ids = model.tokens(s.prompt, add_special_tokens=True)
+        roles = role_ids(s.positions, len(ids))
+        for p in np.flatnonzero(roles == ROLES.index("other")):
+            name = token_label(model.tokenizer.decode([ids[p]])) + (" (END)" if p == len(ids) - 1 else "")
+            for j in range(row.shape[0]):
+                totals[j][name] += float(row[j, p])
+    n = max(len(samples), 1)
+    return [sorted(((t, v / n) for t, v in tot.items()), key=lambda tv: -tv[1])[:k] for tot in totals]
+
+
 @dataclass
 class HeadLabel:
     head: Head

@@ -241,6 +241,7 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
     per_task = {t: roles[[i for i, s in enumerate(samples) if s.task == t]].mean(0) for t in tasks}
     counts = {t: sum(1 for s in samples if s.task == t) for t in tasks}
     labels = att.label_heads(heads, roles.mean(0))
+    top_other = att.top_other_tokens(model, rows, samples)
     att.plot_by_role(per_task, counts, heads, labels, out / "attention_by_role.png")
 
     # figure 7: END rows on one prompt per task and on the figure-4 formats the heads never saw
@@ -271,14 +272,17 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
     write_csv(out / "attention_by_role.csv", ["task", "head", "label", *att.ROLES], csv_rows)
     result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "heads": [fmt_head(h) for h in heads],
               "roles": list(att.ROLES), "per_task": {t: per_task[t].tolist() for t in tasks}, "counts": counts,
-              "all": roles.mean(0).tolist(), "labels": [l.as_dict() for l in labels],
+              "all": roles.mean(0).tolist(),
+              "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
               "effects": {fmt_head(h): effects.effect(h) for h in heads} if effects else None, "notes": list(notes)}
     write_json(out / "attention.json", result)
     print(f"{model.name}: END-token attention of {len(heads)} key heads over {len(samples)} reference prompts "
           f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")
-    print(f"{'head':<7} {'label':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES))
-    for lab, vals in zip(labels, roles.mean(0)):
-        print(f"{fmt_head(lab.head):<7} {lab.label:<9} " + " ".join(f"{v:>11.3f}" for v in vals))
+    print(f"{'head':<7} {'label':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES)
+          + "  most-attended other tokens")
+    for lab, vals, top in zip(labels, roles.mean(0), top_other):
+        print(f"{fmt_head(lab.head):<7} {lab.label:<9} " + " ".join(f"{v:>11.3f}" for v in vals) + "  "
+              + ", ".join(f"{t} {v:.2f}" for t, v in top))
     print(f"wrote {out}/attention.json, attention_by_role.csv, attention_by_role.png, attention_cases.png"
           + "".join(f", {d}" for d in drawn))
     return result
