@@ -65,7 +65,7 @@ def test_attention_and_mlp_commands(run, tmp_path, pairs_file, effects, capsys):
     res = json.loads((out / "attention.json").read_text())
     assert set(res["per_task"]) == {"addition", "subtraction"} and len(res["labels"]) == 4
     assert {l["label"] for l in res["labels"]} <= {"operand", "operator", "text"}
-    for f in ("attention_by_role.png", "attention_cases.png", "attention_by_role.csv"):
+    for f in ("attention_by_role.png", "attention_cases.png", "attention_transfer_cases.png", "attention_by_role.csv"):
         assert (out / f).stat().st_size > 0
     out = tmp_path / "mlp"
     assert run(["mlp", "--data", str(pairs_file), "--out", str(out), "--quiet"]) == 0

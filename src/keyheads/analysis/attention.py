@@ -169,8 +169,8 @@ def plot_cases(model: HookedModel, cases: Sequence[tuple[str, str]], end_rows: S
         shown = slice(max(0, len(ids) - max_tokens), len(ids))
         im = ax.imshow(row[:, shown], aspect="auto", cmap="Reds", vmin=0, vmax=1)
         ax.set_xticks(range(len(ids[shown])), [token_label(model.tokenizer.decode([t])) for t in ids[shown]],
-                      rotation=90, fontsize=7)
-        ax.set_yticks(range(len(heads)), [fmt_head(h) for h in heads], fontsize=7)
+                      rotation=90, fontsize=8)
+        ax.set_yticks(range(len(heads)), [fmt_head(h) for h in heads], fontsize=8)
         cut = " (last tokens)" if shown.start else ""
         ax.set_title(f"{name}: attention from END to each token{cut}", fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)

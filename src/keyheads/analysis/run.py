@@ -244,21 +244,20 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
     top_other = att.top_other_tokens(model, rows, samples)
     att.plot_by_role(per_task, counts, heads, labels, out / "attention_by_role.png")
 
-    # figure 7: END rows on one prompt per task and on the figure-4 formats the heads never saw
+    # figure 16-style: END rows on one prompt per task; figure 7: the figure-4 formats the heads never saw
     cases = [(f"{t} ({next(s.template for s in samples if s.task == t)})", next(s.prompt for s in samples
                                                                              if s.task == t)) for t in tasks]
-    for make in (tr.multidigit, tr.decimal, tr.year_span):
-        ts = make(model, 1)
-        cases.append((ts.name, ts.prompts[0]))
-    case_rows = att.end_attention(model, [p for _, p in cases], heads, progress=False)
-    att.plot_cases(model, cases, case_rows, heads, out / "attention_cases.png")
+    unseen = [(ts.name, ts.prompts[0]) for ts in (make(model, 1) for make in (tr.multidigit, tr.decimal, tr.year_span))]
+    for group, name in ((cases, "attention_cases.png"), (unseen, "attention_transfer_cases.png")):
+        group_rows = att.end_attention(model, [p for _, p in group], heads, progress=False)
+        att.plot_cases(model, group, group_rows, heads, out / name)
     # figure 16: the full pattern of the strongest operator head and operand head
     drawn = []
     for kind in ("operator", "operand"):
         best = max((l for l in labels if l.label == kind), key=lambda l: getattr(l, kind), default=None)
         if best is None:
             continue
-        task_cases = cases[:len(tasks)][:4]
+        task_cases = cases[:4]
         pats = att.full_patterns(model, [p for _, p in task_cases], best.head)
         name = f"attention_pattern_{fmt_head(best.head)}.png"
         att.plot_patterns(model, task_cases, pats, best.head, kind, out / name)
@@ -283,7 +282,8 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
     for lab, vals, top in zip(labels, roles.mean(0), top_other):
         print(f"{fmt_head(lab.head):<7} {lab.label:<9} " + " ".join(f"{v:>11.3f}" for v in vals) + "  "
               + ", ".join(f"{t} {v:.2f}" for t, v in top))
-    print(f"wrote {out}/attention.json, attention_by_role.csv, attention_by_role.png, attention_cases.png"
+    print(f"wrote {out}/attention.json, attention_by_role.csv, attention_by_role.png, attention_cases.png, "
+          "attention_transfer_cases.png"
           + "".join(f", {d}" for d in drawn))
     return result
 
