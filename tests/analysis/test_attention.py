@@ -58,6 +58,7 @@ def test_labels_follow_where_attention_goes():
                   [0.0, 0.1, 0.1, 0.3, 0.5]])   # other words
     labels = label_heads([(0, 0), (1, 1), (2, 2)], m)
     assert [l.label for l in labels] == ["operand", "operator", "text"]
+    assert [l.lean for l in labels] == ["operand", "operator", "operand"]
     assert labels[0].operand == pytest.approx(0.6)
 
 

@@ -9,7 +9,8 @@ the five numbers of a head sum to one.
 Labels (a simple rule, documented because the figure colours follow it): leaving the first
 token out (attention sinks carry no content), a head is "operand" if A+B gets more of its
 attention than the operator and than all other words together, "operator" if the operator
-does, and "text" otherwise.
+does, and "text" otherwise. `lean` is the binary call between the two task roles alone
+(operand if A+B >= operator), for heads labelled "text" too.
 """
 from __future__ import annotations
 
@@ -108,13 +109,14 @@ def top_other_tokens(model: HookedModel, end_rows: Sequence[np.ndarray], samples
 class HeadLabel:
     head: Head
     label: str
+    lean: str
     operand: float
     operator: float
     text: float
     first: float
 
     def as_dict(self) -> dict:
-        return {"head": fmt_head(self.head), "label": self.label, "operand_A_plus_B": self.operand,
+        return {"head": fmt_head(self.head), "label": self.label, "lean": self.lean, "operand_A_plus_B": self.operand,
                 "operator": self.operator, "other_words": self.text, "first_token": self.first}
 
 
@@ -124,7 +126,8 @@ def label_heads(heads: Sequence[Head], mean_by_role: np.ndarray) -> list[HeadLab
     for head, m in zip(heads, mean_by_role):
         operand, operator, text = m[0] + m[1], m[2], m[3]
         label = ("operand", "operator", "text")[int(np.argmax([operand, operator, text]))]
-        labels.append(HeadLabel(head, label, float(operand), float(operator), float(text), float(m[4])))
+        lean = "operand" if operand >= operator else "operator"
+        labels.append(HeadLabel(head, label, lean, float(operand), float(operator), float(text), float(m[4])))
     return labels
 
 

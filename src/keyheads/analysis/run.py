@@ -277,10 +277,10 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
     write_json(out / "attention.json", result)
     print(f"{model.name}: END-token attention of {len(heads)} key heads over {len(samples)} reference prompts "
           f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")
-    print(f"{'head':<7} {'label':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES)
+    print(f"{'head':<7} {'label':<9} {'lean':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES)
           + "  most-attended other tokens")
     for lab, vals, top in zip(labels, roles.mean(0), top_other):
-        print(f"{fmt_head(lab.head):<7} {lab.label:<9} " + " ".join(f"{v:>11.3f}" for v in vals) + "  "
+        print(f"{fmt_head(lab.head):<7} {lab.label:<9} {lab.lean:<9} " + " ".join(f"{v:>11.3f}" for v in vals) + "  "
               + ", ".join(f"{t} {v:.2f}" for t, v in top))
     print(f"wrote {out}/attention.json, attention_by_role.csv, attention_by_role.png, attention_cases.png, "
           "attention_transfer_cases.png"
