@@ -229,3 +229,16 @@ def test_key_head_lists(tmp_path):
     assert read_heads(str(tmp_path / "c.csv")) == [(12, 3), (14, 2)]
     with pytest.raises(FileNotFoundError, match="missing.json"):
         read_heads(str(tmp_path / "missing.json"))
+
+
+def test_batches_do_not_mix_mmlu_subjects(tiny, tiny_data, tmp_path, monkeypatch):
+    seen = []
+    real_run = tasks_module.ChoiceTask.run
+
+    def spy(self, model, items, prefix, cfg):
+        seen.append([it.record.subject for it in items])
+        return real_run(self, model, items, prefix, cfg)
+
+    monkeypatch.setattr(tasks_module.ChoiceTask, "run", spy)
+    evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path, benchmarks=("mmlu",), batch_size=16), tmp_path / "r")
+    assert sorted(map(tuple, seen)) == [("math",) * 3, ("science",) * 3]

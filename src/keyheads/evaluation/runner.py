@@ -37,35 +37,47 @@ def cache_folder(cfg: EvalConfig) -> Path:
     return cache_root() / "eval"
 
 
+def _batches(items: list, size: int, group: Callable) -> list[list]:
+    """Consecutive runs of at most `size` items of the same group."""
+    batches: list[list] = []
+    for item in items:
+        if batches and len(batches[-1]) < size and group(batches[-1][0]) == group(item):
+            batches[-1].append(item)
+        else:
+            batches.append([item])
+    return batches
+
+
 def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache) -> tuple[list[dict], dict]:
     """Score every item of `task`, computing only those not in `cache`; -> (rows, timing)."""
     model = prepared.model
     settings = task.settings(model, cfg)
     keys = [item_key(prepared.fingerprint, task.name, it.prompt, settings) for it in task.items]
     pending = [(k, it) for k, it in zip(keys, task.items) if k not in cache]
-    # Sorted prompts put items with the same few-shot prefix (an MMLU subject) next to each other.
-    pending.sort(key=lambda p: p[1].prompt)
+    # Sorted prompts put items with the same few-shot prefix next to each other, and a batch
+    # never mixes groups (MMLU subjects): their prompts would only share padding.
+    pending.sort(key=lambda p: (task.group(p[1]), p[1].prompt))
     start = time.time()
+    right = done = 0
     if pending:
         bar = tqdm(total=len(pending), desc=f"{prepared.label} {task.name}", unit="q", disable=not cfg.progress,
                    dynamic_ncols=True)
         prefix = PrefixKV(model)
         right = done = 0
         with model.hooks(edit=prepared.edits):
-            for i in range(0, len(pending), cfg.batch_size):
+            for batch in _batches(pending, cfg.batch_size, lambda p: task.group(p[1])):
                 cache.refresh()  # another run sharing the cache may have done some of these
-                batch = [(k, it) for k, it in pending[i:i + cfg.batch_size] if k not in cache]
-                if not batch:
-                    bar.update(min(cfg.batch_size, len(pending) - i))
-                    continue
-                results = task.run(model, [it for _, it in batch], prefix, cfg)
-                cache.add({"key": k, "variant": prepared.label, **r} for (k, _), r in zip(batch, results))
-                right += sum(bool(task.score(it, r)["correct"]) for (_, it), r in zip(batch, results))
-                done += len(batch)
-                bar.update(min(cfg.batch_size, len(pending) - i))
-                bar.set_postfix(acc=f"{right / done:.3f}")
+                todo = [(k, it) for k, it in batch if k not in cache]
+                if todo:
+                    results = task.run(model, [it for _, it in todo], prefix, cfg)
+                    cache.add({"key": k, "variant": prepared.label, **r} for (k, _), r in zip(todo, results))
+                    right += sum(bool(task.score(it, r)["correct"]) for (_, it), r in zip(todo, results))
+                    done += len(todo)
+                bar.update(len(batch))
+                if done:
+                    bar.set_postfix(acc=f"{right / done:.3f}")
         bar.close()
-    timing = {"computed": len(pending), "cached": len(keys) - len(pending), "seconds": round(time.time() - start, 1)}
+    timing = {"computed": done, "cached": len(keys) - done, "seconds": round(time.time() - start, 1)}
     return [task.score(it, cache.get(k)) for k, it in zip(keys, task.items)], timing
 
 

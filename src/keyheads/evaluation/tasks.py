@@ -82,6 +82,10 @@ class Task:
     split: str
     exemplars: list[Record]
 
+    def group(self, item: Item) -> str:
+        """Items of one group share a few-shot prefix; batches do not mix groups."""
+        return item.record.subject or ""
+
     def settings(self, model: HookedModel, cfg: EvalConfig) -> dict:
         """Everything besides model and prompt that changes the raw result (part of the cache key)."""
         raise NotImplementedError
