@@ -125,8 +125,11 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
         _write_curves(out, curves, model.name)
         print(_format_curves(curves))
 
-    base = accuracy_with(model, batches, answers, full, [])
-    after = accuracy_with(model, batches, answers, full, key_heads)
+    if "curves" in result and list(key_heads) == list(curves.effect_order[:len(key_heads)]):
+        base, after = curves.effect[0], curves.effect[len(key_heads)]  # already a point of the curve
+    else:
+        base = accuracy_with(model, batches, answers, full, [])
+        after = accuracy_with(model, batches, answers, full, key_heads)
     rel = (after - base) / base if base else float("nan")
     result["key_heads"] = {"heads": [fmt_head(h) for h in key_heads], "accuracy_before": base,
                            "accuracy_after": after, "relative_change": rel}
