@@ -1,28 +1,25 @@
-"""`make demo`: run what the pipeline has, on the bundled default model."""
+"""`make demo`: the whole study on the bundled default model, small enough for a laptop CPU."""
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
-FEW_SHOT = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n"
+from .pipeline import PipelineConfig, run_pipeline
+
+
+def demo_config(args) -> PipelineConfig:
+    data_dir = os.environ.get("KEYHEADS_DATA")
+    if not data_dir:
+        print("note: KEYHEADS_DATA is not set, so the benchmark evaluation and the SVAMP/GSM8K transfer are "
+              "skipped (point it at a folder with gsm8k/, svamp/, addsub/, singleeq/, mmlu/, csqa/)")
+    return PipelineConfig(
+        model=args.model, out=args.out, device=args.device, dtype=args.dtype,
+        task="addition", templates=["add-eq-1", "add-eq-2", "add-stmt-1", "add-qa-2"], n=96, few_shot=3,
+        top_k=8, knockout_k=12, seeds=5, analysis_samples=None,
+        eval_benchmarks=["gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa"] if data_dir else [],
+        eval_limit=args.eval_limit, data_dir=data_dir, batch_size=16,
+    )
 
 
 def run_demo(args) -> int:
-    import torch
-
-    from .commands.models import load_from_args
-    from .io import write_json
-
-    out = Path(args.out)
-    model = load_from_args(args)
-    print(model)
-    pairs = [(a, b) for a in range(1, 10) for b in range(1, 10) if a + b < 10]
-    prompts = [f"{FEW_SHOT}{a} + {b} = " for a, b in pairs]
-    answers = [model.tokens(str(a + b))[0] for a, b in pairs]
-    with torch.no_grad():
-        logits = model.forward(model.encode(prompts))[:, -1]
-    correct = (logits.argmax(-1) == torch.tensor(answers, device=logits.device)).tolist()
-    accuracy = sum(correct) / len(correct)
-    print(f"single-digit addition with a 3-example prefix: {sum(correct)}/{len(correct)} correct ({accuracy:.0%})")
-    write_json(out / "demo.json", {"model": model.name, "task": "addition", "n": len(correct), "accuracy": accuracy})
-    print(f"wrote {out / 'demo.json'}")
+    run_pipeline(demo_config(args))
     return 0

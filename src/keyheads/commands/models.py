@@ -54,6 +54,17 @@ def cmd_demo(args) -> int:
     return run_demo(args)
 
 
+def cmd_run(args) -> int:
+    from ..pipeline import PipelineConfig, run_pipeline
+
+    cfg = PipelineConfig.from_yaml(args.config)
+    for key in ("model", "out", "device", "data_dir"):
+        if getattr(args, key, None):
+            setattr(cfg, key, getattr(args, key))
+    run_pipeline(cfg)
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("models", help="list the bundled models: installed, cached, size, licence")
     p.set_defaults(func=cmd_models)
@@ -68,4 +79,14 @@ def register(sub) -> None:
     p = sub.add_parser("demo", help="the main job on the bundled default model, end to end")
     add_model_args(p)
     p.add_argument("--out", default="runs/demo", help="run folder (default: runs/demo)")
+    p.add_argument("--eval-limit", type=int, default=10, help="items per benchmark in the evaluation (default: 10)")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("run", help="the whole study (data, identify, knockout, attention, MLPs, eval, report) "
+                                   "from a YAML config; resumes an interrupted run")
+    p.add_argument("config", help="YAML file with PipelineConfig fields (see configs/)")
+    p.add_argument("--model", help="override the config's model")
+    p.add_argument("--out", help="override the config's run folder")
+    p.add_argument("--device", help="override the device")
+    p.add_argument("--data-dir", help="benchmark folder (default $KEYHEADS_DATA)")
+    p.set_defaults(func=cmd_run)
