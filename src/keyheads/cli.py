@@ -22,7 +22,10 @@ class UserError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="keyheads", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="keyheads",
+        description="Find, explain and fine-tune the attention heads and MLPs that do arithmetic in a language model.",
+        epilog="`keyheads demo` runs the whole study on the bundled model; `keyheads COMMAND -h` for each command.")
     parser.add_argument("--version", action="version", version=f"keyheads {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
