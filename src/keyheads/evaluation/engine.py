@@ -119,7 +119,9 @@ class PrefixKV:
             self.ids, self.cache = list(rows[0][:lcp]), cache
             self.computed += 1
         cache = copy.deepcopy(self.cache)
-        cache.batch_repeat_interleave(len(rows))
+        for layer in cache.layers:  # a view per row, no copy: the forward's concatenation makes the only one
+            layer.keys = layer.keys.expand(len(rows), *layer.keys.shape[1:])
+            layer.values = layer.values.expand(len(rows), *layer.values.shape[1:])
         return len(self.ids), cache
 
 

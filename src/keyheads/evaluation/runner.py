@@ -54,9 +54,9 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
     settings = task.settings(model, cfg)
     keys = [item_key(prepared.fingerprint, task.name, it.prompt, settings) for it in task.items]
     pending = [(k, it) for k, it in zip(keys, task.items) if k not in cache]
-    # Sorted prompts put items with the same few-shot prefix next to each other, and a batch
-    # never mixes groups (MMLU subjects): their prompts would only share padding.
-    pending.sort(key=lambda p: (task.group(p[1]), p[1].prompt))
+    # A batch never mixes groups (MMLU subjects, whose few-shot prefixes differ), and within a
+    # group prompts of similar length go together, so that little is spent on padding.
+    pending.sort(key=lambda p: (task.group(p[1]), len(p[1].prompt), p[1].prompt))
     start = time.time()
     right = done = 0
     if pending:
