@@ -1,11 +1,21 @@
 """Writing results so that no run loses finished work: atomic files and JSONL."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, read in blocks (model weights can be large)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:

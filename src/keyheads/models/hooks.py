@@ -46,30 +46,21 @@ def _locate(model, layer: int | None, name: str):
         return model.module(fam.final_norm), "out"
     if not 0 <= layer < model.n_layers:
         raise IndexError(f"layer {layer} out of range: the model has {model.n_layers} layers (0..{model.n_layers - 1})")
-    sub = lambda path: model.layer_module(layer, path)  # noqa: E731
-    if name == "resid_pre":
-        return model.layers[layer], "in"
-    if name == "resid_post":
-        return model.layers[layer], "out"
-    if name == "head_out":
-        return sub(fam.attn_out_proj), "in"
-    if name == "attn_out":
-        return sub(fam.attn_out_proj), "out"
-    if name == "attn_write":
-        return sub(fam.post_attn_norm or fam.attn_out_proj), "out"
-    if name == "resid_mid":
-        if model.parallel_residual:
-            raise KeyError("resid_mid does not exist in a parallel-residual model: attention and MLP both read resid_pre")
-        return sub(fam.pre_mlp_norm), "in"
-    if name == "mlp_in":
-        return sub(fam.mlp), "in"
-    if name == "mlp_out":
-        return sub(fam.mlp), "out"
-    if name == "mlp_write":
-        return sub(fam.post_mlp_norm or fam.mlp), "out"
-    if name == "pattern":
-        return sub(fam.attn), "pattern"
-    raise KeyError(name)
+    if name == "resid_mid" and model.parallel_residual:
+        raise KeyError("resid_mid does not exist in a parallel-residual model: attention and MLP both read resid_pre")
+    if name in ("resid_pre", "resid_post"):
+        return model.layers[layer], ("in" if name == "resid_pre" else "out")
+    path, side = {
+        "head_out": (fam.attn_out_proj, "in"),
+        "attn_out": (fam.attn_out_proj, "out"),
+        "attn_write": (fam.post_attn_norm or fam.attn_out_proj, "out"),
+        "resid_mid": (fam.pre_mlp_norm, "in"),
+        "mlp_in": (fam.mlp, "in"),
+        "mlp_out": (fam.mlp, "out"),
+        "mlp_write": (fam.post_mlp_norm or fam.mlp, "out"),
+        "pattern": (fam.attn, "pattern"),
+    }[name]
+    return model.layer_module(layer, path), side
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..io import file_sha256
 from .bundled import BUNDLED, DEFAULT_MODEL
 from .families import family_for
 from .model import HookedModel
@@ -35,14 +36,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("KEYHEADS_CACHE", Path.home() / ".cache" / "keyheads"))
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _cache_valid(folder: Path) -> bool:
     manifest = folder / MANIFEST
     if not manifest.is_file():
@@ -53,7 +46,7 @@ def _cache_valid(folder: Path) -> bool:
         return False
     for name, meta in files.items():
         path = folder / name
-        if not path.is_file() or path.stat().st_size != meta["size"] or _sha256(path) != meta["sha256"]:
+        if not path.is_file() or path.stat().st_size != meta["size"] or file_sha256(path) != meta["sha256"]:
             return False
     return True
 
@@ -80,7 +73,7 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
+        files = {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / MANIFEST).write_text(json.dumps({"source": str(gguf), "files": files}, indent=1))
         if target.exists():
             shutil.rmtree(target)

@@ -6,7 +6,6 @@ so that no padding enters the computation (exactness is easy to reason about the
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -14,7 +13,7 @@ from typing import Iterator, Sequence
 import torch
 
 from ..data.pairs import answer_continuation
-from ..io import iter_jsonl
+from ..io import file_sha256, iter_jsonl  # noqa: F401  (file_sha256 is part of this module's API)
 from ..models.model import HookedModel
 
 
@@ -68,10 +67,6 @@ def load_samples(model: HookedModel, path: str | Path, limit: int | None = None,
     if not samples:
         raise BadSample(f"{path}: no pairs found")
     return samples
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @dataclass
