@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..io import file_sha256
 from ..knockout import Head, compute_means, parse_heads
 from ..models.model import HookedModel
 
@@ -78,14 +79,6 @@ class Prepared:
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def parameters_fingerprint(model: HookedModel) -> str:
