@@ -34,6 +34,9 @@ def test_knockout_command(run, tmp_path, pairs_file, effects, shared_data, capsy
     assert res["curves"]["effect_order"][:3] == ["2.3", "2.2", "2.1"]
     assert any("capped" in n for n in res["notes"])
     assert res["key_heads"]["heads"] == ["2.3", "2.2", "2.1"]
+    control = res["transfer"]["random_heads"]
+    assert len(control) == 3 and not set(control) & set(res["key_heads"]["heads"])
+    assert all(r["accuracy_random_heads"] is not None for r in res["transfer"]["rows"])
     names = [r["set"] for r in res["transfer"]["rows"]]
     assert any("multiplication" in n for n in names) and any("SVAMP" in n for n in names)
     assert any("GSM8K" in n for n in names) and any("decimal" in n for n in names)

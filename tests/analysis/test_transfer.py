@@ -45,13 +45,17 @@ def test_evaluate_equals_direct_knockout(llama, tmp_path):
     clean = llama.forward(llama.encode(refs))[:, -1].argmax(-1)
     answers = [llama.tokenizer.decode([t]) for t in clean[:8]] + ["0"] * 4  # 8 right, 4 (probably) wrong
     tset = tr._finish(llama, "mine", refs, answers)
-    row, case = tr.evaluate(llama, tset, ko, batch_size=5, progress=False)
+    control = knockout_subset(full, [(0, 0), (0, 2), (1, 3)])
+    row, case = tr.evaluate(llama, tset, ko, batch_size=5, progress=False, control=control)
     direct_ko = compute_means(llama, cfs, heads=heads, progress=False)
     after_logits = llama.run(llama.encode(refs), edit=direct_ko.edits())[0][:, -1]
     ids = torch.tensor(tset.answer_ids)
     assert row.before == (clean == ids).float().mean().item()
     assert row.after == (after_logits.argmax(-1) == ids).float().mean().item()
     assert row.relative_drop == (row.after - row.before) / row.before
+    direct_control = compute_means(llama, cfs, heads=[(0, 0), (0, 2), (1, 3)], progress=False)
+    control_logits = llama.run(llama.encode(refs), edit=direct_control.edits())[0][:, -1]
+    assert row.control == (control_logits.argmax(-1) == ids).float().mean().item()
     assert case.prompt == refs[0] and len(case.before) == 5
     assert case.before[0][0] == answers[0]
     p = after_logits[0].softmax(-1)

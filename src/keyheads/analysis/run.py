@@ -19,7 +19,7 @@ from . import transfer as tr
 from .common import (AnalysisError, Batches, alignment_warning, all_heads, answer_token, fallback_note, fmt_head,
                      fmt_heads, knockout_subset, load_samples, read_pair_rows)
 from .effects import DEFAULT_THRESHOLD, read_effects, select_key_heads
-from .knockout_curves import CurveConfig, accuracy_with, knockout_curves, plot_curves
+from .knockout_curves import CurveConfig, accuracy_with, knockout_curves, plot_curves, random_order
 
 
 class Notes(list):
@@ -67,7 +67,8 @@ class KnockoutRun:
     n_samples: reference prompts used (seeded subset; None = all); mean_mode: aligned | global;
     transfer_data: another pairs file, one transfer set per value of its `transfer_by` field
     (task or template); data_dir: benchmark folder (SVAMP, GSM8K);
-    transfer_n: prompts per generated / benchmark transfer set (None = all)."""
+    transfer_n: prompts per generated / benchmark transfer set (None = all); transfer_control: also knock
+    out as many random non-key heads on every transfer set (one more pass each)."""
 
     data: str
     out: str
@@ -83,6 +84,7 @@ class KnockoutRun:
     transfer_by: str = "task"
     data_dir: str | None = None
     transfer_n: int | None = 100
+    transfer_control: bool = True
     progress: bool = True
 
 
@@ -192,9 +194,13 @@ def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: P
         except DataNotFound as err:
             notes.add(f"transfer to {name.upper()} skipped: {err}")
     ko = knockout_subset(full, key_heads)
+    # control: as many heads, drawn at random from the others (seeded)
+    others = [h for h in all_heads(model) if h not in set(key_heads)]
+    control_heads = random_order(others, cfg.seed)[:len(key_heads)]
+    control = knockout_subset(full, control_heads) if cfg.transfer_control else None
     rows, cases = [], []
     for tset in sets:
-        row, case = tr.evaluate(model, tset, ko, cfg.batch_size, cfg.progress)
+        row, case = tr.evaluate(model, tset, ko, cfg.batch_size, cfg.progress, control=control)
         notes.add(f"{tset.name}: {row.fallback}" if row.fallback else "")
         rows.append(row)
         cases.append(case)
@@ -202,11 +208,15 @@ def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: P
     print(f"\ntransfer: knocking out {len(key_heads)} key heads [{fmt_heads(key_heads)}]\n{table}\n")
     case_text = "\n\n".join(c.text() for c in cases)
     print(case_text)
-    write_csv(out / "transfer.csv", ["set", "n", "accuracy_before", "accuracy_after", "relative_change", "note"],
-              [[r.name, r.n, r.before, r.after, r.relative_drop, "; ".join(x for x in (r.note, r.fallback) if x)]
-               for r in rows])
-    atomic_write_text(out / "transfer_cases.txt", f"knocked out: {fmt_heads(key_heads)}\n\n{table}\n\n{case_text}\n")
-    return {"heads": [fmt_head(h) for h in key_heads], "rows": [r.as_dict() for r in rows],
+    write_csv(out / "transfer.csv", ["set", "n", "accuracy_before", "accuracy_after", "relative_change",
+                                     "accuracy_random_heads", "relative_change_random_heads", "note"],
+              [[r.name, r.n, r.before, r.after, r.relative_drop, "" if r.control is None else r.control,
+                r.control_drop, "; ".join(x for x in (r.note, r.fallback) if x)] for r in rows])
+    header = f"knocked out: {fmt_heads(key_heads)}" + (f"\nrandom control: {fmt_heads(control_heads)}" if control else "")
+    atomic_write_text(out / "transfer_cases.txt", f"{header}\n\n{table}\n\n{case_text}\n")
+    return {"heads": [fmt_head(h) for h in key_heads],
+            "random_heads": [fmt_head(h) for h in control_heads] if control else None,
+            "rows": [r.as_dict() for r in rows],
             "cases": [asdict(c) for c in cases]}
 
 

@@ -154,14 +154,22 @@ class TransferRow:
     after: float
     fallback: str
     note: str = ""
+    control: float | None = None  # accuracy with as many random (non-key) heads knocked out
 
     @property
     def relative_drop(self) -> float:
         return (self.after - self.before) / self.before if self.before > 0 else float("nan")
 
+    @property
+    def control_drop(self) -> float:
+        if self.control is None or self.before <= 0:
+            return float("nan")
+        return (self.control - self.before) / self.before
+
     def as_dict(self) -> dict:
         return {"set": self.name, "n": self.n, "accuracy_before": self.before, "accuracy_after": self.after,
-                "relative_change": self.relative_drop, "fallback": self.fallback, "note": self.note}
+                "relative_change": self.relative_drop, "accuracy_random_heads": self.control,
+                "relative_change_random_heads": self.control_drop, "fallback": self.fallback, "note": self.note}
 
 
 @dataclass
@@ -185,8 +193,11 @@ class Case:
 
 
 def evaluate(model: HookedModel, tset: TransferSet, ko: Knockout, batch_size: int = 16,
-             progress: bool = True) -> tuple[TransferRow, Case]:
-    """Accuracy before and after the knockout on one set, and its figure-4 case."""
+             progress: bool = True, control: Knockout | None = None) -> tuple[TransferRow, Case]:
+    """Accuracy before and after the knockout on one set, and its figure-4 case.
+
+    `control` (the same number of random heads) says how much of a drop any knockout of that
+    size causes on this set: a transfer claim needs the key heads to do clearly more."""
     batches = Batches(model, tset.prompts, batch_size)
     desc = f"transfer {tset.name}" if progress else None
     before = predict(model, batches, tset.answer_ids, None, topk=5, desc=desc)
@@ -194,6 +205,8 @@ def evaluate(model: HookedModel, tset: TransferSet, ko: Knockout, batch_size: in
     note = fallback_note(ko, batches)
     row = TransferRow(tset.name, len(tset.prompts), before.accuracy(tset.answer_ids),
                       after.accuracy(tset.answer_ids), note.text(), tset.note)
+    if control is not None:
+        row.control = predict(model, batches, tset.answer_ids, control.edits(), desc=desc).accuracy(tset.answer_ids)
     i = tset.case
     tok = model.tokenizer
     top = lambda pred: [(tok.decode([int(t)]), float(p)) for t, p in zip(pred.topk_ids[i], pred.topk_probs[i])]  # noqa: E731

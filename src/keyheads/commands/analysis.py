@@ -45,7 +45,7 @@ def cmd_knockout(args) -> int:
                       seed=args.seed, n_samples=_limit(args.n_samples), batch_size=args.batch_size,
                       mean_mode=args.mean_mode, transfer=not args.no_transfer, transfer_data=args.transfer_data,
                       transfer_by=args.transfer_by, data_dir=args.data_dir, transfer_n=_limit(args.transfer_n),
-                      progress=not args.quiet)
+                      transfer_control=not args.no_control, progress=not args.quiet)
     if cfg.seeds < 1:
         raise ValueError("--seeds must be at least 1")
     run_knockout(_load(args), cfg)
@@ -110,6 +110,8 @@ def register(sub) -> None:
                                       "(default $KEYHEADS_DATA)")
     p.add_argument("--transfer-n", type=int, default=100, help="prompts per transfer set (0 = all)")
     p.add_argument("--no-transfer", action="store_true", help="skip the transfer table")
+    p.add_argument("--no-control", action="store_true",
+                   help="transfer without the control knockout of as many random non-key heads")
     p.set_defaults(func=cmd_knockout, batch_size=32)
 
     p = sub.add_parser("attention", formatter_class=fmt,
