@@ -7,7 +7,7 @@ import pytest
 from keyheads.cli import main
 
 from .conftest import make_rows, write_rows
-from .test_effects import write_effects
+from tests.patching.test_key_heads import write_effects
 
 
 @pytest.fixture

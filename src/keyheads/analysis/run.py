@@ -13,12 +13,12 @@ from pathlib import Path
 from ..io import write_json
 from ..knockout import check_components, compute_means, parse_heads
 from ..models.model import HookedModel
+from ..patching.results import PAPER_THRESHOLD, Effects, select_heads
 from . import attention as att
 from . import mlp as mlpmod
 from . import transfer as tr
 from .common import (AnalysisError, Batches, alignment_warning, all_heads, answer_token, fallback_note, fmt_head,
                      fmt_heads, knockout_subset, load_samples, read_pair_rows)
-from .effects import DEFAULT_THRESHOLD, read_effects, select_key_heads
 from .knockout_curves import CurveConfig, accuracy_with, knockout_curves, plot_curves, random_order
 
 
@@ -45,18 +45,17 @@ class Selection:
 
 def choose_heads(model: HookedModel, sel: Selection):
     """(key heads, Effects or None): explicit heads, else threshold / top-k over the effects."""
-    effects = read_effects(sel.effects, model) if sel.effects else None
+    effects = Effects.load(sel.effects, model) if sel.effects else None
     if sel.heads:
         heads = parse_heads(sel.heads)
         check_components(model, heads, [])
         return heads, effects
     if effects is None:
         raise AnalysisError("say which heads: --effects effects.json (from `keyheads patch`) or --heads L.H,...")
-    if sel.top_k is not None and sel.threshold is None:
-        return select_key_heads(effects, threshold=None, top_k=sel.top_k), effects
-    threshold = DEFAULT_THRESHOLD if sel.threshold is None else sel.threshold
-    heads = select_key_heads(effects, threshold=threshold)
-    return (heads[:sel.top_k] if sel.top_k else heads), effects
+    threshold = sel.threshold
+    if threshold is None and sel.top_k is None:
+        threshold = PAPER_THRESHOLD
+    return select_heads(effects, threshold=threshold, top_k=sel.top_k), effects
 
 
 # ---- knockout ------------------------------------------------------------------------------

@@ -7,10 +7,9 @@ from pathlib import Path
 from ..io import write_json
 from ..models.model import HookedModel
 from .heatmap import draw_heatmap
-from .results import Effects, key_heads
+from .results import PAPER_THRESHOLD, Effects, key_heads
 from .run import PatchConfig, sweep
 
-PAPER_THRESHOLD = -0.05
 
 
 def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str | Path,
