@@ -242,3 +242,26 @@ def test_batches_do_not_mix_mmlu_subjects(tiny, tiny_data, tmp_path, monkeypatch
     monkeypatch.setattr(tasks_module.ChoiceTask, "run", spy)
     evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path, benchmarks=("mmlu",), batch_size=16), tmp_path / "r")
     assert sorted(map(tuple, seen)) == [("math",) * 3, ("science",) * 3]
+
+
+def test_shards_split_the_work_and_the_table_comes_from_the_cache(tiny, tiny_data, tmp_path):
+    cfg = dict(benchmarks=("gsm8k", "mmlu"))
+    computed = {}
+    for k in range(3):
+        res = evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path, shard=(k, 3), **cfg), tmp_path / "s")
+        computed[k] = {b: r["timing"]["computed"] for b, r in res[0]["benchmarks"].items()}
+    assert not (tmp_path / "s" / "table.md").exists()  # a shard writes no table
+    counter = Counter(tiny)
+    try:
+        joined = evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path, **cfg), tmp_path / "joined")
+    finally:
+        counter.close()
+    assert counter.calls == 0  # the shards together did every item
+    direct = evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path / "direct", **cfg), tmp_path / "direct")
+    for b in cfg["benchmarks"]:
+        n = direct[0]["benchmarks"][b]["n"]
+        assert sum(c[b] for c in computed.values()) == n  # each item in exactly one shard
+        assert (joined[0]["benchmarks"][b]["correct"], joined[0]["benchmarks"][b]["n"]) == \
+            (direct[0]["benchmarks"][b]["correct"], n)
+    with pytest.raises(ValueError, match="0 <= K < N"):
+        EvalConfig(shard=(2, 2))

@@ -40,6 +40,16 @@ def variants_from_args(args):
     return variants
 
 
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: expected K/N, e.g. 0/4 for the first of four processes") from None
+    return k, n
+
+
 def cmd_eval(args) -> int:
     from ..data.trainset import SplitConfig
     from ..evaluation import EvalConfig, evaluate
@@ -54,10 +64,16 @@ def cmd_eval(args) -> int:
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, few_shot=args.few_shot,
                      cot=not args.no_cot, seed=args.seed, split=args.split,
                      heldout=SplitConfig(args.heldout_seed, args.heldout_fraction), cache_dir=args.cache_dir,
-                     progress=not args.quiet)
+                     progress=not args.quiet, shard=_shard(args.shard))
     variants = variants_from_args(args)
     start = time.time()
-    evaluate(variants, cfg, args.out, loader=lambda name: load_model(name, device=args.device, dtype=args.dtype))
+    results = evaluate(variants, cfg, args.out,
+                       loader=lambda name: load_model(name, device=args.device, dtype=args.dtype))
+    if cfg.shard is not None:
+        done = sum(b["timing"]["computed"] for r in results for b in r["benchmarks"].values())
+        print(f"shard {args.shard}: computed {done} items in {time.time() - start:.0f} s; when every shard has "
+              "finished, run the same command without --shard to write the table (all from the cache)")
+        return 0
     print((Path(args.out) / "table.md").read_text(), end="")
     print(f"written to {args.out}/ (table.md, table.csv, results.json, per-variant wrong cases) "
           f"in {time.time() - start:.0f} s")
@@ -96,6 +112,8 @@ def register(sub) -> None:
     p.add_argument("--heldout-fraction", type=float, default=0.3, help="training share of the held-out split")
     p.add_argument("--threads", type=int, help="CPU threads for torch (on a busy machine 1 can be much faster)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--shard", metavar="K/N", help="compute only shard K of N (0-based) of every benchmark, so that "
+                   "N processes or GPUs sharing --cache-dir split the work; then run without --shard for the table")
     p.add_argument("--out", required=True, help="run folder: table.md, table.csv, results.json, wrong cases")
     p.add_argument("--cache-dir", help="per-item result cache, shared by runs so that a re-run or an interrupted "
                    "run resumes (default: $KEYHEADS_CACHE/eval)")

@@ -53,7 +53,7 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
     model = prepared.model
     settings = task.settings(model, cfg)
     keys = [item_key(prepared.fingerprint, task.name, it.prompt, settings) for it in task.items]
-    pending = [(k, it) for k, it in zip(keys, task.items) if k not in cache]
+    pending = [(k, it) for k, it in zip(keys, task.items) if k not in cache and in_shard(k, cfg.shard)]
     # A batch never mixes groups (MMLU subjects, whose few-shot prefixes differ), and within a
     # group prompts of similar length go together, so that little is spent on padding.
     pending.sort(key=lambda p: (task.group(p[1]), len(p[1].prompt), p[1].prompt))
@@ -78,7 +78,14 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
                     bar.set_postfix(acc=f"{right / done:.3f}")
         bar.close()
     timing = {"computed": done, "cached": len(keys) - done, "seconds": round(time.time() - start, 1)}
+    if cfg.shard is not None:  # other shards' items may not be there yet: nothing to score
+        return [], timing
     return [task.score(it, cache.get(k)) for k, it in zip(keys, task.items)], timing
+
+
+def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
+    """Whether the item with this (hex) key belongs to shard k of n; every item is in exactly one."""
+    return shard is None or int(key[:12], 16) % shard[1] == shard[0]
 
 
 def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
@@ -93,6 +100,9 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
             tasks[name] = make_task(name, cfg)
         task = tasks[name]
         rows, timing = run_task(prepared, task, cfg, ResultCache(cache_folder(cfg) / f"{name}.jsonl"))
+        if cfg.shard is not None:
+            summaries[name] = {"timing": timing, "shard": list(cfg.shard)}
+            continue
         summary = task.summarize(task.items, rows)
         summary["timing"] = timing
         if name in MATH:
@@ -103,7 +113,8 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
         summaries[name] = summary
     result = {"label": prepared.label, "fingerprint": prepared.fingerprint, "info": prepared.info,
               "benchmarks": summaries}
-    write_json(folder / "summary.json", result)
+    if cfg.shard is None:
+        write_json(folder / "summary.json", result)
     return result
 
 
@@ -139,5 +150,6 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalConfig, out: str |
         if isinstance(v, Variant):
             prepared.info.setdefault("variant", v.spec())
         results.append(evaluate_prepared(prepared, cfg, out, tasks))
-    write_table(results, cfg, out)
+    if cfg.shard is None:
+        write_table(results, cfg, out)
     return results

@@ -39,6 +39,9 @@ class EvalConfig:
         cache_dir: folder of the per-item result caches; None = $KEYHEADS_CACHE/eval, shared
             by all runs (entries are keyed by model fingerprint, prompt and settings).
         progress: show progress bars.
+        shard: (k, n) to compute only the items in shard k of n (by item key), so that n
+            processes or GPUs sharing one cache split an evaluation; such a run writes no
+            table. A run without a shard then reads everything from the cache and writes it.
     """
 
     benchmarks: tuple[str, ...] = TABLE_BENCHMARKS
@@ -53,6 +56,13 @@ class EvalConfig:
     heldout: SplitConfig = field(default_factory=SplitConfig)
     cache_dir: str | None = None
     progress: bool = True
+    shard: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        if self.shard is not None:
+            k, n = self.shard
+            if not (n >= 1 and 0 <= k < n):
+                raise ValueError(f"shard {k}/{n} is not valid: use K/N with 0 <= K < N, e.g. 0/2 and 1/2")
 
     def shots(self, bench: str) -> int:
         k = DEFAULT_SHOTS[bench] if self.few_shot is None else self.few_shot
