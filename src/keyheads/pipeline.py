@@ -32,9 +32,11 @@ class PipelineConfig:
         top_k: key heads = the K most negative (None: the paper's -5% threshold).
         threshold: key heads below this effect (with top_k: both).
         knockout_k: largest k of the knockout curves; seeds: random orders.
+        transfer_n: prompts per transfer set (other formats, SVAMP/GSM8K first tokens).
         analysis_samples: reference prompts for knockout/attention/MLP (None: all).
         eval_benchmarks: benchmarks of the evaluation table (empty: skip the stage).
         eval_limit: items per benchmark (None: all).
+        eval_few_shot: exemplars per evaluation prompt (None: 4 for math, 5 for MMLU/CSQA).
         data_dir: benchmark folder (default $KEYHEADS_DATA).
         batch_size: prompts per forward pass.
         seed: seeds the pairs and the random orders.
@@ -54,9 +56,11 @@ class PipelineConfig:
     threshold: float | None = None
     knockout_k: int = 20
     seeds: int = 5
+    transfer_n: int = 100
     analysis_samples: int | None = 300
     eval_benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa"])
     eval_limit: int | None = 50
+    eval_few_shot: int | None = None
     data_dir: str | None = None
     batch_size: int = 16
     seed: int = 0
@@ -132,7 +136,8 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
         run_knockout(model, KnockoutRun(data=str(pairs), out=str(out / "knockout"),
                                         selection=Selection(heads=heads, effects=effects_path), k=cfg.knockout_k,
                                         seeds=cfg.seeds, seed=cfg.seed, n_samples=cfg.analysis_samples,
-                                        batch_size=cfg.batch_size, data_dir=cfg.data_dir))
+                                        batch_size=cfg.batch_size, data_dir=cfg.data_dir,
+                                        transfer_n=cfg.transfer_n))
     if _stage("attention", out / "attention" / "attention.json", log):
         run_attention(model, AttentionRun(data=str(pairs), out=str(out / "attention"),
                                           selection=Selection(heads=heads, effects=effects_path),
@@ -148,7 +153,8 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
                     Variant.make("knockout", cfg.model, label=f"{cfg.model} - {len(keys['heads'])} key heads",
                                  heads=heads, data=str(pairs))]
         evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval_benchmarks), data_dir=cfg.data_dir,
-                                      limit=cfg.eval_limit, batch_size=cfg.batch_size), out / "eval",
+                                      limit=cfg.eval_limit, few_shot=cfg.eval_few_shot,
+                                      batch_size=cfg.batch_size), out / "eval",
                  loader=lambda name: model)
 
     report = write_report(out, cfg, keys)

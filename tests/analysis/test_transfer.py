@@ -68,3 +68,11 @@ def test_longer_prompts_report_the_fallback(llama):
     tset = tr.multidigit(llama, 3)
     row, _ = tr.evaluate(llama, tset, full, progress=False)
     assert "3/3" in row.fallback and "global mean" in row.fallback
+
+
+def test_table_says_n_a_when_nothing_was_right_before():
+    from keyheads.analysis.transfer import TransferRow, format_table
+
+    table = format_table([TransferRow("svamp", 10, 0.0, 0.0, ""), TransferRow("add", 10, 0.5, 0.2, "")])
+    rows = table.splitlines()[2:]
+    assert rows[0].split()[-1] == "n/a" and rows[1].split()[-1] == "-60.0%"

@@ -135,7 +135,7 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
     result["key_heads"] = {"heads": [fmt_head(h) for h in key_heads], "accuracy_before": base,
                            "accuracy_after": after, "relative_change": rel}
     print(f"knockout of {len(key_heads)} heads [{fmt_heads(key_heads)}]: accuracy {base:.1%} -> {after:.1%} "
-          f"({rel:+.1%} relative)")
+          + (f"({rel:+.1%} relative)" if base else "(none right before: no relative change)"))
 
     if cfg.transfer:
         result["transfer"] = _run_transfer(model, cfg, full, key_heads, notes, out)

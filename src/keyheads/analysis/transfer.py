@@ -218,5 +218,6 @@ def format_table(rows: Sequence[TransferRow]) -> str:
     lines = [f"{'set':<{width}}  {'n':>5}  {'before':>7}  {'after':>7}  {'relative':>8}",
              f"{'-' * width}  {'-' * 5}  {'-' * 7}  {'-' * 7}  {'-' * 8}"]
     for r in rows:
-        lines.append(f"{r.name:<{width}}  {r.n:>5}  {r.before:>7.1%}  {r.after:>7.1%}  {r.relative_drop:>+8.1%}")
+        rel = "n/a" if r.relative_drop != r.relative_drop else f"{r.relative_drop:+.1%}"  # NaN: none right before
+        lines.append(f"{r.name:<{width}}  {r.n:>5}  {r.before:>7.1%}  {r.after:>7.1%}  {rel:>8}")
     return "\n".join(lines)
