@@ -1,21 +1,12 @@
 """`keyheads knockout`, `keyheads attention` and `keyheads mlp`: validate and explain the key components."""
 from __future__ import annotations
 
-import argparse
 
-from .models import add_model_args, load_from_args
+from .models import DefaultsFormatter, add_model_args, load_from_args
 
 
 def _limit(value: int) -> int | None:
     return None if value <= 0 else value
-
-
-def _load(args):
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    return load_from_args(args)
 
 
 def _selection(args):
@@ -48,7 +39,7 @@ def cmd_knockout(args) -> int:
                       transfer_control=not args.no_control, progress=not args.quiet)
     if cfg.seeds < 1:
         raise ValueError("--seeds must be at least 1")
-    run_knockout(_load(args), cfg)
+    run_knockout(load_from_args(args), cfg)
     return 0
 
 
@@ -58,7 +49,7 @@ def cmd_attention(args) -> int:
 
     cfg = AttentionRun(data=args.data, out=args.out, selection=_selection(args), n_samples=_limit(args.n_samples),
                        seed=args.seed, batch_size=args.batch_size, progress=not args.quiet)
-    run_attention(_load(args), cfg)
+    run_attention(load_from_args(args), cfg)
     return 0
 
 
@@ -68,7 +59,7 @@ def cmd_mlp(args) -> int:
 
     cfg = MLPRun(data=args.data, out=args.out, n_samples=_limit(args.n_samples), seed=args.seed,
                  batch_size=args.batch_size, case=args.case, case_answer=args.case_answer, progress=not args.quiet)
-    run_mlp(_load(args), cfg)
+    run_mlp(load_from_args(args), cfg)
     return 0
 
 
@@ -80,8 +71,6 @@ def _common(p, samples: int) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads for torch (1 is often fastest when other jobs share the cores)")
 
 
 def _heads(p) -> None:
@@ -94,7 +83,7 @@ def _heads(p) -> None:
 
 
 def register(sub) -> None:
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = DefaultsFormatter
     p = sub.add_parser("knockout", formatter_class=fmt,
                        help="mean-ablation knockout: effect-rank vs random-rank curves, key heads, transfer")
     _common(p, samples=300)

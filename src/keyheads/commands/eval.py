@@ -5,7 +5,7 @@ import json
 import time
 from pathlib import Path
 
-from .models import add_model_args
+from .models import add_model_args, set_threads
 
 
 def _list(text: str | None) -> list[str]:
@@ -56,10 +56,7 @@ def cmd_eval(args) -> int:
     from ..evaluation.tasks import check_benchmarks
     from ..models import load_model
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     cfg = EvalConfig(benchmarks=check_benchmarks(_list(args.benchmarks)), data_dir=args.data_dir, limit=args.limit,
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, few_shot=args.few_shot,
                      cot=not args.no_cot, seed=args.seed, split=args.split,
@@ -110,7 +107,6 @@ def register(sub) -> None:
                    help="heldout: AddSub/SingleEq/SVAMP minus the part used for fine-tuning (see keyheads.data.trainset)")
     p.add_argument("--heldout-seed", type=int, default=0)
     p.add_argument("--heldout-fraction", type=float, default=0.3, help="training share of the held-out split")
-    p.add_argument("--threads", type=int, help="CPU threads for torch (on a busy machine 1 can be much faster)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--shard", metavar="K/N", help="compute only shard K of N (0-based) of every benchmark, so that "
                    "N processes or GPUs sharing --cache-dir split the work; then run without --shard for the table")

@@ -4,18 +4,41 @@ from __future__ import annotations
 import argparse
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default unless it is unset or its help already says it."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     from ..models import DEFAULT_MODEL
 
     p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"bundled name, .gguf file, local HF folder or hub id (default: {DEFAULT_MODEL})")
+                   help="bundled name, .gguf file, local HF folder or hub id (default: %(default)s)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps or auto (shard with accelerate)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
+    add_threads_arg(p)
+
+
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's; 1 is often fastest when other jobs share the cores)")
+
+
+def set_threads(args) -> None:
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
 
 
 def load_from_args(args):
     from ..models import load_model
 
+    set_threads(args)
     return load_model(args.model, device=args.device, dtype=args.dtype)
 
 
@@ -51,6 +74,7 @@ def cmd_generate(args) -> int:
 def cmd_demo(args) -> int:
     from ..demo import run_demo
 
+    set_threads(args)
     return run_demo(args)
 
 
@@ -61,6 +85,7 @@ def cmd_run(args) -> int:
     for key in ("model", "out", "device", "data_dir"):
         if getattr(args, key, None):
             setattr(cfg, key, getattr(args, key))
+    set_threads(args)
     run_pipeline(cfg)
     return 0
 
@@ -89,4 +114,5 @@ def register(sub) -> None:
     p.add_argument("--out", help="override the config's run folder")
     p.add_argument("--device", help="override the device")
     p.add_argument("--data-dir", help="benchmark folder (default $KEYHEADS_DATA)")
+    add_threads_arg(p)
     p.set_defaults(func=cmd_run)

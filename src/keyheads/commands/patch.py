@@ -1,10 +1,9 @@
 """`keyheads patch`: per-head and per-MLP effects on the answer logit, into a run folder."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from .models import add_model_args, load_from_args
+from .models import DefaultsFormatter, add_model_args, load_from_args
 
 
 def cmd_patch(args) -> int:
@@ -31,7 +30,7 @@ def register(sub) -> None:
     from ..patching import METHODS, METRICS
 
     p = sub.add_parser("patch", help="path/activation/attribution patching of every head and MLP",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=DefaultsFormatter)
     add_model_args(p)
     p.add_argument("--data", required=True, help="pairs JSONL (reference, counterfactual, answer)")
     p.add_argument("--out", required=True, help="run folder")
