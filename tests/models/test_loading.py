@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from keyheads.models import ModelNotFound, UnsupportedArchitecture, family_for, load_model
-from keyheads.models.loading import MANIFEST, _cache_valid, cached_folder, ensure_converted
+from keyheads.models.loading import MANIFEST, _cache_valid, cached_folder
 from keyheads.testing import tiny_model
 
 FEW_SHOT_PROMPT = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n5 + 3 = "

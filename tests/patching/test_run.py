@@ -3,7 +3,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from keyheads.patching import BadSample, Effects, PatchConfig, draw_heatmap, key_heads, sweep
 from keyheads.patching import run as run_module

@@ -29,7 +29,7 @@ def _frozen_parameters(model: HookedModel):
 
 
 def attribution_patch_batch(model: HookedModel, batch: Batch, metric: str) -> BatchResult:
-    L, H = model.n_layers, model.n_heads
+    L = model.n_layers
     with torch.no_grad():
         _, c = forward_end(model, batch.cf, [f"{l}.head_out" for l in range(L)] + [f"{l}.mlp_write" for l in range(L)])
     leaves: dict[str, torch.Tensor] = {}

@@ -13,10 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
-from ..io import atomic_write_bytes
+from ..io import atomic_write_bytes, file_sha256
 from ..models.model import HookedModel
 from .activation import activation_patch_batch
 from .attribution import attribution_patch_batch
@@ -24,7 +23,7 @@ from .metrics import check_metric
 from .naive import naive_path_patch_batch
 from .path import path_patch_batch
 from .results import Effects
-from .samples import batches, file_sha256, load_samples
+from .samples import batches, load_samples
 
 METHODS = {
     "path": path_patch_batch,

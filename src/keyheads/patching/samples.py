@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 import torch
 
 from ..data.pairs import answer_continuation
-from ..io import file_sha256, iter_jsonl  # noqa: F401  (file_sha256 is part of this module's API)
+from ..io import iter_jsonl
 from ..models.model import HookedModel
 
 
