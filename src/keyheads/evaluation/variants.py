@@ -207,3 +207,37 @@ def _one_head(x, path) -> Head:
     if isinstance(x, (list, tuple)) and len(x) == 2:
         return int(x[0]), int(x[1])
     raise ValueError(f"{path}: cannot read a head from {x!r}")
+
+
+@register_kind("adapter")
+def _adapter(variant: Variant, loader: Loader) -> Prepared:
+    """A `keyheads finetune` run folder (precise adapter, LoRA or full SFT) on its base model.
+
+    Options: path (the run folder; default: the variant's model). The base model is copied, so the
+    shared base row stays untouched; the table's Train speed and Tuned params come from the run.
+    """
+    import copy
+
+    from ..finetune.adapter import load_finetuned, read_info
+
+    folder = Path(variant.opt("path") or variant.model)
+    info = read_info(folder)
+
+    def private(name: str) -> HookedModel:  # the loader shares models between variants
+        base = loader(name)
+        return HookedModel(copy.deepcopy(base.hf), base.tokenizer, name=base.name, source=base.source)
+
+    model = load_finetuned(folder, private)
+    weights = sorted(p for p in folder.rglob("*.safetensors") if "checkpoint" not in p.parts)
+    fp = _sha(info["base_fingerprint"] + "".join(file_sha256(p) for p in weights))
+    extras = {"train_speed": f"{info['train']['samples_per_second']:.1f} sam./s",
+              "tuned_params": _human(info["tuned_params"]), "finetune": {k: info[k] for k in ("method", "components")
+                                                                          if k in info}}
+    return Prepared(model, {}, fp, variant.label or f"{info['base_model']} + {info['method']} SFT", extras)
+
+
+def _human(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)

@@ -85,3 +85,32 @@ class Family:
         if explicit:
             return int(explicit)
         return cls.d_model(config) // cls.n_heads(config)
+
+    # ---- per-head slices, for fine-tuning single heads ------------------------------------
+    def kv_head_of(self, config, head: int) -> int:
+        """The key/value head that query head `head` reads (grouped-query attention)."""
+        return head // (self.n_heads(config) // self.n_kv_heads(config))
+
+    def qkv_rows(self, config, kind: str, head: int) -> tuple[str, range]:
+        """(layer-relative module path, output features) of head `head`'s block of W_Q, W_K or W_V.
+
+        `kind` is "q", "k" or "v"; for "k" and "v", `head` is a key/value head. The features are
+        rows of a Linear weight, columns of a Conv1D weight, and entries of the bias.
+        """
+        if kind not in ("q", "k", "v"):
+            raise ValueError(f"kind must be q, k or v, got {kind!r}")
+        hd = self.head_dim(config)
+        if self.qkv_proj is None:
+            path = {"q": self.q_proj, "k": self.k_proj, "v": self.v_proj}[kind]
+            return path, range(head * hd, (head + 1) * hd)
+        block = "qkv".index(kind)
+        if self.qkv_layout == "interleaved":  # GPT-NeoX: [head][q|k|v][head_dim]
+            start = (3 * head + block) * hd
+        else:  # GPT-2: [q heads | k heads | v heads]
+            start = block * self.n_heads(config) * hd + head * hd
+        return self.qkv_proj, range(start, start + hd)
+
+    def o_cols(self, config, head: int) -> tuple[str, range]:
+        """(layer-relative path, input features) of head `head`'s block of W_O."""
+        hd = self.head_dim(config)
+        return self.attn_out_proj, range(head * hd, (head + 1) * hd)

@@ -1,0 +1,212 @@
+"""What a fine-tuning run leaves behind, and how to use it.
+
+- precise: `adapter.safetensors` holds only the deltas (with their feature indices) and the trained
+  MLPs' weights; its metadata names the base model and its fingerprint, the components, the K/V
+  policy, the settings, the data hash and the versions. `apply_adapter` puts it on a base model,
+  `merge` writes a plain Hugging Face folder, `export_peft` writes the same change as a PEFT LoRA
+  adapter: a row block is B = selector, A = delta; a column block is B = delta, A = selector.
+- full: `model/`, a Hugging Face folder.  lora: `lora/`, a PEFT adapter folder.
+Every run folder has `finetune.json` (the same metadata plus the training figures).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from ..components import Components
+from ..io import read_json
+from ..models.model import HookedModel
+from .model import Tuned, precise
+
+ADAPTER = "adapter.safetensors"
+INFO = "finetune.json"
+
+
+class AdapterMismatch(ValueError):
+    pass
+
+
+def base_fingerprint(model: HookedModel) -> str:
+    """Fingerprint of the base weights: of its files when it came from a folder, else of the tensors."""
+    from ..evaluation.variants import _sha, parameters_fingerprint, weights_fingerprint
+
+    if Path(model.source).is_dir() or getattr(model.config, "_commit_hash", None):
+        return weights_fingerprint(model)
+    return _sha(parameters_fingerprint(model))
+
+
+def save_adapter(tuned: Tuned, folder: str | Path, meta: dict) -> Path:
+    path = Path(folder) / ADAPTER
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{ADAPTER}.", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(tuned.adapter_tensors(), tmp, metadata={"keyheads": json.dumps(meta, sort_keys=True)})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def read_adapter(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
+    path = Path(folder) / ADAPTER if Path(folder).is_dir() else Path(folder)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (it is written by `keyheads finetune --method precise`)")
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads((f.metadata() or {}).get("keyheads", "{}"))
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if "components" not in meta:
+        raise ValueError(f"{path} has no keyheads metadata; is it a keyheads precise-SFT adapter?")
+    return tensors, meta
+
+
+def check_base(model: HookedModel, meta: dict, what: str) -> None:
+    have = base_fingerprint(model)
+    want = meta.get("base_fingerprint")
+    if want != have:
+        raise AdapterMismatch(f"{what} was trained on base model {meta.get('base_model')!r} (fingerprint {want}), "
+                              f"but {model.name!r} has fingerprint {have}: load it onto the model it was trained on")
+
+
+def apply_adapter(model: HookedModel, folder: str | Path, check: bool = True) -> Tuned:
+    """Put a precise-SFT adapter on `model` (in place): deltas attached, MLP weights replaced."""
+    tensors, meta = read_adapter(folder)
+    if check:
+        check_base(model, meta, str(folder))
+    tuned = precise(model, Components.from_json(meta["components"]), meta["config"]["kv"])
+    expected = set(tuned.adapter_tensors())
+    if expected != set(tensors):
+        raise ValueError(f"{folder}: its tensors do not match its own metadata (missing "
+                         f"{sorted(expected - set(tensors))[:3]}, extra {sorted(set(tensors) - expected)[:3]})")
+    with torch.no_grad():
+        for key, delta in tuned.deltas.items():
+            prefix = f"delta.{key}.{delta.kind}"
+            if not torch.equal(tensors[f"{prefix}.index"], delta.index.cpu()):
+                raise ValueError(f"{folder}: the feature indices of {key} differ from this model's head layout")
+            delta.weight.copy_(tensors[f"{prefix}.weight"])
+            if delta.bias is not None:
+                delta.bias.copy_(tensors[f"{prefix}.bias"])
+        params = dict(model.hf.named_parameters())
+        for key, value in tensors.items():
+            if key.startswith("mlp."):
+                params[key[len("mlp."):]].copy_(value)
+    model.hf.requires_grad_(False)
+    return tuned
+
+
+def merge_adapter(tuned: Tuned) -> None:
+    """Fold the deltas into the base weights (in place) and take them off."""
+    for key, delta in tuned.deltas.items():
+        layer, _, path = key.partition(".")
+        delta.merge_into(tuned.model.layer_module(int(layer), path))
+    tuned.remove()
+
+
+def merge(model: HookedModel, folder: str | Path, out: str | Path) -> Path:
+    """A plain Hugging Face model folder with the adapter folded in (loads with AutoModelForCausalLM)."""
+    tuned = apply_adapter(model, folder)
+    merge_adapter(tuned)
+    out = Path(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
+    model.hf.save_pretrained(tmp, safe_serialization=True)
+    if model.tokenizer is not None:
+        model.tokenizer.save_pretrained(tmp)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; choose a new --out")
+    os.replace(tmp, out)
+    return out
+
+
+def export_peft(model: HookedModel, folder: str | Path, out: str | Path) -> Path:
+    """Write the adapter as a PEFT LoRA adapter folder; `model` is a fresh base model (it is modified)."""
+    from peft import LoraConfig, get_peft_model
+
+    tensors, meta = read_adapter(folder)
+    check_base(model, meta, str(folder))
+    fam, prefix = model.family, model.family.layers
+    modules, ranks, bias = [], {}, False
+    for key in tensors:
+        if key.startswith("delta.") and key.endswith(".index"):
+            _, layer_path, kind, _ = _split_delta_key(key)
+            name = f"{prefix}.{layer_path}"
+            modules.append(name)
+            ranks[name] = tensors[key].numel()
+            bias = bias or f"delta.{layer_path}.{kind}.bias" in tensors
+    mlps = [f"{prefix}.{layer}.{fam.mlp}" for layer in meta["components"]["mlps"]]
+    if not modules:
+        raise ValueError(f"{folder} trains no head, only MLPs; a LoRA export needs at least one head")
+    config = LoraConfig(r=1, lora_alpha=1, target_modules=modules, rank_pattern=ranks, alpha_pattern=dict(ranks),
+                        lora_dropout=0.0, fan_in_fan_out=fam.conv1d, lora_bias=bias,
+                        modules_to_save=mlps or None)
+    peft_model = get_peft_model(model.hf, config)
+    named = dict(peft_model.named_modules())
+    with torch.no_grad():
+        for key in tensors:
+            if not (key.startswith("delta.") and key.endswith(".index")):
+                continue
+            _, layer_path, kind, _ = _split_delta_key(key)
+            lora_module = named[f"base_model.model.{prefix}.{layer_path}"]
+            index, weight = tensors[key], tensors[f"delta.{layer_path}.{kind}.weight"]
+            A, B = lora_module.lora_A["default"], lora_module.lora_B["default"]
+            selector = torch.zeros(B.weight.shape if kind == "rows" else A.weight.shape, dtype=A.weight.dtype)
+            if kind == "rows":  # out[idx] += dW x: A = dW, B = selector [out, r]
+                selector[index, torch.arange(len(index))] = 1
+                A.weight.copy_(weight)
+                B.weight.copy_(selector)
+                if B.bias is not None:
+                    B.bias.zero_()
+                    B.bias[index] = tensors.get(f"delta.{layer_path}.{kind}.bias", torch.zeros(len(index)))
+            else:  # out += dW x[idx]: A = selector [r, in], B = dW
+                selector[torch.arange(len(index)), index] = 1
+                A.weight.copy_(selector)
+                B.weight.copy_(weight)
+                if B.bias is not None:
+                    B.bias.zero_()
+        for key, value in tensors.items():
+            if key.startswith("mlp."):
+                layer_mlp, _, param = key[len("mlp."):].partition(f".{fam.mlp}.")
+                wrapper = named[f"base_model.model.{layer_mlp}.{fam.mlp}"]
+                dict(wrapper.modules_to_save["default"].named_parameters())[param].copy_(value)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    peft_model.save_pretrained(str(out))
+    return Path(out)
+
+
+def _split_delta_key(key: str) -> tuple[str, str, str, str]:
+    """'delta.3.self_attn.q_proj.rows.index' -> ('delta', '3.self_attn.q_proj', 'rows', 'index')."""
+    head, field = key.rsplit(".", 1)
+    head, kind = head.rsplit(".", 1)
+    _, layer_path = head.split(".", 1)
+    return "delta", layer_path, kind, field
+
+
+def read_info(folder: str | Path) -> dict:
+    path = Path(folder) / INFO
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: {folder} is not a finished `keyheads finetune` run folder")
+    return read_json(path)
+
+
+def load_finetuned(folder: str | Path, loader) -> HookedModel:
+    """The fine-tuned model of any method's run folder; `loader(name)` loads a base model."""
+    folder = Path(folder)
+    info = read_info(folder)
+    if info["method"] == "full":
+        return loader(str(folder / "model"))
+    model = loader(info["base_model"])
+    if info["method"] == "precise":
+        apply_adapter(model, folder)
+        return model
+    from peft import PeftModel
+
+    check_base(model, info, str(folder))
+    model.hf = PeftModel.from_pretrained(model.hf, str(folder / "lora")).merge_and_unload().eval()
+    model.layers = model.module(model.family.layers)
+    return model

@@ -1,0 +1,105 @@
+"""Checkpoints of a training run: trainable tensors, optimizer, scheduler, RNG states and the step.
+
+A checkpoint folder is written under a temporary name and renamed into place, so a run killed
+while saving keeps the previous checkpoint. Resuming compares the stored record (settings, base
+model fingerprint, components, data hash) with the new run's and refuses when they differ.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..io import read_json, write_json
+from .config import FinetuneConfig
+
+
+class ResumeMismatch(ValueError):
+    pass
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def differing_keys(old: dict, new: dict) -> list[str]:
+    """Keys whose values differ, except settings that do not change what is computed."""
+    a, b = _flatten(old), _flatten(new)
+    skip = {f"config.{k}" for k in FinetuneConfig.RESUMABLE_CHANGES}
+    return sorted(k for k in set(a) | set(b) if k not in skip and a.get(k) != b.get(k))
+
+
+def _rng_state() -> dict:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(folder: Path, record: dict, step: int, losses: list[float], tuned, optimizer, scheduler,
+                    accelerator) -> None:
+    """Write the checkpoint of `step` (main process only; every process holds the same state)."""
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".checkpoint.", dir=folder.parent))
+        try:
+            save_file({n: p.detach().contiguous().cpu() for n, p in tuned.named_trainable()}, str(tmp / "trainable.safetensors"))
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()},
+                       tmp / "state.pt")
+            write_json(tmp / "record.json", {**record, "step": step, "losses": losses})
+            old = folder.parent / f".old-{folder.name}"
+            if folder.exists():
+                os.replace(folder, old)
+            os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+
+
+def load_checkpoint(folder: Path, record: dict, tuned, optimizer, scheduler) -> tuple[int, list[float]]:
+    """Restore a checkpoint into the live objects; -> (step to continue from, losses so far)."""
+    old = folder.parent / f".old-{folder.name}"
+    if not folder.exists() and old.exists():  # killed between the two renames
+        os.replace(old, folder)
+    if not (folder / "record.json").is_file():
+        return 0, []
+    stored = read_json(folder / "record.json")
+    differ = differing_keys({k: v for k, v in stored.items() if k not in ("step", "losses")}, record)
+    if differ:
+        detail = "; ".join(f"{k}: checkpoint {_flatten(stored).get(k)!r}, now {_flatten(record).get(k)!r}"
+                           for k in differ[:8])
+        raise ResumeMismatch(f"{folder} was written with other settings ({detail}). Use the same settings to "
+                             "resume, or another --out (or delete the checkpoint) to start over")
+    tensors = load_file(str(folder / "trainable.safetensors"))
+    named = dict(tuned.named_trainable())
+    if set(tensors) != set(named):
+        raise ResumeMismatch(f"{folder} holds other trainable tensors than this run trains")
+    with torch.no_grad():
+        for name, p in named.items():
+            p.copy_(tensors[name])
+    state = torch.load(folder / "state.pt", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    _set_rng_state(state["rng"])
+    print(f"resuming from {folder} at step {stored['step']}")
+    return int(stored["step"]), list(stored["losses"])

@@ -1,0 +1,158 @@
+"""Training examples (prompt, completion) and their token batches; the loss is on the completion only.
+
+`--train` takes:
+- a JSONL file of {"prompt", "completion"} objects;
+- `trainset`: the clean math set of `keyheads.data.trainset` (GSM8K train plus the held-out parts of
+  AddSub, SingleEq and SVAMP), in the evaluation's prompt and answer format;
+- `arith:KINDS[:N]`: arithmetic made from the templates, KINDS from `multidigit`, `decimal`
+  (comma-separated), N samples per kind (default 2000), e.g. `arith:multidigit,decimal:4000`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+import torch
+
+from ..io import iter_jsonl
+
+ARITH_KINDS = {
+    # kind -> (tasks, operand sampler): operands outside the one-digit range the analysis uses.
+    "multidigit": (("addition", "subtraction"), lambda rng: (str(rng.randint(100, 999)), str(rng.randint(100, 999)))),
+    "decimal": (("addition", "subtraction"), lambda rng: (f"{rng.randint(11, 99) / 10:.1f}", f"{rng.randint(11, 99) / 10:.1f}")),
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    completion: str
+
+
+def read_jsonl_examples(path: str | Path) -> list[Example]:
+    out = []
+    for number, row in iter_jsonl(path):
+        missing = [k for k in ("prompt", "completion") if not isinstance(row.get(k), str)]
+        if missing:
+            raise ValueError(f"{path}:{number}: no {' or '.join(missing)} string; each line must be "
+                             '{"prompt": "...", "completion": "..."} (the loss is on the completion)')
+        if not row["completion"]:
+            raise ValueError(f"{path}:{number}: the completion is empty; there would be nothing to learn")
+        out.append(Example(row["prompt"], row["completion"]))
+    return out
+
+
+def trainset_examples(data_dir: str | None = None) -> list[Example]:
+    from ..data.benchmarks import data_dir_from
+    from ..data.trainset import build_trainset
+
+    rows, _ = build_trainset(data_dir_from(data_dir))
+    return [Example(f"Question: {r['question']}\nAnswer:", " " + r["target"]) for r in rows]
+
+
+def _answer(task: str, a: str, b: str) -> str | None:
+    x, y = Decimal(a), Decimal(b)
+    if task == "addition":
+        return str(x + y)
+    if task == "subtraction":
+        return str(x - y) if x >= y else None
+    raise ValueError(task)
+
+
+def arithmetic_examples(kind: str, n: int, seed: int = 0, template_ids: list[str] | None = None) -> list[Example]:
+    """n prompts from the builtin templates of the kind's tasks, operands of the kind, answer as completion."""
+    from ..data.generate import draw_fillers, render
+    from ..data.templates import load_templates
+
+    if kind not in ARITH_KINDS:
+        raise ValueError(f"unknown arithmetic kind {kind!r}; known: {', '.join(ARITH_KINDS)}")
+    tasks, operands = ARITH_KINDS[kind]
+    templates = load_templates()
+    chosen = [t for task in tasks for t in templates.for_task(task) if not template_ids or t.id in template_ids]
+    if not chosen:
+        raise ValueError(f"no template of {', '.join(tasks)} among {template_ids}")
+    rng = random.Random(f"{kind}-{seed}")
+    out = []
+    while len(out) < n:
+        template = chosen[len(out) % len(chosen)]
+        a, b = operands(rng)
+        answer = _answer(template.task, a, b)
+        if answer is None:
+            a, b = b, a
+            answer = _answer(template.task, a, b)
+        values = {"A": a, "B": b, **draw_fillers(template, templates.pools, rng)}
+        out.append(Example(render(template, values).text, answer + "\n"))
+    return out
+
+
+def load_examples(spec: str, data_dir: str | None = None, seed: int = 0) -> list[Example]:
+    """Examples named by a --train spec (see the module docstring)."""
+    if spec == "trainset":
+        examples = trainset_examples(data_dir)
+    elif spec.startswith("arith:"):
+        kinds, _, n = spec[len("arith:"):].partition(":")
+        try:
+            n = int(n) if n else 2000
+        except ValueError:
+            raise ValueError(f"--train {spec!r}: N must be an integer, as in arith:multidigit:2000") from None
+        if n < 1:
+            raise ValueError(f"--train {spec!r}: N must be >= 1")
+        examples = [e for kind in kinds.split(",") for e in arithmetic_examples(kind.strip(), n, seed)]
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise FileNotFoundError(f"--train {spec!r} is neither a JSONL file, 'trainset' nor 'arith:KINDS[:N]'")
+        examples = read_jsonl_examples(path)
+    if not examples:
+        raise ValueError(f"--train {spec!r} gave no training examples")
+    return examples
+
+
+def examples_sha256(examples: list[Example]) -> str:
+    h = hashlib.sha256()
+    for e in examples:
+        h.update(json.dumps([e.prompt, e.completion]).encode())
+    return h.hexdigest()
+
+
+@dataclass
+class Tokenized:
+    """One example as token ids; `n_prompt` leading tokens carry no loss."""
+
+    ids: list[int]
+    n_prompt: int
+
+
+def tokenize(tokenizer, examples: list[Example], max_length: int) -> list[Tokenized]:
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out = []
+    for i, e in enumerate(examples):
+        p = tokenizer(e.prompt, add_special_tokens=True)["input_ids"]
+        c = tokenizer(e.completion, add_special_tokens=False)["input_ids"] + eos
+        if len(p) + len(c) > max_length:
+            raise ValueError(f"training example {i} has {len(p) + len(c)} tokens, more than max_length "
+                             f"{max_length}; raise --max-length or shorten it")
+        out.append(Tokenized(p + c, len(p)))
+    return out
+
+
+def collate(items: list[Tokenized], pad_id: int, device) -> dict[str, torch.Tensor]:
+    """Right-padded ids, mask and labels (-100 on prompt and padding)."""
+    width = max(len(t.ids) for t in items)
+    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), width), dtype=torch.long)
+    labels = torch.full((len(items), width), -100, dtype=torch.long)
+    for row, t in enumerate(items):
+        ids[row, :len(t.ids)] = torch.tensor(t.ids)
+        mask[row, :len(t.ids)] = 1
+        labels[row, t.n_prompt:len(t.ids)] = torch.tensor(t.ids[t.n_prompt:])
+    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": labels.to(device)}
+
+
+def n_loss_tokens(items: list[Tokenized]) -> int:
+    """Tokens that carry loss: each completion token is predicted from the position before it."""
+    return sum(len(t.ids) - t.n_prompt for t in items)

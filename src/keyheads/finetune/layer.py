@@ -1,0 +1,109 @@
+"""Trainable slices of frozen projections: zero-initialised fp32 deltas added where a slice acts.
+
+A head's block of W_Q/W_K/W_V is a set of the projection's *output* features (`RowDelta`: adds
+x @ dW.T (+ db) to those features); its block of W_O is a set of the output projection's *input*
+features (`ColDelta`: adds x[..., idx] @ dW.T to the output). The base weight never requires a
+gradient, so no full-matrix weight gradient is computed and the optimizer holds only the deltas.
+A delta lives as a child of its projection (so DDP and FSDP see it where the layer is) and acts
+through a forward hook on that projection.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ATTR = "keyheads_delta"
+
+
+def is_conv1d(module: nn.Module) -> bool:
+    """GPT-2's Conv1D stores its weight as [in, out]."""
+    return type(module).__name__ == "Conv1D"
+
+
+def in_out(module: nn.Module) -> tuple[int, int]:
+    w = module.weight
+    return (w.shape[0], w.shape[1]) if is_conv1d(module) else (w.shape[1], w.shape[0])
+
+
+def delta_dtype(module: nn.Module) -> torch.dtype:
+    """fp32 master values for half-precision bases; a float64 base keeps float64."""
+    return torch.promote_types(module.weight.dtype, torch.float32)
+
+
+def _as_linear(module: nn.Module) -> torch.Tensor:
+    """The weight as [out, in], a view."""
+    return module.weight.T if is_conv1d(module) else module.weight
+
+
+class RowDelta(nn.Module):
+    """Trains output features `index` of a projection (rows of W, entries of its bias)."""
+
+    kind = "rows"
+
+    def __init__(self, module: nn.Module, index: list[int], layer: int):
+        super().__init__()
+        d_in, _ = in_out(module)
+        self.layer = layer
+        self.register_buffer("index", torch.tensor(index, dtype=torch.long, device=module.weight.device))
+        self.weight = nn.Parameter(torch.zeros(len(index), d_in, device=module.weight.device, dtype=delta_dtype(module)))
+        has_bias = getattr(module, "bias", None) is not None
+        self.bias = nn.Parameter(torch.zeros(len(index), device=module.weight.device, dtype=delta_dtype(module))) if has_bias else None
+        # W0's trained entries, for weight decay that acts on W0 + delta.
+        self.register_buffer("base", _as_linear(module).detach()[self.index].to(delta_dtype(module)).clone(), persistent=False)
+
+    def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.to(out.dtype)
+        return out.index_add(-1, self.index, F.linear(x, self.weight.to(x.dtype), bias).to(out.dtype))
+
+    @torch.no_grad()
+    def merge_into(self, module: nn.Module) -> None:
+        w = _as_linear(module)
+        w[self.index] += self.weight.to(w.dtype)
+        if self.bias is not None:
+            module.bias[self.index] += self.bias.to(module.bias.dtype)
+
+
+class ColDelta(nn.Module):
+    """Trains input features `index` of a projection (columns of W_O); its bias is shared, not trained."""
+
+    kind = "cols"
+
+    def __init__(self, module: nn.Module, index: list[int], layer: int):
+        super().__init__()
+        _, d_out = in_out(module)
+        self.layer = layer
+        self.bias = None
+        self.register_buffer("index", torch.tensor(index, dtype=torch.long, device=module.weight.device))
+        self.weight = nn.Parameter(torch.zeros(d_out, len(index), device=module.weight.device, dtype=delta_dtype(module)))
+        self.register_buffer("base", _as_linear(module).detach()[:, self.index].to(delta_dtype(module)).clone(), persistent=False)
+
+    def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return out + F.linear(x.index_select(-1, self.index), self.weight.to(x.dtype)).to(out.dtype)
+
+    @torch.no_grad()
+    def merge_into(self, module: nn.Module) -> None:
+        w = _as_linear(module)
+        w[:, self.index] += self.weight.to(w.dtype)
+
+
+def _hook(module, inputs, output):
+    return getattr(module, ATTR)(inputs[0], output)
+
+
+def attach(module: nn.Module, delta: nn.Module) -> None:
+    """Make `delta` a child of `module` and let it act on every forward pass."""
+    if hasattr(module, ATTR):
+        raise ValueError(f"{type(module).__name__} already carries a trainable delta; detach it first")
+    module.add_module(ATTR, delta)
+    module._keyheads_handle = module.register_forward_hook(_hook)
+
+
+def detach(module: nn.Module) -> nn.Module | None:
+    delta = getattr(module, ATTR, None)
+    if delta is None:
+        return None
+    module._keyheads_handle.remove()
+    del module._keyheads_handle
+    delattr(module, ATTR)
+    return delta

@@ -1,0 +1,181 @@
+"""The three ways to make a model trainable: precise SFT, full SFT and LoRA.
+
+Each returns a `Tuned`: the module to call in training, its trainable parameters in optimizer
+groups, the per-step hooks the recipe needs (the H/h gradient rescale, weight decay that acts on
+W0 + delta) and the tensors an adapter file stores.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..components import Components
+from ..models.model import HookedModel
+from .config import FinetuneConfig
+from .layer import ATTR, ColDelta, RowDelta, attach, detach
+
+
+def slice_plan(model: HookedModel, components: Components, kv: str = "group") -> dict[tuple[int, str, str], list[int]]:
+    """(layer, layer-relative module path, "rows"|"cols") -> sorted feature indices to train."""
+    fam, config = model.family, model.config
+    plan: dict[tuple[int, str, str], set[int]] = {}
+    components.check(model.n_layers, model.n_heads)
+    for layer, heads in components.heads_by_layer().items():
+        blocks = [fam.qkv_rows(config, "q", h) for h in heads]
+        if kv == "group":
+            kv_heads = sorted({fam.kv_head_of(config, h) for h in heads})
+            blocks += [fam.qkv_rows(config, kind, g) for g in kv_heads for kind in ("k", "v")]
+        for path, index in blocks:
+            plan.setdefault((layer, path, "rows"), set()).update(index)
+        for h in heads:
+            path, index = fam.o_cols(config, h)
+            plan.setdefault((layer, path, "cols"), set()).update(index)
+    return {key: sorted(index) for key, index in sorted(plan.items())}
+
+
+def count_params(params) -> int:
+    return sum(p.numel() for p in params)
+
+
+def _decay_groups(named: list[tuple[str, nn.Parameter]], weight_decay: float) -> list[dict]:
+    """Hugging Face Trainer's rule: weight matrices decay, biases and norm weights do not."""
+    decay = [p for _, p in named if p.ndim >= 2]
+    rest = [p for _, p in named if p.ndim < 2]
+    return [g for g in ({"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0})
+            if g["params"]]
+
+
+@dataclass
+class Tuned:
+    """A model made trainable.
+
+    Attributes:
+        model: the HookedModel (its `hf` is what the base weights live in).
+        method: "precise", "full" or "lora".
+        module: what training calls (the HF model, or a PEFT wrapper of it).
+        components: the heads and MLPs trained (precise only).
+        deltas: "layer.path" -> RowDelta/ColDelta (precise only).
+    """
+
+    model: HookedModel
+    method: str
+    module: nn.Module
+    components: Components = field(default_factory=Components)
+    deltas: dict[str, nn.Module] = field(default_factory=dict)
+    kv: str = "group"
+
+    # ---- parameters --------------------------------------------------------------------------
+    def named_trainable(self) -> list[tuple[str, nn.Parameter]]:
+        return [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
+
+    @property
+    def n_trainable(self) -> int:
+        """Trained parameters, the paper's "Tuned Params." (a tied embedding counts once)."""
+        return count_params(p for _, p in self.named_trainable())
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        named = self.named_trainable()
+        if self.method != "precise":
+            return _decay_groups(named, weight_decay)
+        delta_ids = {id(p) for d in self.deltas.values() for p in d.parameters()}
+        others = [(n, p) for n, p in named if id(p) not in delta_ids]
+        # Delta weights decay towards -W0 (see decay_deltas), so AdamW's own decay is off for them.
+        groups = [{"params": [p for d in self.deltas.values() for p in d.parameters()], "weight_decay": 0.0}]
+        return [g for g in groups if g["params"]] + _decay_groups(others, weight_decay)
+
+    # ---- per-step hooks of the recipe ---------------------------------------------------------
+    def rescale_grads(self) -> None:
+        """The paper's H/h: a layer's head gradients times (heads in the layer / heads trained there)."""
+        per_layer = {layer: len(heads) for layer, heads in self.components.heads_by_layer().items()}
+        for delta in self.deltas.values():
+            scale = self.model.n_heads / per_layer[delta.layer]
+            for p in delta.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(scale)
+
+    @torch.no_grad()
+    def decay_deltas(self, lr: float, weight_decay: float) -> None:
+        """Decoupled decay of the trained entries of W = W0 + delta, as if they were trained directly."""
+        if weight_decay == 0:
+            return
+        for delta in self.deltas.values():
+            delta.weight.sub_((delta.base + delta.weight) * (lr * weight_decay))
+
+    # ---- what an adapter stores ---------------------------------------------------------------
+    def adapter_tensors(self) -> dict[str, torch.Tensor]:
+        """Deltas (weight, bias, index) by "layer.path", and the trained MLPs' parameters by HF name."""
+        out = {}
+        for key, delta in self.deltas.items():
+            out[f"delta.{key}.{delta.kind}.weight"] = delta.weight
+            out[f"delta.{key}.{delta.kind}.index"] = delta.index
+            if delta.bias is not None:
+                out[f"delta.{key}.{delta.kind}.bias"] = delta.bias
+        prefix = self.model.family.layers
+        for layer in self.components.mlps:
+            mlp = self.model.layer_module(layer, self.model.family.mlp)
+            for name, p in mlp.named_parameters():
+                if ATTR not in name:
+                    out[f"mlp.{prefix}.{layer}.{self.model.family.mlp}.{name}"] = p
+        return {k: v.detach().contiguous().cpu() for k, v in out.items()}
+
+    def remove(self) -> None:
+        """Take the deltas off again (the base weights are untouched)."""
+        for key in self.deltas:
+            layer, _, path = key.partition(".")
+            detach(self.model.layer_module(int(layer), path))
+        self.deltas = {}
+
+
+def precise(model: HookedModel, components: Components, kv: str = "group") -> Tuned:
+    """Freeze everything; attach zero deltas on the heads' slices; unfreeze whole MLPs."""
+    plan = slice_plan(model, components, kv)
+    if not plan and not components.mlps:
+        raise ValueError("precise SFT needs at least one head or MLP layer to train")
+    model.hf.requires_grad_(False)
+    deltas = {}
+    for (layer, path, kind), index in plan.items():
+        module = model.layer_module(layer, path)
+        delta = (RowDelta if kind == "rows" else ColDelta)(module, index, layer)
+        attach(module, delta)
+        deltas[f"{layer}.{path}"] = delta
+    for layer in components.mlps:
+        model.layer_module(layer, model.family.mlp).requires_grad_(True)
+    return Tuned(model, "precise", model.hf, components, deltas, kv)
+
+
+def full(model: HookedModel) -> Tuned:
+    model.hf.requires_grad_(True)
+    return Tuned(model, "full", model.hf)
+
+
+def attention_module_names(model: HookedModel) -> list[str]:
+    """The leaf names of the Q/K/V/O projections, as PEFT's target_modules."""
+    fam = model.family
+    paths = [fam.qkv_proj] if fam.qkv_proj else [fam.q_proj, fam.k_proj, fam.v_proj]
+    return sorted({p.rsplit(".", 1)[-1] for p in paths + [fam.attn_out_proj]})
+
+
+def lora(model: HookedModel, rank: int, alpha: float | None = None, seed: int = 0) -> Tuned:
+    """PEFT LoRA on every attention projection (q, k, v, o)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise ImportError("LoRA needs peft: pip install 'peft>=0.13' (or keyheads[finetune])") from err
+    model.hf.requires_grad_(False)
+    torch.manual_seed(seed)
+    config = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank, lora_dropout=0.0,
+                        target_modules=attention_module_names(model), fan_in_fan_out=model.family.conv1d,
+                        bias="none")
+    return Tuned(model, "lora", get_peft_model(model.hf, config))
+
+
+def make_trainable(model: HookedModel, cfg: FinetuneConfig, components: Components | None = None) -> Tuned:
+    if cfg.method == "precise":
+        if components is None:
+            raise ValueError("precise SFT needs components: --top-k K with --effects, --heads, or --random-heads K")
+        return precise(model, components, cfg.kv)
+    if cfg.method == "full":
+        return full(model)
+    return lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.seed)

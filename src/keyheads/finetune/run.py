@@ -1,0 +1,90 @@
+"""One fine-tuning run into one folder: train, then write the adapter (or model) and finetune.json."""
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+from ..components import Components
+from ..io import read_json, write_json
+from ..models.model import HookedModel
+from .adapter import ADAPTER, INFO, base_fingerprint, save_adapter
+from .config import FinetuneConfig
+from .data import Example, examples_sha256, tokenize
+from .model import make_trainable
+from .train import train
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+
+    from .. import __version__
+
+    return {"keyheads": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version()}
+
+
+def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, out: str | Path,
+             components: Components | None = None, data_name: str = "", accelerator=None,
+             progress: bool = True) -> dict:
+    """Train `model` (modified in place) and write `out`; returns the finetune.json record.
+
+    A finished folder with the same settings is returned as it is; an interrupted one resumes.
+    """
+    from accelerate import Accelerator
+
+    out = Path(out)
+    if cfg.method != "precise":
+        components = None
+    elif components is None:
+        raise ValueError("precise SFT needs components (heads and/or MLP layers)")
+    meta = {"base_model": model.name, "base_fingerprint": base_fingerprint(model), "method": cfg.method,
+            "components": components.to_json() if components else None,
+            "data": {"name": data_name, "sha256": examples_sha256(examples), "n": len(examples)}}
+    if (out / INFO).is_file():
+        done = read_json(out / INFO)
+        if {k: done.get(k) for k in meta} == meta and done.get("config") == cfg.to_json():
+            print(f"{out} is finished with these settings; nothing to do")
+            return done
+    data = tokenize(model.tokenizer, examples, cfg.max_length)
+    total_params = sum(p.numel() for p in model.hf.parameters())
+    tuned = make_trainable(model, cfg, components)
+    acc = accelerator or Accelerator(cpu=model.device.type == "cpu")
+    t0 = time.perf_counter()
+    result = train(tuned, data, cfg, out, meta, accelerator=acc, progress=progress)
+    info = {**meta, "config": cfg.to_json(), "kv": cfg.kv if cfg.method == "precise" else None,
+            "tuned_params": tuned.n_trainable, "total_params": total_params,
+            "train": {"steps": len(result.losses), "steps_this_run": result.steps, "samples_this_run": result.samples,
+                      "seconds_this_run": round(result.seconds, 3),
+                      "samples_per_second": result.samples_per_second, "final_loss": result.losses[-1],
+                      "losses": result.losses, "wall_seconds": round(time.perf_counter() - t0, 3),
+                      "processes": acc.num_processes, "device": str(model.device)},
+            "versions": versions()}
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        if cfg.method == "precise":
+            save_adapter(tuned, out, {k: info[k] for k in ("base_model", "base_fingerprint", "method", "components",
+                                                            "data", "config", "kv", "versions", "tuned_params")})
+        elif cfg.method == "lora":
+            tuned.module.save_pretrained(str(out / "lora"))
+        else:
+            model.hf.save_pretrained(out / "model", safe_serialization=True)
+            model.tokenizer.save_pretrained(out / "model")
+        write_json(out / INFO, info)
+    acc.wait_for_everyone()
+    return info
+
+
+def describe(info: dict) -> str:
+    t = info["train"]
+    what = f"{info['method']} SFT"
+    if info.get("components"):
+        c = info["components"]
+        what += f" of {len(c['heads'])} heads" + (f" and MLPs {c['mlps']}" if c["mlps"] else "") + f" ({c['source']})"
+    return (f"{what}: {info['tuned_params']:,} tuned parameters of {info['total_params']:,} "
+            f"({100 * info['tuned_params'] / info['total_params']:.3g}%); {t['steps']} steps, final loss "
+            f"{t['final_loss']:.4f}, {t['samples_per_second']:.2f} samples/s")
+
+
+__all__ = ["ADAPTER", "INFO", "describe", "finetune", "versions"]

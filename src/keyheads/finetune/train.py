@@ -1,0 +1,142 @@
+"""The training loop: AdamW with warm-up and linear decay, gradient accumulation, clipping, the H/h
+rescale, atomic checkpoints and resume, on one process or many (accelerate: DDP or FSDP).
+
+The data order is a function of the seed and the step alone: step s takes positions
+[s*B, (s+1)*B) of a stream of seeded per-epoch permutations, and process r of W takes every W-th
+sample of that global batch. So a resumed run sees exactly the samples it would have seen, and
+any number of processes computes the same global-batch gradient. The loss is the sum of token
+losses over the completions of the global batch divided by their count, whatever the split.
+"""
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .checkpoint import load_checkpoint, save_checkpoint
+from .config import FinetuneConfig
+from .data import Tokenized, collate, n_loss_tokens
+from .model import Tuned
+
+
+def total_steps(cfg: FinetuneConfig, n_examples: int) -> int:
+    steps = math.ceil(cfg.epochs * n_examples / cfg.batch_size)
+    return min(steps, cfg.max_steps) if cfg.max_steps else steps
+
+
+def batch_indices(step: int, n: int, batch_size: int, seed: int) -> list[int]:
+    """The global batch of `step`: positions of a stream of seeded per-epoch permutations."""
+    out, pos = [], step * batch_size
+    while len(out) < batch_size:
+        epoch, offset = divmod(pos, n)
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+        take = min(batch_size - len(out), n - offset)
+        out += perm[offset:offset + take].tolist()
+        pos += take
+    return out
+
+
+def completion_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy of every completion token given the tokens before it."""
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)), labels[:, 1:].flatten(), ignore_index=-100,
+                           reduction="sum")
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    samples: int
+    seconds: float
+    losses: list[float] = field(default_factory=list)
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else float("nan")
+
+
+def make_optimizer(tuned: Tuned, cfg: FinetuneConfig) -> torch.optim.Optimizer:
+    groups = tuned.param_groups(cfg.weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
+
+
+def make_scheduler(optimizer, cfg: FinetuneConfig, steps: int):
+    from transformers import get_linear_schedule_with_warmup
+
+    return get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * steps), steps)
+
+
+def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | Path, meta: dict,
+          accelerator=None, progress: bool = True) -> TrainResult:
+    """Train `tuned` on `data`; checkpoints into `out`/checkpoint and resumes from it.
+
+    `meta` (base fingerprint, components, data hash, ...) is stored with every checkpoint; a resume
+    whose settings or meta differ is refused, naming the keys that differ.
+    """
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+
+    if not data:
+        raise ValueError("no training examples")
+    acc = accelerator or Accelerator(cpu=tuned.model.device.type == "cpu")
+    world, rank = acc.num_processes, acc.process_index
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size {cfg.batch_size} does not split over {world} processes; use a multiple of {world}")
+    out = Path(out)
+    steps = total_steps(cfg, len(data))
+    module = acc.prepare(tuned.module)
+    optimizer = make_optimizer(tuned, cfg)
+    scheduler = make_scheduler(optimizer, cfg, steps)
+    params = [p for _, p in tuned.named_trainable()]
+    record = {"config": cfg.to_json(), **meta, "total_steps": steps}
+    start, losses = load_checkpoint(out / "checkpoint", record, tuned, optimizer, scheduler)
+    pad = tuned.model.tokenizer.pad_token_id
+    device = tuned.model.device
+    module.train()
+    bar = tqdm(total=steps, initial=start, desc=f"{cfg.method} SFT", disable=not (progress and acc.is_main_process),
+               unit="step")
+    seconds, samples = 0.0, 0
+    try:
+        for step in range(start, steps):
+            t0 = time.perf_counter()
+            batch = [data[i] for i in batch_indices(step, len(data), cfg.batch_size, cfg.seed)]
+            tokens = n_loss_tokens(batch)
+            mine = batch[rank::world]
+            micro = [mine[i:i + cfg.micro_batch_size] for i in range(0, len(mine), cfg.micro_batch_size)]
+            step_loss = torch.zeros((), dtype=torch.float64)
+            for j, items in enumerate(micro):
+                inputs = collate(items, pad, device)
+                labels = inputs.pop("labels")
+                sync = acc.no_sync(module) if j < len(micro) - 1 else nullcontext()
+                with sync:
+                    logits = module(**inputs, use_cache=False).logits
+                    loss_sum = completion_loss_sum(logits, labels)
+                    # DDP averages over processes; the sum over processes is what we want.
+                    acc.backward(loss_sum * (world / tokens))
+                step_loss += loss_sum.detach().double().cpu()
+            if cfg.rescale and tuned.method == "precise":
+                tuned.rescale_grads()
+            if cfg.max_grad_norm > 0:
+                acc.clip_grad_norm_(params, cfg.max_grad_norm)
+            lr = scheduler.get_last_lr()[0]
+            tuned.decay_deltas(lr, cfg.weight_decay)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            seconds += time.perf_counter() - t0
+            samples += len(batch)
+            losses.append(float(acc.reduce(step_loss.to(device), "sum").item()) / tokens)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{samples / seconds:.1f}")
+            bar.update(1)
+            if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < steps:
+                save_checkpoint(out / "checkpoint", record, step + 1, losses, tuned, optimizer, scheduler, acc)
+    finally:
+        bar.close()
+    module.eval()
+    return TrainResult(steps - start, samples, seconds, losses)
