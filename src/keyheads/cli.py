@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "keyheads.commands.patch",
     "keyheads.commands.eval",
     "keyheads.commands.analysis",
+    "keyheads.commands.finetune",
 )
 
 

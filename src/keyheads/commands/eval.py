@@ -19,8 +19,10 @@ def variants_from_args(args):
     if args.baseline:
         variants.append(Variant.make("model", args.baseline))
     knockout = bool(args.knockout or args.knockout_mlps)
-    if not (knockout and args.no_base):
-        variants.append(Variant.make("model", args.model))
+    adapters = args.adapter or []
+    if not ((knockout or adapters) and args.no_base):
+        variants.append(Variant.make("model", _adapter_base(adapters[0]) if adapters and not getattr(args, "model_given", True)
+                                     else args.model))
     if knockout:
         heads = read_heads(args.knockout) if args.knockout else []
         mlps = [int(m) for m in _list(args.knockout_mlps)]
@@ -30,6 +32,8 @@ def variants_from_args(args):
         what = ", ".join([f"{len(heads)} heads"] * bool(heads) + [f"MLPs {','.join(map(str, mlps))}"] * bool(mlps))
         variants.append(Variant.make("knockout", args.model, label=f"{args.model} - knockout ({what})",
                                      heads=[list(h) for h in heads], mlps=mlps, data=str(args.knockout_data)))
+    for folder in adapters:
+        variants.append(Variant.make("adapter", str(folder)))
     for spec in args.variant or []:  # any registered kind, without a dedicated option
         try:
             spec = json.loads(spec)
@@ -38,6 +42,13 @@ def variants_from_args(args):
             raise ValueError(f"--variant needs JSON like {{\"kind\": \"model\", \"model\": \"path\", "
                              f"\"label\": \"...\", \"options\": {{}}}}, got {spec!r} ({err})") from err
     return variants
+
+
+def _adapter_base(folder: str) -> str:
+    """The base model a fine-tuning run folder was trained from: the reference row of its table."""
+    from ..finetune.adapter import read_info
+
+    return read_info(folder)["base_model"]
 
 
 def _shard(text: str | None) -> tuple[int, int] | None:
@@ -51,6 +62,10 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 
 def cmd_eval(args) -> int:
+    from ..models import DEFAULT_MODEL
+
+    args.model_given = args.model is not None
+    args.model = args.model or DEFAULT_MODEL
     from ..data.trainset import SplitConfig
     from ..evaluation import EvalConfig, evaluate
     from ..evaluation.tasks import check_benchmarks
@@ -82,11 +97,15 @@ def register(sub) -> None:
 
     p = sub.add_parser("eval", help="table 1: math (GSM8K, AddSub, SingleEq, SVAMP) and generic (MMLU, CSQA) accuracy")
     add_model_args(p)
+    p.set_defaults(model=None)  # with --adapter, the adapter's base model
     p.add_argument("--knockout", metavar="HEADS", help="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
     p.add_argument("--knockout-mlps", metavar="LAYERS", help="MLP layers to mean-ablate, e.g. '14,15'")
     p.add_argument("--knockout-data", metavar="F.jsonl",
                    help="pairs file (reference, counterfactual, answer per line) whose counterfactual prompts give the means")
-    p.add_argument("--no-base", action="store_true", help="with --knockout: skip the unmodified model's row")
+    p.add_argument("--adapter", action="append", metavar="DIR",
+                   help="a `keyheads finetune` run folder (precise, LoRA or full) as one more row, with its train "
+                   "speed and tuned parameters; repeatable. Its base model is the first row unless --model is given")
+    p.add_argument("--no-base", action="store_true", help="with --knockout or --adapter: skip the unmodified model's row")
     p.add_argument("--baseline", metavar="MODEL", help="another model evaluated first, as the reference row for Δ "
                    "(for example the base of a fine-tuned folder)")
     p.add_argument("--variant", action="append", metavar="JSON",

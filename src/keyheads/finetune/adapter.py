@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -110,22 +112,39 @@ def merge_adapter(tuned: Tuned) -> None:
 
 
 def merge(model: HookedModel, folder: str | Path, out: str | Path) -> Path:
-    """A plain Hugging Face model folder with the adapter folded in (loads with AutoModelForCausalLM)."""
+    """A plain Hugging Face model folder with the adapter folded in (loads with AutoModelForCausalLM).
+
+    `model` is the base model; it is modified (the adapter is merged into it).
+    """
+    out = Path(out)
+    if out.exists():  # before any work, and before `model` is modified
+        raise FileExistsError(f"{out} exists; choose a new --out")
     tuned = apply_adapter(model, folder)
     merge_adapter(tuned)
-    out = Path(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
-    model.hf.save_pretrained(tmp, safe_serialization=True)
-    if model.tokenizer is not None:
-        model.tokenizer.save_pretrained(tmp)
-    if out.exists():
-        raise FileExistsError(f"{out} exists; choose a new --out")
-    os.replace(tmp, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Written next to `out` and renamed into place: a crash leaves no half-written model folder.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.hf.save_pretrained(tmp, safe_serialization=True)
+        if model.tokenizer is not None:
+            model.tokenizer.save_pretrained(tmp)
+        if out.exists():
+            raise FileExistsError(f"{out} exists; choose a new --out")
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
     return out
 
 
 def export_peft(model: HookedModel, folder: str | Path, out: str | Path) -> Path:
-    """Write the adapter as a PEFT LoRA adapter folder; `model` is a fresh base model (it is modified)."""
+    """Write the adapter as a PEFT LoRA adapter folder; `model` is a fresh base model (it is modified).
+
+    Bias deltas go into `lora_B`'s bias (`lora_bias=True`) when every targeted projection has a bias.
+    Where some do not (Qwen2: biased Q/K/V, bias-free O), PEFT would still give every target a LoRA
+    bias and then refuse to merge the adapter, so the deltas are added to the targets' own biases,
+    which PEFT saves and loads with `bias="lora_only"`.
+    """
     from peft import LoraConfig, get_peft_model
 
     tensors, meta = read_adapter(folder)
@@ -142,8 +161,10 @@ def export_peft(model: HookedModel, folder: str | Path, out: str | Path) -> Path
     mlps = [f"{prefix}.{layer}.{fam.mlp}" for layer in meta["components"]["mlps"]]
     if not modules:
         raise ValueError(f"{folder} trains no head, only MLPs; a LoRA export needs at least one head")
+    lora_bias = bias and all(getattr(model.module(name), "bias", None) is not None for name in modules)
     config = LoraConfig(r=1, lora_alpha=1, target_modules=modules, rank_pattern=ranks, alpha_pattern=dict(ranks),
-                        lora_dropout=0.0, fan_in_fan_out=fam.conv1d, lora_bias=bias,
+                        lora_dropout=0.0, fan_in_fan_out=fam.conv1d, lora_bias=lora_bias,
+                        bias="lora_only" if bias and not lora_bias else "none",
                         modules_to_save=mlps or None)
     peft_model = get_peft_model(model.hf, config)
     named = dict(peft_model.named_modules())
@@ -160,9 +181,14 @@ def export_peft(model: HookedModel, folder: str | Path, out: str | Path) -> Path
                 selector[index, torch.arange(len(index))] = 1
                 A.weight.copy_(weight)
                 B.weight.copy_(selector)
+                delta_bias = tensors.get(f"delta.{layer_path}.{kind}.bias")
                 if B.bias is not None:
                     B.bias.zero_()
-                    B.bias[index] = tensors.get(f"delta.{layer_path}.{kind}.bias", torch.zeros(len(index)))
+                    if delta_bias is not None:
+                        B.bias[index] = delta_bias.to(B.bias.dtype)
+                elif delta_bias is not None:  # bias="lora_only": saved with the adapter
+                    base_bias = lora_module.get_base_layer().bias
+                    base_bias[index] += delta_bias.to(base_bias.dtype)
             else:  # out += dW x[idx]: A = selector [r, in], B = dW
                 selector[torch.arange(len(index)), index] = 1
                 A.weight.copy_(selector)
@@ -175,7 +201,9 @@ def export_peft(model: HookedModel, folder: str | Path, out: str | Path) -> Path
                 wrapper = named[f"base_model.model.{layer_mlp}.{fam.mlp}"]
                 dict(wrapper.modules_to_save["default"].named_parameters())[param].copy_(value)
     Path(out).mkdir(parents=True, exist_ok=True)
-    peft_model.save_pretrained(str(out))
+    with warnings.catch_warnings():  # PEFT 0.21 takes lora_B's (1-D) bias for an unsharded FSDP tensor
+        warnings.filterwarnings("ignore", message=r".*LoRA tensor\(s\) have invalid shape")
+        peft_model.save_pretrained(str(out))
     return Path(out)
 
 

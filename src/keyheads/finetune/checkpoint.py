@@ -60,7 +60,8 @@ def save_checkpoint(folder: Path, record: dict, step: int, losses: list[float], 
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".checkpoint.", dir=folder.parent))
+        prefix = f".{folder.name}."
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=folder.parent))
         try:
             save_file({n: p.detach().contiguous().cpu() for n, p in tuned.named_trainable()}, str(tmp / "trainable.safetensors"))
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()},
@@ -68,9 +69,16 @@ def save_checkpoint(folder: Path, record: dict, step: int, losses: list[float], 
             write_json(tmp / "record.json", {**record, "step": step, "losses": losses})
             old = folder.parent / f".old-{folder.name}"
             if folder.exists():
+                # A run killed after the last rename of an earlier save left `old` beside `folder`;
+                # renaming a folder onto a non-empty one fails, so clear it first.
+                shutil.rmtree(old, ignore_errors=True)
                 os.replace(folder, old)
             os.replace(tmp, folder)
             shutil.rmtree(old, ignore_errors=True)
+            # Temporaries of earlier saves killed hard (no `finally` ran): only this process writes here.
+            for stale in folder.parent.glob(f"{prefix}*"):
+                if stale.is_dir() and stale != tmp:
+                    shutil.rmtree(stale, ignore_errors=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     accelerator.wait_for_everyone()
@@ -80,7 +88,10 @@ def load_checkpoint(folder: Path, record: dict, tuned, optimizer, scheduler) -> 
     """Restore a checkpoint into the live objects; -> (step to continue from, losses so far)."""
     old = folder.parent / f".old-{folder.name}"
     if not folder.exists() and old.exists():  # killed between the two renames
-        os.replace(old, folder)
+        try:
+            os.replace(old, folder)
+        except FileNotFoundError:  # every process of the run gets here; another one renamed it first
+            pass
     if not (folder / "record.json").is_file():
         return 0, []
     stored = read_json(folder / "record.json")

@@ -19,7 +19,8 @@ class FinetuneConfig:
         lr: peak learning rate (paper: 2e-5).
         batch_size: samples per optimizer step over all processes (paper: 128).
         micro_batch_size: samples per forward pass in one process; gradients accumulate up to batch_size.
-        epochs: passes over the data (paper: 2); max_steps, when set, stops earlier.
+        epochs: passes over the data (paper: 2).
+        max_steps: stop after this many optimizer steps, if fewer than the epochs give.
         warmup_ratio: share of the steps with a linear warm-up (paper: 0.02), then linear decay to 0.
         weight_decay: decoupled AdamW decay of weight matrices, not of biases and norms (paper: 0.1).
         max_grad_norm: global gradient clipping (Trainer default 1.0; 0 disables it).

@@ -12,7 +12,7 @@ from .adapter import ADAPTER, INFO, base_fingerprint, save_adapter
 from .config import FinetuneConfig
 from .data import Example, examples_sha256, tokenize
 from .model import make_trainable
-from .train import train
+from .train import make_accelerator, train
 
 
 def versions() -> dict:
@@ -32,8 +32,6 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, o
 
     A finished folder with the same settings is returned as it is; an interrupted one resumes.
     """
-    from accelerate import Accelerator
-
     out = Path(out)
     if cfg.method != "precise":
         components = None
@@ -44,13 +42,14 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, o
             "data": {"name": data_name, "sha256": examples_sha256(examples), "n": len(examples)}}
     if (out / INFO).is_file():
         done = read_json(out / INFO)
-        if {k: done.get(k) for k in meta} == meta and done.get("config") == cfg.to_json():
+        same = lambda c: {k: v for k, v in c.items() if k not in FinetuneConfig.RESUMABLE_CHANGES}  # noqa: E731
+        if {k: done.get(k) for k in meta} == meta and same(done.get("config", {})) == same(cfg.to_json()):
             print(f"{out} is finished with these settings; nothing to do")
             return done
     data = tokenize(model.tokenizer, examples, cfg.max_length)
     total_params = sum(p.numel() for p in model.hf.parameters())
     tuned = make_trainable(model, cfg, components)
-    acc = accelerator or Accelerator(cpu=model.device.type == "cpu")
+    acc = accelerator or make_accelerator(model.device.type == "cpu")
     t0 = time.perf_counter()
     result = train(tuned, data, cfg, out, meta, accelerator=acc, progress=progress)
     info = {**meta, "config": cfg.to_json(), "kv": cfg.kv if cfg.method == "precise" else None,

@@ -24,6 +24,15 @@ from .data import Tokenized, collate, n_loss_tokens
 from .model import Tuned
 
 
+def make_accelerator(cpu: bool):
+    """DDP without find_unused_parameters (every delta gets a gradient each step) and without
+    re-broadcasting buffers on each forward (the deltas' copies of W0 are buffers, identical everywhere)."""
+    from accelerate import Accelerator, DistributedDataParallelKwargs
+
+    return Accelerator(cpu=cpu, kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=False,
+                                                                               broadcast_buffers=False)])
+
+
 def total_steps(cfg: FinetuneConfig, n_examples: int) -> int:
     steps = math.ceil(cfg.epochs * n_examples / cfg.batch_size)
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
@@ -53,6 +62,7 @@ class TrainResult:
     samples: int
     seconds: float
     losses: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
 
     @property
     def samples_per_second(self) -> float:
@@ -79,12 +89,11 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     `meta` (base fingerprint, components, data hash, ...) is stored with every checkpoint; a resume
     whose settings or meta differ is refused, naming the keys that differ.
     """
-    from accelerate import Accelerator
     from tqdm.auto import tqdm
 
     if not data:
         raise ValueError("no training examples")
-    acc = accelerator or Accelerator(cpu=tuned.model.device.type == "cpu")
+    acc = accelerator or make_accelerator(tuned.model.device.type == "cpu")
     world, rank = acc.num_processes, acc.process_index
     if cfg.batch_size % world:
         raise ValueError(f"batch_size {cfg.batch_size} does not split over {world} processes; use a multiple of {world}")
@@ -93,7 +102,9 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     module = acc.prepare(tuned.module)
     optimizer = make_optimizer(tuned, cfg)
     scheduler = make_scheduler(optimizer, cfg, steps)
-    params = [p for _, p in tuned.named_trainable()]
+    # Under FSDP, accelerate clips with the wrapped module's own method only when given all its
+    # parameters; frozen ones have no gradient and count for nothing.
+    params = list(module.parameters())
     record = {"config": cfg.to_json(), **meta, "total_steps": steps}
     start, losses = load_checkpoint(out / "checkpoint", record, tuned, optimizer, scheduler)
     pad = tuned.model.tokenizer.pad_token_id
@@ -101,7 +112,7 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     module.train()
     bar = tqdm(total=steps, initial=start, desc=f"{cfg.method} SFT", disable=not (progress and acc.is_main_process),
                unit="step")
-    seconds, samples = 0.0, 0
+    seconds, samples, step_seconds = 0.0, 0, []
     try:
         for step in range(start, steps):
             t0 = time.perf_counter()
@@ -129,7 +140,8 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            seconds += time.perf_counter() - t0
+            step_seconds.append(time.perf_counter() - t0)
+            seconds += step_seconds[-1]
             samples += len(batch)
             losses.append(float(acc.reduce(step_loss.to(device), "sum").item()) / tokens)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{samples / seconds:.1f}")
@@ -139,4 +151,4 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     finally:
         bar.close()
     module.eval()
-    return TrainResult(steps - start, samples, seconds, losses)
+    return TrainResult(steps - start, samples, seconds, losses, step_seconds)

@@ -1,0 +1,110 @@
+"""`keyheads finetune` (precise SFT and its baselines) and `keyheads merge` (fold or export an adapter)."""
+from __future__ import annotations
+
+import argparse
+
+from .dataclass_args import add_dataclass_args, dataclass_from_args
+from .models import DefaultsFormatter, add_model_args, load_from_args
+
+
+def components_from_args(args, model, seed: int = 0):
+    """Heads (top-k of effects, explicit, or random) and MLPs (top-m of effects, or explicit)."""
+    from ..components import Components, parse_layer_list
+
+    ways = [bool(args.heads), args.random_heads is not None, args.top_k is not None]
+    if sum(ways) > 1:
+        raise ValueError("choose heads one way: --effects with --top-k, --heads, or --random-heads")
+    if (args.top_k is not None or args.mlps) and not args.effects:
+        raise ValueError("--top-k and --mlps rank by effect: give --effects effects.json (from `keyheads patch`)")
+    if args.mlps and args.mlp_layers:
+        raise ValueError("give either --mlps M (the top-M by effect) or --mlp-layers L,... (explicit), not both")
+    if args.heads:
+        chosen = Components.explicit(args.heads)
+    elif args.random_heads is not None:
+        chosen = Components.random_heads(args.random_heads, model.n_layers, model.n_heads, seed)
+    elif args.top_k is not None:
+        chosen = Components.top_k(args.effects, args.top_k, 0, model)
+    else:
+        chosen = Components((), (), "no heads")
+    if args.mlps:
+        ranked = Components.top_k(args.effects, 0, args.mlps, model)
+        chosen = chosen.with_mlps(ranked.mlps, f"top-{args.mlps} MLPs")
+    elif args.mlp_layers:
+        chosen = chosen.with_mlps(parse_layer_list(args.mlp_layers), f"MLPs {args.mlp_layers}")
+    if not chosen.heads and not chosen.mlps:
+        raise ValueError("precise SFT needs heads or MLPs: --effects F --top-k K, --heads L.H,..., "
+                         "--random-heads K, and/or --mlps M / --mlp-layers L,...")
+    return chosen.check(model.n_layers, model.n_heads)
+
+
+def cmd_finetune(args) -> int:
+    from ..finetune import FinetuneConfig, describe, finetune, load_examples
+
+    cfg = dataclass_from_args(FinetuneConfig, args)  # invalid settings fail here, before any model loads
+    examples = load_examples(args.train, data_dir=args.data_dir, seed=cfg.seed)
+    if args.limit:
+        examples = examples[:args.limit]
+    model = load_from_args(args)
+    components = components_from_args(args, model, cfg.seed) if cfg.method == "precise" else None
+    if components is not None:
+        print(f"training {len(components.heads)} heads {', '.join(components.head_labels())}"
+              + (f" and MLPs {list(components.mlps)}" if components.mlps else "") + f" ({components.source})")
+    info = finetune(model, examples, cfg, args.out, components, data_name=args.train, progress=not args.quiet)
+    print(describe(info))
+    print(f"wrote {args.out}/ (finetune.json, " + {"precise": "adapter.safetensors", "lora": "lora/",
+                                                   "full": "model/"}[cfg.method] + ")")
+    return 0
+
+
+def cmd_merge(args) -> int:
+    from ..finetune.adapter import export_peft, merge, read_adapter
+    from ..models import load_model
+    from .models import set_threads
+
+    set_threads(args)
+    _, meta = read_adapter(args.adapter)
+    model = load_model(args.model or meta["base_model"], device="cpu", dtype="float32")
+    if args.export == "peft":
+        out = export_peft(model, args.adapter, args.out)
+        print(f"wrote a PEFT LoRA adapter to {out}: PeftModel.from_pretrained(base, {str(out)!r})")
+    else:
+        out = merge(model, args.adapter, args.out)
+        print(f"wrote {out}: a plain Hugging Face model folder (AutoModelForCausalLM.from_pretrained)")
+    return 0
+
+
+def register(sub) -> None:
+    from ..finetune.config import FinetuneConfig
+
+    p = sub.add_parser("finetune", help="precise SFT of key heads (and MLPs); full-SFT and LoRA baselines",
+                       formatter_class=DefaultsFormatter,
+                       description="Train only the chosen heads' Q/K/V/O slices (and whole MLPs), or a baseline. "
+                       "Runs on one process or under `accelerate launch` (DDP/FSDP); an interrupted run resumes.")
+    add_model_args(p)
+    what = p.add_argument_group("what to train (precise)")
+    what.add_argument("--effects", help="effects.json from `keyheads patch`, for --top-k and --mlps")
+    what.add_argument("--top-k", type=int, help="the K heads with the most negative effect")
+    what.add_argument("--heads", help="explicit heads, e.g. 14.2,21.2")
+    what.add_argument("--random-heads", type=int, metavar="K", help="K seeded random heads (the control)")
+    what.add_argument("--mlps", type=int, metavar="M", help="also the M MLPs with the most negative effect")
+    what.add_argument("--mlp-layers", metavar="L,...", help="also these whole MLP layers")
+    data = p.add_argument_group("data")
+    data.add_argument("--train", required=True, metavar="SPEC",
+                      help="a JSONL of {prompt, completion}; 'trainset' (GSM8K train + held-out AddSub/SingleEq/SVAMP); "
+                      "or 'arith:multidigit,decimal[:N]' from the templates")
+    data.add_argument("--data-dir", help="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
+    data.add_argument("--limit", type=int, help="use only the first N examples")
+    add_dataclass_args(p, FinetuneConfig, group_title="training (the paper's recipe by default)")
+    p.add_argument("--out", required=True, help="run folder: finetune.json, adapter.safetensors (or lora/, model/), checkpoint/")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_finetune)
+
+    p = sub.add_parser("merge", help="fold a precise-SFT adapter into a plain HF model folder, or export it as PEFT LoRA",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--adapter", required=True, help="a `keyheads finetune --method precise` run folder")
+    p.add_argument("--out", required=True, help="new folder to write")
+    p.add_argument("--model", help="base model (default: the one the adapter names)")
+    p.add_argument("--export", choices=("hf", "peft"), default="hf",
+                   help="hf: merged model folder; peft: the same change as a PEFT LoRA adapter (exact)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch")
+    p.set_defaults(func=cmd_merge)

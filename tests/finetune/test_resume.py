@@ -1,0 +1,205 @@
+"""Checkpoints and resume: a run killed part-way and started again on a fresh model ends bit-identical
+to one that was never interrupted; a resume with other settings is refused, naming them; a finished
+folder is returned as it is; checkpoint writes are atomic and leave no temporaries behind."""
+import os
+import re
+import shutil
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import keyheads.finetune.checkpoint as checkpoint_mod
+import keyheads.finetune.run as run_mod
+import keyheads.finetune.train as train_mod
+from keyheads.components import Components
+from keyheads.finetune.adapter import ADAPTER, INFO
+from keyheads.finetune.checkpoint import ResumeMismatch
+from keyheads.finetune.config import FinetuneConfig
+from keyheads.finetune.run import finetune
+from keyheads.io import read_json
+from keyheads.testing import tiny_model
+
+COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))
+CFG = FinetuneConfig(max_steps=6, save_every=2, batch_size=8, micro_batch_size=4, lr=1e-2)
+
+
+class Killed(RuntimeError):
+    """Stands for the process dying."""
+
+
+def trainable(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.hf.named_parameters() if p.requires_grad}
+
+
+def temporaries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith((".checkpoint.", ".old-", f".{ADAPTER}.")))
+
+
+def kill_at_optimizer_step(monkeypatch, n: int) -> None:
+    """The n-th optimizer step (1-based) of the next run raises Killed before it updates anything."""
+    real = train_mod.make_optimizer
+
+    def make(tuned, cfg):
+        optimizer = real(tuned, cfg)
+        step, calls = optimizer.step, [0]
+
+        def dying_step(self, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] == n:
+                raise Killed(f"killed in optimizer step {n}")
+            return step(*args, **kwargs)
+
+        optimizer.step = types.MethodType(dying_step, optimizer)  # the LR scheduler wants a bound method
+        return optimizer
+
+    monkeypatch.setattr(train_mod, "make_optimizer", make)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(examples, tmp_path_factory):
+    """(folder, finetune.json, trainable tensors) of a run that was never interrupted."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    model = tiny_model("llama", seed=0)
+    info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
+    return out, info, trainable(model)
+
+
+def killed_run(monkeypatch, examples, out: Path, at: int) -> None:
+    """A run into `out` that dies in optimizer step `at` (so after step at-1 finished)."""
+    kill_at_optimizer_step(monkeypatch, at)
+    with pytest.raises(Killed):
+        finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
+    monkeypatch.undo()
+
+
+def assert_same_as(uninterrupted, out: Path, info: dict, model) -> None:
+    ref_out, ref_info, ref_tensors = uninterrupted
+    assert info["train"]["losses"] == ref_info["train"]["losses"]
+    assert len(info["train"]["losses"]) == CFG.max_steps
+    now = trainable(model)
+    assert set(now) == set(ref_tensors)
+    for name, t in ref_tensors.items():
+        assert torch.equal(now[name], t), name
+    a, b = load_file(str(out / ADAPTER)), load_file(str(ref_out / ADAPTER))
+    assert set(a) == set(b)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize("at, saved, resume_cfg", [
+    (4, 2, CFG),  # dies in step 4: the newest checkpoint is of step 2
+    (5, 4, CFG),  # dies in step 5: the newest checkpoint is of step 4
+    (5, 4, replace(CFG, save_every=3)),  # a setting a resume may change
+])
+def test_killed_run_resumes_bit_identical(at, saved, resume_cfg, examples, uninterrupted, tmp_path, monkeypatch,
+                                          capsys):
+    out = tmp_path / "run"
+    killed_run(monkeypatch, examples, out, at)
+    assert read_json(out / "checkpoint" / "record.json")["step"] == saved
+    assert not (out / INFO).exists() and not (out / ADAPTER).exists()
+    assert temporaries(out) == []
+
+    capsys.readouterr()
+    model = tiny_model("llama", seed=0)  # a fresh model, as a new process would have
+    info = finetune(model, examples, resume_cfg, out, COMPONENTS, progress=False)
+    assert f"at step {saved}" in capsys.readouterr().out
+    assert info["train"]["steps_this_run"] == CFG.max_steps - saved  # resumed, not restarted
+    assert_same_as(uninterrupted, out, info, model)
+    assert temporaries(out) == []
+
+
+def test_resume_after_kill_between_renames(examples, uninterrupted, tmp_path, monkeypatch):
+    """Killed after the old checkpoint was moved aside and before the new one took its place."""
+    out = tmp_path / "run"
+    killed_run(monkeypatch, examples, out, 5)
+    os.replace(out / "checkpoint", out / ".old-checkpoint")
+    model = tiny_model("llama", seed=0)
+    info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
+    assert info["train"]["steps_this_run"] == 2
+    assert_same_as(uninterrupted, out, info, model)
+    assert temporaries(out) == []
+
+
+def test_kill_while_saving_keeps_the_previous_checkpoint(examples, uninterrupted, tmp_path, monkeypatch):
+    """A checkpoint write that dies half-way leaves the previous checkpoint whole and no temporary."""
+    out = tmp_path / "run"
+    real, calls = checkpoint_mod.write_json, [0]
+
+    def dying_write(path, obj):
+        calls[0] += 1
+        if calls[0] == 2:  # the record of step 4: its tensors and optimizer state are written already
+            raise Killed("killed while saving")
+        return real(path, obj)
+
+    monkeypatch.setattr(checkpoint_mod, "write_json", dying_write)
+    with pytest.raises(Killed):
+        finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
+    monkeypatch.undo()
+    assert read_json(out / "checkpoint" / "record.json")["step"] == 2
+    assert temporaries(out) == []
+    model = tiny_model("llama", seed=0)
+    info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
+    assert info["train"]["steps_this_run"] == 4
+    assert_same_as(uninterrupted, out, info, model)
+
+
+def test_stale_temporaries_do_not_block_saving(examples, uninterrupted, tmp_path, monkeypatch):
+    """Leftovers of a run killed hard (no clean-up ran) while saving: a temporary checkpoint folder,
+    and the moved-aside old checkpoint next to the new one. The next run saves and finishes."""
+    out = tmp_path / "run"
+    killed_run(monkeypatch, examples, out, 4)  # checkpoint of step 2
+    shutil.copytree(out / "checkpoint", out / ".old-checkpoint")
+    shutil.copytree(out / "checkpoint", out / ".checkpoint.stale123")
+    model = tiny_model("llama", seed=0)
+    info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
+    assert info["train"]["steps_this_run"] == 4
+    assert_same_as(uninterrupted, out, info, model)
+    assert read_json(out / "checkpoint" / "record.json")["step"] == 4
+    assert temporaries(out) == []
+
+
+@pytest.mark.parametrize("change, keys", [
+    (dict(cfg=replace(CFG, lr=2e-2)), ["config.lr"]),
+    (dict(components=Components(((1, 0), (2, 3)), (2,))), ["components.heads"]),
+    (dict(cfg=replace(CFG, batch_size=4, micro_batch_size=2)), ["config.batch_size", "config.micro_batch_size"]),
+])
+def test_resume_with_other_settings_is_refused(change, keys, examples, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    killed_run(monkeypatch, examples, out, 4)
+    before = {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()}
+    cfg, components = change.get("cfg", CFG), change.get("components", COMPONENTS)
+    with pytest.raises(ResumeMismatch) as err:
+        finetune(tiny_model("llama", seed=0), examples, cfg, out, components, progress=False)
+    named = re.findall(r"([\w.]+): checkpoint ", str(err.value))
+    assert named == sorted(keys), str(err.value)  # exactly the changed settings, by name
+    assert {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()} == before  # left as it was
+    assert not (out / INFO).exists()
+
+
+def test_other_data_is_refused(examples, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    killed_run(monkeypatch, examples, out, 4)
+    with pytest.raises(ResumeMismatch, match=r"data\.sha256"):
+        finetune(tiny_model("llama", seed=0), examples[:-1], CFG, out, COMPONENTS, progress=False)
+
+
+def test_finished_folder_is_not_trained_again(examples, uninterrupted, monkeypatch, capsys):
+    out, info, _ = uninterrupted
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished folder was trained again")
+
+    monkeypatch.setattr(run_mod, "train", no_training)
+    monkeypatch.setattr(run_mod, "make_trainable", no_training)
+    capsys.readouterr()
+    again = finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
+    assert "nothing to do" in capsys.readouterr().out
+    assert again == read_json(out / INFO)
+    assert again["train"]["losses"] == info["train"]["losses"]
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps  # nothing rewritten
+    assert temporaries(out) == []
