@@ -2,15 +2,25 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from .dataclass_args import add_dataclass_args, dataclass_from_args
 from .models import DefaultsFormatter, add_model_args, load_from_args
 
+COMPONENT_FLAGS = ("effects", "top_k", "heads", "random_heads", "mlps", "mlp_layers")
 
-def components_from_args(args, model, seed: int = 0):
-    """Heads (top-k of effects, explicit, or random) and MLPs (top-m of effects, or explicit)."""
-    from ..components import Components, parse_layer_list
 
+def check_component_args(args, method: str = "precise") -> None:
+    """What can be said about the component flags before any model loads (the model's size comes later)."""
+    from ..components import parse_head_list, parse_layer_list
+
+    given = ["--" + k.replace("_", "-") for k in COMPONENT_FLAGS if getattr(args, k, None) not in (None, "")]
+    if method != "precise":
+        if given:
+            raise ValueError(f"{', '.join(given)} choose what --method precise trains; --method {method} trains "
+                             + ("every parameter" if method == "full" else "LoRA adapters on the attention projections")
+                             + ": leave them out or use --method precise")
+        return
     ways = [bool(args.heads), args.random_heads is not None, args.top_k is not None]
     if sum(ways) > 1:
         raise ValueError("choose heads one way: --effects with --top-k, --heads, or --random-heads")
@@ -18,6 +28,26 @@ def components_from_args(args, model, seed: int = 0):
         raise ValueError("--top-k and --mlps rank by effect: give --effects effects.json (from `keyheads patch`)")
     if args.mlps and args.mlp_layers:
         raise ValueError("give either --mlps M (the top-M by effect) or --mlp-layers L,... (explicit), not both")
+    for flag, value, least in (("--top-k", args.top_k, 0), ("--mlps", args.mlps, 0),
+                               ("--random-heads", args.random_heads, 1)):
+        if value is not None and value < least:
+            raise ValueError(f"{flag} must be >= {least}, got {value}")
+    if args.heads:
+        parse_head_list(args.heads)  # a malformed item is named here
+    if args.mlp_layers:
+        parse_layer_list(args.mlp_layers)
+    if not (args.heads or args.random_heads is not None or args.top_k or args.mlps or args.mlp_layers):
+        raise ValueError("precise SFT needs heads or MLPs: --effects F --top-k K, --heads L.H,..., "
+                         "--random-heads K, and/or --mlps M / --mlp-layers L,...")
+    if args.effects and not Path(args.effects).is_file():
+        raise FileNotFoundError(f"--effects {args.effects}: no such file (it is written by `keyheads patch`)")
+
+
+def components_from_args(args, model, seed: int = 0):
+    """Heads (top-k of effects, explicit, or random) and MLPs (top-m of effects, or explicit)."""
+    from ..components import Components, parse_layer_list
+
+    check_component_args(args, "precise")
     if args.heads:
         chosen = Components.explicit(args.heads)
     elif args.random_heads is not None:
@@ -41,6 +71,9 @@ def cmd_finetune(args) -> int:
     from ..finetune import FinetuneConfig, describe, finetune, load_examples
 
     cfg = dataclass_from_args(FinetuneConfig, args)  # invalid settings fail here, before any model loads
+    check_component_args(args, cfg.method)
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
     examples = load_examples(args.train, data_dir=args.data_dir, seed=cfg.seed)
     if args.limit:
         examples = examples[:args.limit]
@@ -63,6 +96,8 @@ def cmd_merge(args) -> int:
 
     set_threads(args)
     _, meta = read_adapter(args.adapter)
+    if args.export == "hf" and Path(args.out).exists():  # before the model loads (merge() checks again)
+        raise ValueError(f"--out {args.out} exists; choose a new folder")
     model = load_model(args.model or meta["base_model"], device="cpu", dtype="float32")
     if args.export == "peft":
         out = export_peft(model, args.adapter, args.out)

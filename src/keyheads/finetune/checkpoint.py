@@ -40,6 +40,11 @@ def differing_keys(old: dict, new: dict) -> list[str]:
     return sorted(k for k in set(a) | set(b) if k not in skip and a.get(k) != b.get(k))
 
 
+def describe_differences(old: dict, new: dict, keys: list[str], what: str) -> str:
+    a, b = _flatten(old), _flatten(new)
+    return "; ".join(f"{k}: {what} {a.get(k)!r}, now {b.get(k)!r}" for k in keys[:8])
+
+
 def _rng_state() -> dict:
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -97,8 +102,7 @@ def load_checkpoint(folder: Path, record: dict, tuned, optimizer, scheduler) -> 
     stored = read_json(folder / "record.json")
     differ = differing_keys({k: v for k, v in stored.items() if k not in ("step", "losses")}, record)
     if differ:
-        detail = "; ".join(f"{k}: checkpoint {_flatten(stored).get(k)!r}, now {_flatten(record).get(k)!r}"
-                           for k in differ[:8])
+        detail = describe_differences(stored, record, differ, "checkpoint")
         raise ResumeMismatch(f"{folder} was written with other settings ({detail}). Use the same settings to "
                              "resume, or another --out (or delete the checkpoint) to start over")
     tensors = load_file(str(folder / "trainable.safetensors"))

@@ -9,6 +9,7 @@ from ..components import Components
 from ..io import read_json, write_json
 from ..models.model import HookedModel
 from .adapter import ADAPTER, INFO, base_fingerprint, save_adapter
+from .checkpoint import ResumeMismatch, describe_differences, differing_keys
 from .config import FinetuneConfig
 from .data import Example, examples_sha256, tokenize
 from .model import make_trainable
@@ -42,10 +43,15 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, o
             "data": {"name": data_name, "sha256": examples_sha256(examples), "n": len(examples)}}
     if (out / INFO).is_file():
         done = read_json(out / INFO)
-        same = lambda c: {k: v for k, v in c.items() if k not in FinetuneConfig.RESUMABLE_CHANGES}  # noqa: E731
-        if {k: done.get(k) for k in meta} == meta and same(done.get("config", {})) == same(cfg.to_json()):
-            print(f"{out} is finished with these settings; nothing to do")
-            return done
+        before = {"config": done.get("config", {}), **{k: done.get(k) for k in meta}}
+        now = {"config": cfg.to_json(), **meta}
+        differ = differing_keys(before, now)
+        if differ:
+            raise ResumeMismatch(f"{out} holds a finished run with other settings "
+                                 f"({describe_differences(before, now, differ, 'finished')}); "
+                                 "choose another --out, or delete that folder to train again")
+        print(f"{out} is finished with these settings; nothing to do")
+        return done
     data = tokenize(model.tokenizer, examples, cfg.max_length)
     total_params = sum(p.numel() for p in model.hf.parameters())
     tuned = make_trainable(model, cfg, components)

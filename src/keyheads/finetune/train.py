@@ -120,7 +120,7 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
             tokens = n_loss_tokens(batch)
             mine = batch[rank::world]
             micro = [mine[i:i + cfg.micro_batch_size] for i in range(0, len(mine), cfg.micro_batch_size)]
-            step_loss = torch.zeros((), dtype=torch.float64)
+            step_loss = torch.zeros((), dtype=torch.float64, device=device)  # read once per step: no sync per micro-batch
             for j, items in enumerate(micro):
                 inputs = collate(items, pad, device)
                 labels = inputs.pop("labels")
@@ -130,7 +130,7 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
                     loss_sum = completion_loss_sum(logits, labels)
                     # DDP averages over processes; the sum over processes is what we want.
                     acc.backward(loss_sum * (world / tokens))
-                step_loss += loss_sum.detach().double().cpu()
+                step_loss += loss_sum.detach().double()
             if cfg.rescale and tuned.method == "precise":
                 tuned.rescale_grads()
             if cfg.max_grad_norm > 0:
@@ -143,7 +143,7 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
             step_seconds.append(time.perf_counter() - t0)
             seconds += step_seconds[-1]
             samples += len(batch)
-            losses.append(float(acc.reduce(step_loss.to(device), "sum").item()) / tokens)
+            losses.append(float(acc.reduce(step_loss, "sum").item()) / tokens)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{samples / seconds:.1f}")
             bar.update(1)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < steps:
