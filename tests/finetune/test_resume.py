@@ -2,6 +2,7 @@
 to one that was never interrupted; a resume with other settings is refused, naming them; a finished
 folder is returned as it is; checkpoint writes are atomic and leave no temporaries behind."""
 import os
+import sys
 import re
 import shutil
 import types
@@ -203,3 +204,37 @@ def test_finished_folder_is_not_trained_again(examples, uninterrupted, monkeypat
     assert again["train"]["losses"] == info["train"]["losses"]
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps  # nothing rewritten
     assert temporaries(out) == []
+
+
+def test_ctrl_c_keeps_every_finished_step(examples, uninterrupted, tmp_path, monkeypatch, capsys):
+    """Ctrl-C in the 4th step's forward pass: steps 1-3 are saved (the periodic checkpoint has only 2)."""
+    out = tmp_path / "run"
+    real, calls = train_mod.collate, [0]
+
+    def interrupted_collate(*args, **kwargs):  # 2 micro-batches a step: call 7 is step 4's first
+        calls[0] += 1
+        if calls[0] == 7:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "collate", interrupted_collate)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
+    monkeypatch.undo()
+    assert read_json(out / "checkpoint" / "record.json")["step"] == 3
+    assert temporaries(out) == []
+    capsys.readouterr()
+    model = tiny_model("llama", seed=0)
+    info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
+    assert "at step 3" in capsys.readouterr().out
+    assert_same_as(uninterrupted, out, info, model)
+
+
+def test_ctrl_c_during_the_update_saves_nothing_new(examples, tmp_path, monkeypatch):
+    """Interrupted inside the optimizer step, the state is half-updated: only the periodic checkpoint stays."""
+    out = tmp_path / "run"
+    kill_at_optimizer_step(monkeypatch, 4)
+    monkeypatch.setattr(sys.modules[__name__], "Killed", KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
+    assert read_json(out / "checkpoint" / "record.json")["step"] == 2

@@ -112,7 +112,7 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     module.train()
     bar = tqdm(total=steps, initial=start, desc=f"{cfg.method} SFT", disable=not (progress and acc.is_main_process),
                unit="step")
-    seconds, samples, step_seconds = 0.0, 0, []
+    seconds, samples, step_seconds, updating = 0.0, 0, [], False
     try:
         for step in range(start, steps):
             t0 = time.perf_counter()
@@ -135,6 +135,7 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
                 tuned.rescale_grads()
             if cfg.max_grad_norm > 0:
                 acc.clip_grad_norm_(params, cfg.max_grad_norm)
+            updating = True  # an interrupt from here to the step's end leaves no consistent state to save
             lr = scheduler.get_last_lr()[0]
             tuned.decay_deltas(lr, cfg.weight_decay)
             optimizer.step()
@@ -144,10 +145,18 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
             seconds += step_seconds[-1]
             samples += len(batch)
             losses.append(float(acc.reduce(step_loss, "sum").item()) / tokens)
+            updating = False
             bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{samples / seconds:.1f}")
             bar.update(1)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < steps:
                 save_checkpoint(out / "checkpoint", record, step + 1, losses, tuned, optimizer, scheduler, acc)
+    except KeyboardInterrupt:
+        # Keep every finished step. With several processes the others may not be here to agree,
+        # so only a single process saves; they resume from the last periodic checkpoint.
+        done = len(losses)  # steps finished, this run and before
+        if world == 1 and done > start and not updating:
+            save_checkpoint(out / "checkpoint", record, done, losses, tuned, optimizer, scheduler, acc)
+        raise
     finally:
         bar.close()
     module.eval()
