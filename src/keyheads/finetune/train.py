@@ -51,9 +51,15 @@ def batch_indices(step: int, n: int, batch_size: int, seed: int) -> list[int]:
 
 
 def completion_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy of every completion token given the tokens before it."""
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)), labels[:, 1:].flatten(), ignore_index=-100,
-                           reduction="sum")
+    """Summed cross-entropy of every completion token given the tokens before it.
+
+    Only the rows that carry a label go through the softmax: the prompt's rows (most of a math
+    sample) would cost a vocabulary-wide copy and gradient each for nothing.
+    """
+    target = labels[:, 1:]
+    keep = target != -100
+    picked = logits[:, :-1][keep]
+    return F.cross_entropy(picked.to(torch.promote_types(logits.dtype, torch.float32)), target[keep], reduction="sum")
 
 
 @dataclass
@@ -126,8 +132,8 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
                 labels = inputs.pop("labels")
                 sync = acc.no_sync(module) if j < len(micro) - 1 else nullcontext()
                 with sync:
-                    logits = module(**inputs, use_cache=False).logits
-                    loss_sum = completion_loss_sum(logits, labels)
+                    # No name holds the logits, so they are freed as soon as the loss no longer needs them.
+                    loss_sum = completion_loss_sum(module(**inputs, use_cache=False).logits, labels)
                     # DDP averages over processes; the sum over processes is what we want.
                     acc.backward(loss_sum * (world / tokens))
                 step_loss += loss_sum.detach().double()
