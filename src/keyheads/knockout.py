@@ -24,14 +24,9 @@ Head = tuple[int, int]
 def parse_heads(spec: str | Iterable) -> list[Head]:
     """'12.3,14.2' or [[12, 3], ...] or [(12, 3)] -> [(12, 3), (14, 2)]."""
     if isinstance(spec, str):
-        items = [s for s in spec.replace(" ", "").split(",") if s]
-        heads = []
-        for item in items:
-            layer, dot, head = item.partition(".")
-            if not dot or not layer.isdigit() or not head.isdigit():
-                raise ValueError(f"head {item!r} is not of the form LAYER.HEAD (for example 12.3)")
-            heads.append((int(layer), int(head)))
-        return heads
+        from .components import parse_head_list
+
+        return parse_head_list(spec.replace(" ", ""))
     return [(int(l), int(h)) for l, h in spec]
 
 

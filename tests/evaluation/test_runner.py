@@ -139,8 +139,8 @@ def test_knockout_needs_pairs_with_the_right_fields(tiny, tmp_path):
         prepare(Variant.make("knockout", "tiny", heads=[[0, 0]], data=str(bad)), lambda name: tiny)
     with pytest.raises(ValueError, match="--knockout-data"):
         prepare(Variant.make("knockout", "tiny", heads=[[0, 0]]), lambda name: tiny)
-    with pytest.raises(ValueError, match="unknown variant kind 'adapter'; known: model, knockout"):
-        prepare(Variant.make("adapter", "tiny"), lambda name: tiny)
+    with pytest.raises(ValueError, match="unknown variant kind 'distilled'; known: model, knockout, adapter"):
+        prepare(Variant.make("distilled", "tiny"), lambda name: tiny)
 
 
 def test_table_format():
