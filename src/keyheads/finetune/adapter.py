@@ -106,8 +106,7 @@ def apply_adapter(model: HookedModel, folder: str | Path, check: bool = True) ->
 def merge_adapter(tuned: Tuned) -> None:
     """Fold the deltas into the base weights (in place) and take them off."""
     for key, delta in tuned.deltas.items():
-        layer, _, path = key.partition(".")
-        delta.merge_into(tuned.model.layer_module(int(layer), path))
+        delta.merge_into(tuned.projection(key))
     tuned.remove()
 
 

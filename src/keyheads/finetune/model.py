@@ -123,9 +123,13 @@ class Tuned:
     def remove(self) -> None:
         """Take the deltas off again (the base weights are untouched)."""
         for key in self.deltas:
-            layer, _, path = key.partition(".")
-            detach(self.model.layer_module(int(layer), path))
+            detach(self.projection(key))
         self.deltas = {}
+
+    def projection(self, key: str) -> nn.Module:
+        """The projection a delta acts on, from its "layer.path" key."""
+        layer, _, path = key.partition(".")
+        return self.model.layer_module(int(layer), path)
 
 
 def precise(model: HookedModel, components: Components, kv: str = "group") -> Tuned:
