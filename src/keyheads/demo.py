@@ -13,7 +13,7 @@ def demo_config(args) -> PipelineConfig:
               "skipped (point it at a folder with gsm8k/, svamp/, addsub/, singleeq/, mmlu/, csqa/)")
     return PipelineConfig(
         model=args.model, out=args.out, device=args.device, dtype=args.dtype,
-        task="addition", templates=["add-eq-1", "add-eq-2", "add-stmt-1", "add-qa-2"], n=96, few_shot=3,
+        task="addition", templates=["add-eq-1", "add-eq-2", "add-stmt-1", "add-qa-2"], n=96, few_shot=3, shared_prefix=True,
         top_k=8, knockout_k=12, seeds=5, analysis_samples=None,
         eval_benchmarks=["gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa"] if data_dir else [],
         eval_limit=args.eval_limit, data_dir=data_dir, batch_size=16,

@@ -28,6 +28,7 @@ class PipelineConfig:
         templates: template ids to use (empty: all of the task's).
         n: candidate pairs per task before keeping the correct ones.
         few_shot: solved examples before each prompt.
+        shared_prefix: the same examples before every prompt of a template (computed once).
         method, metric: patching method and metric.
         top_k: key heads = the K most negative (None: the paper's -5% threshold).
         threshold: key heads below this effect (with top_k: both).
@@ -50,6 +51,7 @@ class PipelineConfig:
     templates: list[str] = field(default_factory=list)
     n: int = 300
     few_shot: int = 3
+    shared_prefix: bool = False
     method: str = "path"
     metric: str = "relative-logit"
     top_k: int | None = 10
@@ -110,7 +112,7 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
                 templates.get(tid)
             templates.templates = [t for t in templates.templates if t.id in cfg.templates]
         tasks = templates.tasks if cfg.task == "all" else [cfg.task]
-        made = make_pairs(templates, tasks, PairConfig(n=cfg.n, few_shot=cfg.few_shot, seed=cfg.seed,
+        made = make_pairs(templates, tasks, PairConfig(n=cfg.n, few_shot=cfg.few_shot, shared_prefix=cfg.shared_prefix, seed=cfg.seed,
                                                         single_token_answer=True),
                           model=model, keep_correct=True, batch_size=cfg.batch_size)
         write_pairs(pairs, made)

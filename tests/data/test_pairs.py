@@ -237,21 +237,19 @@ def test_no_same_length_counterfactual_is_an_error(tmp_path, tok):
 
 
 # ---- keeping the correct ones ----------------------------------------------------------------------
-class ConstantModel:
-    """Predicts the same token after every prompt."""
+def ConstantModel(tokenizer, token: str):
+    """A tiny model whose unembedding always puts the highest logit on `token`."""
+    model = tiny_model("llama")
+    assert model.tokenizer.get_vocab() == tokenizer.get_vocab()
+    token_id = tokenizer.convert_tokens_to_ids(token)
 
-    def __init__(self, tokenizer, token: str):
-        self.tokenizer, self.token_id = tokenizer, tokenizer.convert_tokens_to_ids(token)
+    def constant(module, args, logits):
+        out = torch.zeros_like(logits)
+        out[..., token_id] = 1.0
+        return out
 
-    def encode(self, prompts):
-        self.tokenizer.padding_side = "left"
-        return self.tokenizer(list(prompts), return_tensors="pt", padding=True)
-
-    def forward(self, batch, **kwargs):
-        ids = batch["input_ids"]
-        logits = torch.zeros(ids.shape[0], ids.shape[1], len(self.tokenizer))
-        logits[..., self.token_id] = 1.0
-        return logits
+    model.hf.get_output_embeddings().register_forward_hook(constant)
+    return model
 
 
 def test_keep_correct_keeps_exactly_the_right_ones(templates, tok):

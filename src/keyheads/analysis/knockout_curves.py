@@ -1,8 +1,9 @@
 """Figure 3: accuracy while the top-k heads are knocked out, in effect order against random order.
 
 Mean ablation replaces a head's output by its mean over the counterfactual prompts. The
-means of every candidate head are computed once; each point of a curve is then one
-batched forward pass with the first k heads of an ordering replaced. "random-rank" is a
+means of every candidate head are computed once; each point of a curve knocks out the first
+k heads of an ordering, and all points are computed together by the passes of passes.py
+(shared prefixes, clean lower layers, END-only logits, several sets per pass). "random-rank" is a
 seeded random permutation of all heads, so point k knocks out k distinct heads and the
 sets are nested in k, as for "effect-rank".
 """
@@ -12,11 +13,13 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from ..knockout import Head, Knockout
 from ..models.model import HookedModel
 from .common import Batches, knockout_subset, predict
+from .passes import EndPasses, PromptSet
 
 
 @dataclass
@@ -36,6 +39,7 @@ class Curves:
     random: list[list[float]]               # [seed][k] accuracy for random-rank
     effect_order: list[Head]                # the first k heads of the effect ranking
     random_orders: list[list[Head]] = field(default_factory=list)
+    extra: list[float] = field(default_factory=list)  # accuracies of the caller's `extra` sets
 
     @property
     def random_mean(self) -> np.ndarray:
@@ -53,33 +57,60 @@ def random_order(heads: Sequence[Head], seed: int) -> list[Head]:
 
 def accuracy_with(model: HookedModel, batches: Batches, answer_ids: Sequence[int], full: Knockout | None,
                   heads: Sequence[Head]) -> float:
-    """Top-1 accuracy with `heads` mean-ablated (no edit at all for an empty list)."""
+    """Top-1 accuracy with `heads` mean-ablated, by one full forward pass (the direct method)."""
     edits = knockout_subset(full, heads).edits() if heads else None
     return predict(model, batches, answer_ids, edits).accuracy(answer_ids)
 
 
-def knockout_curves(model: HookedModel, batches: Batches, answer_ids: Sequence[int], full: Knockout,
-                    ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveConfig,
-                    progress: bool = True) -> Curves:
-    """Accuracy for k = 0..cfg.k heads knocked out, for `ranked` and for cfg.seeds random orders of `candidates`."""
-    ks = list(range(cfg.k + 1))
+def set_accuracies(model: HookedModel, prompts: PromptSet, answer_ids: Sequence[int], full: Knockout,
+                   sets: Sequence[Sequence[Head]], progress: bool = False) -> list[float]:
+    """Top-1 accuracy under each knockout set, all sets batched (see passes.py)."""
+    engine = EndPasses(model, prompts, full)
+    answers = torch.as_tensor(list(answer_ids))
+    correct = [0] * len(sets)
+
+    def count(i, index, logits):
+        correct[i] += int((logits.argmax(-1) == answers[torch.tensor(index)]).sum())
+
+    engine.logits(sets, count, progress=progress, desc="knockout curves")
+    return [c / prompts.n if prompts.n else float("nan") for c in correct]
+
+
+def curve_sets(ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveConfig) -> tuple[list, list]:
+    """(sets, random orders): the empty set, effect-rank sets k = 1..K, then each seed's k = 1..K."""
     orders = [random_order(candidates, cfg.seed + s) for s in range(cfg.seeds)]
-    bar = tqdm(total=cfg.k * (1 + cfg.seeds) + 1, desc="knockout curves", disable=not progress)
-    base = accuracy_with(model, batches, answer_ids, full, [])
-    bar.update()
-    effect = [base]
-    for k in ks[1:]:
-        effect.append(accuracy_with(model, batches, answer_ids, full, ranked[:k]))
-        bar.update()
-    random = []
+    sets = [[]] + [list(ranked[:k]) for k in range(1, cfg.k + 1)]
     for order in orders:
-        row = [base]
-        for k in ks[1:]:
-            row.append(accuracy_with(model, batches, answer_ids, full, order[:k]))
-            bar.update()
-        random.append(row)
-    bar.close()
-    return Curves(ks, effect, random, list(ranked[:cfg.k]), [o[:cfg.k] for o in orders])
+        sets += [order[:k] for k in range(1, cfg.k + 1)]
+    return sets, orders
+
+
+def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids: Sequence[int], full: Knockout,
+                    ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveConfig,
+                    progress: bool = True, extra: Sequence[Sequence[Head]] = ()) -> Curves:
+    """Accuracy for k = 0..cfg.k heads knocked out, for `ranked` and for cfg.seeds random orders of `candidates`.
+
+    `prompts` as a PromptSet runs the batched passes; as Batches, one direct forward pass per
+    point (the reference the fast passes are checked against). The accuracies of the `extra`
+    sets come back in `Curves.extra`.
+    """
+    from ..distributed import map_sharded
+
+    sets, orders = curve_sets(ranked, candidates, cfg)
+    sets += [list(s) for s in extra]
+    if isinstance(prompts, Batches):
+        def compute(part):
+            bar = tqdm(part, desc="knockout curves (direct)", disable=not progress)
+            return [accuracy_with(model, prompts, answer_ids, full, s) for s in bar]
+    else:
+        def compute(part):
+            return set_accuracies(model, prompts, answer_ids, full, part, progress)
+    acc = map_sharded(compute, sets)
+    K = cfg.k
+    effect = acc[:K + 1]
+    random = [[acc[0]] + acc[1 + K * (s + 1): 1 + K * (s + 2)] for s in range(cfg.seeds)]
+    return Curves(list(range(K + 1)), effect, random, list(ranked[:K]), [o[:K] for o in orders],
+                  acc[len(acc) - len(extra):] if extra else [])
 
 
 def plot_curves(curves: Curves, path, title: str) -> None:

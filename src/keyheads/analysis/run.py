@@ -19,7 +19,9 @@ from . import mlp as mlpmod
 from . import transfer as tr
 from .common import (AnalysisError, Batches, alignment_warning, all_heads, answer_token, fallback_note, fmt_head,
                      fmt_heads, knockout_subset, load_samples, read_pair_rows)
-from .knockout_curves import CurveConfig, accuracy_with, knockout_curves, plot_curves, random_order
+from ..distributed import is_main, map_sharded
+from .knockout_curves import CurveConfig, knockout_curves, plot_curves, random_order, set_accuracies
+from .passes import PromptSet
 
 
 class Notes(list):
@@ -111,26 +113,26 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
     # one pass over the counterfactual prompts gives the means of every head
     full = compute_means(model, cf, heads=candidates, batch_size=cfg.batch_size, mode=cfg.mean_mode,
                          progress=cfg.progress)
-    batches = Batches(model, [s.prompt for s in samples], cfg.batch_size)
-    notes.add(fallback_note(full, batches).text("reference prompts"))
+    prompts = PromptSet(model, [s.prompt for s in samples], cfg.batch_size)
+    notes.add(fallback_note(full, prompts).text("reference prompts"))
     result: dict = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "n_counterfactual": len(cf),
                     "mean_mode": cfg.mean_mode, "effects": cfg.selection.effects, "config": asdict(cfg)}
 
     if effects is not None and k:
-        curves = knockout_curves(model, batches, answers, full, effects.ranked(), candidates,
-                                 CurveConfig(k=k, seeds=cfg.seeds, seed=cfg.seed), progress=cfg.progress)
+        # the key heads' own knockout rides along with the curves' sets
+        curves = knockout_curves(model, prompts, answers, full, effects.ranked(), candidates,
+                                 CurveConfig(k=k, seeds=cfg.seeds, seed=cfg.seed), progress=cfg.progress,
+                                 extra=[key_heads])
+        base, after = curves.effect[0], curves.extra[0]
         result["curves"] = {"k": curves.ks, "effect_rank": curves.effect, "random_rank": curves.random,
                             "random_mean": curves.random_mean.tolist(), "random_std": curves.random_std.tolist(),
                             "effect_order": [fmt_head(h) for h in curves.effect_order],
                             "random_orders": [[fmt_head(h) for h in o] for o in curves.random_orders]}
-        _write_curves(out, curves, model.name)
-        print(_format_curves(curves))
-
-    if "curves" in result and list(key_heads) == list(curves.effect_order[:len(key_heads)]):
-        base, after = curves.effect[0], curves.effect[len(key_heads)]  # already a point of the curve
+        if is_main():
+            _write_curves(out, curves, model.name)
+            print(_format_curves(curves))
     else:
-        base = accuracy_with(model, batches, answers, full, [])
-        after = accuracy_with(model, batches, answers, full, key_heads)
+        base, after = set_accuracies(model, prompts, answers, full, [[], key_heads])
     rel = (after - base) / base if base else float("nan")
     result["key_heads"] = {"heads": [fmt_head(h) for h in key_heads], "accuracy_before": base,
                            "accuracy_after": after, "relative_change": rel}
@@ -141,6 +143,8 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
         result["transfer"] = _run_transfer(model, cfg, full, key_heads, notes, out)
     result["notes"] = list(notes)
     result["seconds"] = round(time.time() - t0, 1)
+    if not is_main():  # every process holds the whole result; one writes it
+        return result
     write_json(out / "knockout.json", result)
     print(f"wrote {out}/knockout.json" + (", knockout_curves.csv, knockout_curves.png" if "curves" in result else "")
           + (", transfer.csv, transfer_cases.txt" if cfg.transfer else "") + f" ({result['seconds']:.0f} s)")
@@ -197,12 +201,13 @@ def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: P
     others = [h for h in all_heads(model) if h not in set(key_heads)]
     control_heads = random_order(others, cfg.seed)[:len(key_heads)]
     control = knockout_subset(full, control_heads) if cfg.transfer_control else None
-    rows, cases = [], []
-    for tset in sets:
-        row, case = tr.evaluate(model, tset, ko, cfg.batch_size, cfg.progress, control=control)
+    done = map_sharded(lambda part: [tr.evaluate(model, t, ko, cfg.batch_size, cfg.progress, control=control)
+                                     for t in part], sets)
+    rows, cases = [r for r, _ in done], [c for _, c in done]
+    for tset, row in zip(sets, rows):
         notes.add(f"{tset.name}: {row.fallback}" if row.fallback else "")
-        rows.append(row)
-        cases.append(case)
+    if not is_main():
+        return {}
     table = tr.format_table(rows)
     print(f"\ntransfer: knocking out {len(key_heads)} key heads [{fmt_heads(key_heads)}]\n{table}\n")
     case_text = "\n\n".join(c.text() for c in cases)

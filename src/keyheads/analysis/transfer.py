@@ -18,7 +18,8 @@ from typing import Sequence
 
 from ..knockout import Knockout
 from ..models.model import HookedModel
-from .common import AnalysisError, Batches, answer_token, fallback_note, predict, read_pair_rows
+from .common import AnalysisError, answer_token, fallback_note, read_pair_rows
+from .passes import EndPasses, PromptSet
 
 # Hand-written solved examples: not taken from any benchmark, so that nothing evaluated is shown.
 WORD_FEW_SHOT = (
@@ -198,15 +199,17 @@ def evaluate(model: HookedModel, tset: TransferSet, ko: Knockout, batch_size: in
 
     `control` (the same number of random heads) says how much of a drop any knockout of that
     size causes on this set: a transfer claim needs the key heads to do clearly more."""
-    batches = Batches(model, tset.prompts, batch_size)
-    desc = f"transfer {tset.name}" if progress else None
-    before = predict(model, batches, tset.answer_ids, None, topk=5, desc=desc)
-    after = predict(model, batches, tset.answer_ids, ko.edits(), topk=5, desc=desc)
-    note = fallback_note(ko, batches)
+    prompts = PromptSet(model, tset.prompts, batch_size)
+    sets = [[], list(ko.heads)] + ([list(control.heads)] if control is not None else [])
+    if ko.mlps or (control is not None and control.mlps):
+        raise AnalysisError("transfer knocks out heads only")
+    preds = EndPasses(model, prompts, ko).predict(sets, tset.answer_ids, topk=5, progress=progress)
+    before, after = preds[0], preds[1]
+    note = fallback_note(ko, prompts)
     row = TransferRow(tset.name, len(tset.prompts), before.accuracy(tset.answer_ids),
                       after.accuracy(tset.answer_ids), note.text(), tset.note)
     if control is not None:
-        row.control = predict(model, batches, tset.answer_ids, control.edits(), desc=desc).accuracy(tset.answer_ids)
+        row.control = preds[2].accuracy(tset.answer_ids)
     i = tset.case
     tok = model.tokenizer
     top = lambda pred: [(tok.decode([int(t)]), float(p)) for t, p in zip(pred.topk_ids[i], pred.topk_probs[i])]  # noqa: E731

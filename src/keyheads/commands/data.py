@@ -45,7 +45,7 @@ def cmd_data(args) -> int:
         if not templates.for_task(task):
             raise ValueError(f"no {task} templates among those selected")
 
-    config = PairConfig(n=args.n, few_shot=args.few_shot, seed=args.seed, a_range=a_range, b_range=b_range,
+    config = PairConfig(n=args.n, few_shot=args.few_shot, shared_prefix=args.shared_prefix, seed=args.seed, a_range=a_range, b_range=b_range,
                         allow_negative=args.allow_negative, allow_fractions=args.allow_fractions,
                         single_token_operands=not args.multi_token_operands,
                         single_token_answer=args.single_token_answer)
@@ -73,6 +73,9 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output .jsonl file")
     p.add_argument("--few-shot", type=int, default=0, metavar="K",
                    help="K solved examples of the same template before each prompt")
+    p.add_argument("--shared-prefix", action="store_true",
+                   help="the same K examples before every prompt of a template (drawn once per template), so "
+                        "that analyses compute the shared prefix once")
     p.add_argument("--keep-correct", action="store_true",
                    help="keep only the pairs whose answer the model predicts (argmax) correctly")
     p.add_argument("--seed", type=int, default=0, help="the output is a function of the seed (default: 0)")

@@ -21,32 +21,29 @@ class TemplateScore:
 
 def predict_next(model, prompts: list[str], batch_size: int = 32, desc: str = "predicting",
                  answers: list[int] | None = None) -> list[int]:
-    """The model's argmax next token after each prompt, batched.
+    """The model's argmax next token after each prompt.
 
-    Batches hold prompts of similar length so that little compute goes to padding. With `answers`
-    the progress bar shows the running accuracy.
+    Runs the END-only passes of the analyses (a shared few-shot prefix is computed once per
+    group of prompts). With `answers` the progress bar shows the running accuracy.
     """
     import torch
     from tqdm.auto import tqdm
 
-    lengths = [len(model.tokenizer(p)["input_ids"]) for p in prompts]
-    order = sorted(range(len(prompts)), key=lengths.__getitem__)
+    from ..analysis.passes import EndPasses, PromptSet
+
     pred = [0] * len(prompts)
     right = 0
-    with torch.inference_mode(), tqdm(total=len(order), desc=desc, unit="prompt") as bar:
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            batch = model.encode([prompts[i] for i in chunk])
-            try:  # only the last position's logits are needed: skip the rest of the vocab projection
-                logits = model.forward(batch, logits_to_keep=1)[:, -1]
-            except TypeError:
-                logits = model.forward(batch)[:, -1]
-            for i, p in zip(chunk, logits.argmax(-1).tolist()):
+    with torch.inference_mode(), tqdm(total=len(prompts), desc=desc, unit="prompt") as bar:
+        def record(_, index, logits):
+            nonlocal right
+            for i, p in zip(index, logits.argmax(-1).tolist()):
                 pred[i] = p
                 right += answers is not None and p == answers[i]
-            bar.update(len(chunk))
+            bar.update(len(index))
             if answers is not None:
                 bar.set_postfix(acc=f"{right / bar.n:.0%}")
+
+        EndPasses(model, PromptSet(model, prompts, batch_size), None).logits([[]], record)
     return pred
 
 

@@ -23,6 +23,10 @@ class PairConfig:
     n: candidates per task, spread evenly over the task's templates (before --keep-correct).
     few_shot: solved examples of the same template before each prompt, one a line. Reference and
         counterfactual share them, so that only the final question differs.
+    shared_prefix: draw the few-shot examples once per template, so that every prompt of a
+        template starts with the same text. Analyses then compute that prefix once (its keys and
+        values are shared) instead of once per prompt. A question that repeats one of the
+        examples is rejected.
     seed: everything is deterministic given the seed; each template has its own random stream,
         so adding a template or a task does not change the others' pairs.
     a_range, b_range: operand ranges, both ends included (the paper: 1..9).
@@ -37,6 +41,7 @@ class PairConfig:
 
     n: int = 100
     few_shot: int = 0
+    shared_prefix: bool = False
     seed: int = 0
     a_range: tuple[int, int] = (1, 9)
     b_range: tuple[int, int] = (1, 9)
@@ -184,6 +189,7 @@ class Generator:
         self.pools = templates.pools
         self.same_length = _SameLength(tokenizer)
         self.rejected: Counter = Counter()
+        self._shared: dict[str, tuple[str, set]] = {}
 
     def rng(self, template: Template) -> random.Random:
         # a string seed is hashed with sha512: stable across runs and Python processes
@@ -201,6 +207,20 @@ class Generator:
             lines.append(render(template, values).text + answer)
         return "".join(line + "\n" for line in lines)
 
+    def shared(self, template: Template) -> tuple[str, set]:
+        """The template's one few-shot prefix and the operand pairs it shows (own random stream)."""
+        if template.id not in self._shared:
+            rng = random.Random(f"{self.config.seed}:{template.id}:prefix")
+            examples = set()
+            lines = []
+            for _ in range(self.config.few_shot):
+                a, b, answer = draw_operands(template, self.config, rng)
+                examples.add((a, b))
+                values = {"A": a, "B": b, **draw_fillers(template, self.pools, rng)}
+                lines.append(render(template, values).text + answer + "\n")
+            self._shared[template.id] = ("".join(lines), examples)
+        return self._shared[template.id]
+
     def sample(self, template: Template, rng: random.Random) -> Candidate | None:
         """One candidate, or None (counted in `rejected`) when the tokenizer rules it out."""
         drawn = draw_operands(template, self.config, rng)
@@ -209,7 +229,13 @@ class Generator:
                                 f"{self.config.b_range} give a valid {template.task} answer")
         a, b, answer = drawn
         values = {"A": a, "B": b, **draw_fillers(template, self.pools, rng)}
-        prefix = self.few_shot_prefix(template, rng, (a, b))
+        if self.config.shared_prefix:
+            prefix, examples = self.shared(template)
+            if (a, b) in examples:
+                self.rejected["question repeats a few-shot example"] += 1
+                return None
+        else:
+            prefix = self.few_shot_prefix(template, rng, (a, b))
         ref = render(template, values)
 
         # Where the prompt ends: with the space before the answer when the tokenizer gives that

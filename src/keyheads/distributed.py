@@ -1,0 +1,121 @@
+"""Several processes (started by `accelerate launch` or `torchrun`): who am I, my share, gathering back.
+
+A plain single process initialises nothing: it is rank 0 of 1, `shard` gives it everything and
+`gather` returns what it was given. Under a launcher, accelerate's `PartialState` sets up the
+process group (gloo on CPU, nccl on GPUs) the first time any function here is called.
+"""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any, Callable, Sequence, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Launchers set one of these to the number of processes (torchrun/accelerate: WORLD_SIZE; MPI: the others).
+_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+# A rank that finishes its share early waits in a collective for the slowest one; after a resume the
+# shares can differ by hours, which the default 30-minute timeout would turn into a crash. A rank
+# that dies still ends the job at once: the launcher stops the others.
+TIMEOUT = timedelta(hours=24)
+
+
+def launched() -> bool:
+    """Whether this process is one of several started by a launcher."""
+    return any(int(os.environ.get(v) or 1) > 1 for v in _SIZE_VARS)
+
+
+@lru_cache(maxsize=None)
+def _state():
+    if not launched():
+        return None
+    import torch
+    from accelerate import PartialState
+
+    # Without cpu=True, accelerate sees no GPU and quietly falls back to a single process.
+    cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
+    return PartialState(cpu=cpu, timeout=TIMEOUT)
+
+
+def rank() -> int:
+    state = _state()
+    return 0 if state is None else state.process_index
+
+
+def world() -> int:
+    state = _state()
+    return 1 if state is None else state.num_processes
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def default_device() -> str | None:
+    """This process's own device under a launcher (cuda:LOCAL_RANK or cpu); None in a plain process."""
+    state = _state()
+    return None if state is None else str(state.device)
+
+
+def barrier() -> None:
+    if world() > 1:
+        _state().wait_for_everyone()
+
+
+def shard(n: int) -> list[int]:
+    """This rank's indices of range(n): every world()-th from rank() on.
+
+    Strided rather than contiguous so that lists whose items grow in cost along the list
+    (longer prompts, more heads knocked out) still give every rank a similar load.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"shard(n) needs a non-negative int, got {n!r}")
+    return list(range(rank(), n, world()))
+
+
+def gather(obj: Any) -> list:
+    """Every rank's `obj` (anything picklable: numpy arrays, dicts, ...), in rank order, on every rank."""
+    if world() == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out: list = [None] * world()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def map_sharded(fn: Callable[[list[T]], Sequence[R]], items: Sequence[T]) -> list[R]:
+    """fn over this rank's share of `items` (see `shard`); -> every result, in item order, on every rank.
+
+    `fn` takes a sub-list and returns one result per item, in order; it is not called for an
+    empty share. An exception in `fn` on any rank is raised on every rank (the failing one
+    re-raises its own), so that no rank waits forever for a share that will never come.
+    """
+    items = list(items)
+    if world() == 1:
+        return _checked(fn, items)
+    mine = shard(len(items))
+    try:
+        part, error = (_checked(fn, [items[i] for i in mine]) if mine else []), None
+    except Exception as err:  # noqa: BLE001 - sent to the other ranks, then re-raised
+        part, error = None, err
+    shares = gather((mine, part, None if error is None else f"{type(error).__name__}: {error}"))
+    if error is not None:
+        raise error
+    failed = [(r, msg) for r, (_, _, msg) in enumerate(shares) if msg is not None]
+    if failed:
+        raise RuntimeError("; ".join(f"rank {r} of {world()} failed: {msg}" for r, msg in failed))
+    out: list = [None] * len(items)
+    for indices, results, _ in shares:
+        for i, result in zip(indices, results):
+            out[i] = result
+    return out
+
+
+def _checked(fn: Callable[[list[T]], Sequence[R]], sub: list[T]) -> list[R]:
+    results = list(fn(sub))
+    if len(results) != len(sub):
+        raise ValueError(f"map_sharded: fn returned {len(results)} results for {len(sub)} items")
+    return results
