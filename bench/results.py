@@ -21,3 +21,20 @@ def write_section(title: str, body: str, path: Path = RESULTS) -> None:
     else:
         text = text.rstrip() + "\n\n" + section
     atomic_write_text(path, text)
+
+
+def matmul_rate(d: int, d_ff: int, rows: int = 4096, repeats: int = 10) -> float:
+    """Best-of-`repeats` FLOP/s of a [rows, d] x [d, d_ff] matrix product (the floor's unit of work)."""
+    import time
+
+    import torch
+
+    a, w = torch.randn(rows, d), torch.randn(d, d_ff)
+    for _ in range(3):
+        a @ w
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ w
+        best = min(best, time.perf_counter() - t)
+    return 2 * rows * d * d_ff / best

@@ -206,12 +206,21 @@ def _rows(cache, repeat: int, expand_only: bool = False):
 
 @dataclass
 class Work:
-    """What the passes computed, for FLOP accounting: token-layers through decoder layers and
-    END rows through the unembedding."""
+    """What the passes computed, for FLOP accounting: token-layers through decoder layers,
+    (query, key) pairs of attention summed over layers, and END rows through the unembedding."""
 
     token_layers: int = 0
+    attention_pairs: int = 0
     end_rows: int = 0
     passes: int = 0
+
+    def add(self, rows_prefix: int, P: int, rows: int, S: int, layers: int, end_rows: int) -> None:
+        """rows_prefix rows of P prefix tokens, then rows of S tokens after them, through `layers` layers."""
+        self.token_layers += (rows_prefix * P + rows * S) * layers
+        causal = lambda n: n * (n + 1) // 2  # noqa: E731
+        self.attention_pairs += (rows_prefix * causal(P) + rows * (S * P + causal(S))) * layers
+        self.end_rows += end_rows
+        self.passes += 1
 
 
 def _lowest(heads: Sequence[Head], n_layers: int) -> int:
@@ -265,9 +274,7 @@ class EndPasses:
         with model.hooks(capture=points) as suf:
             logits, _ = _run(model, group.suffixes, P, _rows(cache, m, expand_only=True) if P else None,
                              mask=group.mask)
-        self.work.token_layers += (P + m * (group.length - P)) * L  # padding counts: it is computed
-        self.work.end_rows += m + (1 if P else 0)
-        self.work.passes += 1
+        self.work.add(1 if P else 0, P, m, group.length - P, L, m + (1 if P else 0))  # padding counts: it is computed
         resid = {int(k.split(".")[0]): (prefix_resid.get(k), suf[k]) for k in points}
         return {"logits": logits.cpu(), "cache": cache, "resid": resid}
 
@@ -290,9 +297,7 @@ class EndPasses:
         with start_at(model, start, resid), model.hooks(edit=_head_edits(full, sets, m, T, P, T, H)):
             logits, _ = _run(model, group.suffixes.repeat(C, 1), P, cache,
                              mask=None if group.mask is None else group.mask.repeat(C, 1))
-        self.work.token_layers += (C * P + C * m * (T - P)) * (L - start)
-        self.work.end_rows += C * m + (C if P else 0)
-        self.work.passes += 1
+        self.work.add(C if P else 0, P, C * m, T - P, L - start, C * m + (C if P else 0))
         return logits.cpu()
 
     @torch.no_grad()
