@@ -13,7 +13,9 @@ def model(request):
 
 
 def test_cosines_equal_numpy(model):
-    prompts = [("3 + 4 = ", "3", "4", "7"), ("1 + 2 = 3\n5 + 2 = ", "5", "2", "7"), ("6 - 4 = ", "6", "4", "2")]
+    prompts = [("3 + 4 = ", "3", "4", "7"), ("1 + 2 = 3\n5 + 2 = ", "5", "2", "7"), ("6 - 4 = ", "6", "4", "2"),
+               # two of one length behind a shared prefix: their prefix runs once, from a cache
+               ("1 + 2 = 3\n4 + 4 = 8\n5 + 2 = ", "5", "2", "7"), ("1 + 2 = 3\n4 + 4 = 8\n6 - 4 = ", "6", "4", "2")]
     tok = lambda t: model.tokens(t)[0]  # noqa: E731  (character tokenizer: a digit is one token)
     samples = [Sample(p, c, tok(c), operands={"A": a, "B": b}) for p, a, b, c in prompts]
     got = probe(model, samples, batch_size=2, progress=False)

@@ -19,11 +19,11 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..knockout import Head
 from ..models.model import HookedModel
-from .common import AnalysisError, Batches, Sample, fmt_head
+from .common import AnalysisError, Sample, fmt_head
+from .passes import PromptSet, clean_passes
 
 ROLES = ("A", "B", "operator", "other", "first")
 ROLE_NAMES = {"A": "operand A", "B": "operand B", "operator": "operator", "other": "other words",
@@ -61,16 +61,15 @@ def end_attention(model: HookedModel, prompts: Sequence[str], heads: Sequence[He
             return pattern
         return edit
 
-    batches = Batches(model, prompts, batch_size)
+    prompts_set = PromptSet(model, prompts, batch_size)
+    lengths = prompts_set.lengths
     out: list[np.ndarray | None] = [None] * len(prompts)
     edits = {f"{l}.pattern": keep_end_row(l) for l in layers}
     with model.eager_attention():
-        for chunk, batch in tqdm(list(zip(batches.chunks, batches.encoded)), desc="attention", disable=not progress,
-                                 leave=False):
-            model.run(batch, edit=edits)
-            T = batch.input_ids.shape[1]
-            for j, i in enumerate(chunk):
-                n = batches.lengths[i]
+        for group in clean_passes(model, prompts_set, edits, progress, "attention"):
+            T = group.length  # keys: the whole (padded) prompt, shared prefix included
+            for j, i in enumerate(group.index):
+                n = lengths[i]
                 out[i] = torch.stack([rows[l][j, h, T - n:] for l, h in heads]).numpy()
     return out
 

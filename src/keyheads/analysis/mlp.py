@@ -29,10 +29,10 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..models.model import HookedModel
-from .common import AnalysisError, Batches, Sample, number_token
+from .common import AnalysisError, Sample, number_token
+from .passes import PromptSet, clean_passes
 
 RULE = ("operand curve s = (in_A + in_B)/2 - in_other, answer curve c = write_C - write_other (per-layer means); "
         "inflection = argmax over l of s[l] - min(s[:l+1]) (the end of the largest climb); start = 1 + the last layer before the inflection with s < min(s[:inflection+1]) "
@@ -77,12 +77,10 @@ def end_vectors(model: HookedModel, prompts: Sequence[str], batch_size: int = 16
         return edit
 
     edits = {f"{l}.{p}": keep_end(f"{l}.{p}") for l in range(L) for p in (read, "mlp_write")}
-    batches = Batches(model, prompts, batch_size)
     mlp_in = torch.empty(len(prompts), L, model.d_model)
     write = torch.empty(len(prompts), L, model.d_model)
-    for chunk, batch in tqdm(list(zip(batches.chunks, batches.encoded)), desc=desc, disable=not progress, leave=False):
-        model.run(batch, edit=edits)
-        idx = torch.tensor(chunk)
+    for group in clean_passes(model, PromptSet(model, prompts, batch_size), edits, progress, desc):
+        idx = torch.tensor(group.index)
         mlp_in[idx] = torch.stack([store[f"{l}.{read}"] for l in range(L)], 1)
         write[idx] = torch.stack([store[f"{l}.mlp_write"] for l in range(L)], 1)
     return mlp_in, write

@@ -352,3 +352,19 @@ class EndPasses:
 
         self.logits(sets, reduce, progress)
         return out
+
+
+@torch.no_grad()
+def clean_passes(model: HookedModel, prompts: PromptSet, edits: dict, progress: bool = False, desc: str = "passes"):
+    """Run every group once without knockout, with `edits` installed while its own tokens run;
+    yields each group after its pass. The last position of what the edits see is END.
+
+    The shared prefix runs before the edits are installed, so an edit that keeps x[:, -1] sees
+    END only; an edit that reads whole rows (an attention pattern) sees every key, prefix included.
+    """
+    for group in tqdm(prompts.groups, desc=desc, disable=not progress, leave=False):
+        P, m = len(group.prefix), len(group.index)
+        cache = _run(model, torch.tensor([group.prefix]), 0, want_cache=True)[1] if P else None
+        with model.hooks(edit=edits):
+            _run(model, group.suffixes, P, _rows(cache, m, expand_only=True) if P else None, mask=group.mask)
+        yield group
