@@ -56,7 +56,9 @@ def is_main() -> bool:
 def default_device() -> str | None:
     """This process's own device under a launcher (cuda:LOCAL_RANK or cpu); None in a plain process."""
     state = _state()
-    return None if state is None else str(state.device)
+    if state is None:
+        return None
+    return "cpu" if state.device.type == "cpu" else str(state.device)  # "cpu:0" would not read as CPU elsewhere
 
 
 def barrier() -> None:

@@ -5,6 +5,7 @@ import json
 import time
 from pathlib import Path
 
+from .. import distributed
 from .models import add_model_args, set_threads
 
 
@@ -72,19 +73,22 @@ def cmd_eval(args) -> int:
     from ..models import load_model
 
     set_threads(args)
+    device = args.device or distributed.default_device()  # under a launcher: this process's own GPU
     cfg = EvalConfig(benchmarks=check_benchmarks(_list(args.benchmarks)), data_dir=args.data_dir, limit=args.limit,
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, few_shot=args.few_shot,
                      cot=not args.no_cot, seed=args.seed, split=args.split,
                      heldout=SplitConfig(args.heldout_seed, args.heldout_fraction), cache_dir=args.cache_dir,
-                     progress=not args.quiet, shard=_shard(args.shard))
+                     progress=not args.quiet and distributed.is_main(), shard=_shard(args.shard))
     variants = variants_from_args(args)
     start = time.time()
     results = evaluate(variants, cfg, args.out,
-                       loader=lambda name: load_model(name, device=args.device, dtype=args.dtype))
+                       loader=lambda name: load_model(name, device=device, dtype=args.dtype))
     if cfg.shard is not None:
         done = sum(b["timing"]["computed"] for r in results for b in r["benchmarks"].values())
         print(f"shard {args.shard}: computed {done} items in {time.time() - start:.0f} s; when every shard has "
               "finished, run the same command without --shard to write the table (all from the cache)")
+        return 0
+    if not distributed.is_main():  # one of several processes: the main one writes and prints the table
         return 0
     print((Path(args.out) / "table.md").read_text(), end="")
     print(f"written to {args.out}/ (table.md, table.csv, results.json, per-variant wrong cases) "
@@ -128,7 +132,8 @@ def register(sub) -> None:
     p.add_argument("--heldout-fraction", type=float, default=0.3, help="training share of the held-out split")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--shard", metavar="K/N", help="compute only shard K of N (0-based) of every benchmark, so that "
-                   "N processes or GPUs sharing --cache-dir split the work; then run without --shard for the table")
+                   "N processes or GPUs sharing --cache-dir split the work; then run without --shard for the table. "
+                   "Under accelerate launch or torchrun the processes shard by themselves and the main one writes it")
     p.add_argument("--out", required=True, help="run folder: table.md, table.csv, results.json, wrong cases")
     p.add_argument("--cache-dir", help="per-item result cache, shared by runs so that a re-run or an interrupted "
                    "run resumes (default: $KEYHEADS_CACHE/eval)")

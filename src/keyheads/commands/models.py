@@ -36,10 +36,12 @@ def set_threads(args) -> None:
 
 
 def load_from_args(args):
+    from .. import distributed
     from ..models import load_model
 
     set_threads(args)
-    return load_model(args.model, device=args.device, dtype=args.dtype)
+    # under a launcher each process takes its own GPU, not all of them the first one
+    return load_model(args.model, device=args.device or distributed.default_device(), dtype=args.dtype)
 
 
 def cmd_models(args) -> int:

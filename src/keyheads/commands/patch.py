@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import distributed
 from .models import DefaultsFormatter, add_model_args, load_from_args
 
 
@@ -10,17 +11,19 @@ def cmd_patch(args) -> int:
     from ..patching import PatchConfig
     from ..patching.identify import describe, identify
     from ..patching.metrics import check_metric
-    from ..patching.run import check_method
+    from ..patching.run import check_method, clear_checkpoints
 
     check_method(args.method)  # before loading a model: a typo should fail at once
     check_metric(args.metric)
     out = Path(args.out)
-    if args.restart and (out / "per_sample.npz").exists():
-        (out / "per_sample.npz").unlink()
+    if args.restart:
+        clear_checkpoints(out)
     model = load_from_args(args)
     config = PatchConfig(method=args.method, metric=args.metric, batch_size=args.batch_size, limit=args.limit,
                          min_abs_logit=args.min_abs_logit, first_token=args.first_token)
     effects, keys = identify(model, args.data, config, out, threshold=args.threshold, top_k=args.top_k)
+    if not distributed.is_main():
+        return 0
     print(describe(effects, keys))
     print(f"wrote {out}/effects.json, effects.csv, key_heads.json, heatmap.png")
     return 0

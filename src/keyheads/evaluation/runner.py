@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
+from .. import distributed
 from ..io import atomic_write_text, write_json, write_jsonl
 from ..models.model import HookedModel
 from .cache import ResultCache, item_key
@@ -129,7 +130,12 @@ def write_table(results: Sequence[dict], cfg: EvalConfig, out: str | Path) -> st
 
 def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalConfig, out: str | Path,
              loader: Callable[[str], HookedModel] | None = None) -> list[dict]:
-    """Evaluate each variant (the first is the reference for the Δ columns) and write the table."""
+    """Evaluate each variant (the first is the reference for the Δ columns) and write the table.
+
+    Under several processes (accelerate launch, torchrun) every rank calls it with cfg.shard
+    None: the items are split by rank, the main process writes the table and returns it;
+    the other ranks return their shard's timings.
+    """
     loaded: dict[str, HookedModel] = {}
 
     def load_once(name: str) -> HookedModel:  # variants of one model share its weights
@@ -143,13 +149,24 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalConfig, out: str |
         return loaded[name]
 
     check_benchmarks(cfg.benchmarks)
+    # Started as several processes without an explicit shard: each computes its shard into the
+    # shared cache, then the main one scores everything from there and writes the table.
+    together = cfg.shard is None and distributed.world() > 1
+    run_cfg = replace(cfg, shard=(distributed.rank(), distributed.world())) if together else cfg
     tasks: dict[str, Task] = {}
-    results = []
+    results, ready = [], []
     for v in variants:
         prepared = v if isinstance(v, Prepared) else prepare(v, load_once)
         if isinstance(v, Variant):
             prepared.info.setdefault("variant", v.spec())
-        results.append(evaluate_prepared(prepared, cfg, out, tasks))
-    if cfg.shard is None:
+        ready.append(prepared)
+        results.append(evaluate_prepared(prepared, run_cfg, out, tasks))
+    if together:
+        distributed.barrier()  # every shard is in the cache now
+        if distributed.is_main():
+            results = [evaluate_prepared(p, cfg, out, tasks) for p in ready]
+            write_table(results, cfg, out)
+        distributed.barrier()  # the table exists before any rank moves on
+    elif cfg.shard is None:
         write_table(results, cfg, out)
     return results

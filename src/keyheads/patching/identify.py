@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from .. import distributed
 from ..io import write_json
 from ..models.model import HookedModel
 from .heatmap import draw_heatmap
 from .results import PAPER_THRESHOLD, Effects, key_heads
 from .run import PatchConfig, sweep
-
 
 
 def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str | Path,
@@ -18,23 +18,29 @@ def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str
 
     Key heads: below `threshold` and at most `top_k`; `top_k` alone means the K most
     negative, and with neither the paper's -5% applies. Returns (effects, key heads).
+    Under several processes every rank calls it and gets the same result; only the main
+    one writes, and all return once the files are there.
     """
     out = Path(out)
     if threshold is None and top_k is None:
         threshold = PAPER_THRESHOLD
     effects, state = sweep(model, data, config, out=out, progress=progress)
-    effects.write(out)
     keys = key_heads(effects, threshold=threshold, top_k=top_k)
     keys["seconds"] = state["seconds"]
-    write_json(out / "key_heads.json", keys)
-    draw_heatmap(effects, out / "heatmap.png", key=[(k["layer"], k["head"]) for k in keys["heads"]])
+    main = distributed.is_main()
+    if main:
+        effects.write(out)
+        write_json(out / "key_heads.json", keys)
+        draw_heatmap(effects, out / "heatmap.png", key=[(k["layer"], k["head"]) for k in keys["heads"]])
     if config.method == "attribution":
         from scipy.stats import spearmanr
 
         exact, _ = sweep(model, data, replace(config, method="path"), out=None, progress=progress)
         rho = float(spearmanr(sum(effects.heads, []), sum(exact.heads, [])).statistic)
-        write_json(out / "attribution_vs_path.json", {"spearman_heads": rho})
+        if main:
+            write_json(out / "attribution_vs_path.json", {"spearman_heads": rho})
         keys["spearman_vs_path"] = rho
+    distributed.barrier()  # a later stage on any rank may read these files
     return effects, keys
 
 

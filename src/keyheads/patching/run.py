@@ -3,6 +3,10 @@
 The per-sample quantities are checkpointed atomically after every batch
 (per_sample.npz); an interrupted run resumes from the batches it finished. The
 checkpoint records what produced it, and a run with different settings refuses it.
+
+Under several processes (accelerate launch, torchrun) each takes every N-th batch, checkpoints
+its own per_sample.rankKofN.npz, and the per-sample arrays are gathered at the end. A resume
+reads every checkpoint in the folder, so it may use a different number of processes.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from .. import distributed
 from ..io import atomic_write_bytes, file_sha256
 from ..models.model import HookedModel
 from .activation import activation_patch_batch
@@ -64,7 +69,11 @@ class PatchConfig:
 
 def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path | None = None,
           progress: bool = True) -> tuple[Effects, dict]:
-    """Run the patching sweep over a pairs file; returns (effects, per-sample arrays)."""
+    """Run the patching sweep over a pairs file; returns (effects, per-sample arrays).
+
+    Under several processes every rank must call it; each computes its share of the
+    batches and every rank returns the full arrays.
+    """
     check_method(config.method)
     check_metric(config.metric)
     samples = load_samples(model, data, limit=config.limit, first_token_only=config.first_token)
@@ -73,46 +82,88 @@ def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path |
                  **{k: v for k, v in asdict(config).items() if k != "min_abs_logit"}}
     state = _resume(out, signature, n, L, H)
     fn = METHODS[config.method]
-    todo = [b for b in batches(samples, config.batch_size, model.device) if not state["done"][b.index].all()]
+    # Whole batches are shared out, not samples: each batch is then exactly the one a single
+    # process would run, so any number of processes gives the same numbers.
+    everything = list(batches(samples, config.batch_size, model.device))
+    keys = ("original", "heads", "mlps")
+
+    def run(mine: list) -> list[dict]:
+        total = sum(len(b.index) for b in mine)
+        done = sum(int(state["done"][b.index].all()) * len(b.index) for b in mine)
+        with tqdm(total=total, initial=done, desc=f"{config.method} patching", unit="sample",
+                  disable=not (progress and distributed.is_main())) as bar:
+            for batch in mine:
+                idx = np.asarray(batch.index)
+                if state["done"][idx].all():
+                    continue
+                result = fn(model, batch, config.metric)
+                state["original"][idx] = result.original.float().cpu().numpy()
+                state["heads"][idx] = result.heads.float().cpu().numpy()
+                state["mlps"][idx] = result.mlps.float().cpu().numpy()
+                state["done"][idx] = True
+                if out is not None:
+                    _checkpoint(out, signature, state)
+                bar.update(len(idx))
+        return [{k: state[k][np.asarray(b.index)] for k in keys} for b in mine]
+
     start = time.perf_counter()
-    with tqdm(total=n, initial=int(state["done"].sum()), desc=f"{config.method} patching", unit="sample",
-              disable=not progress) as bar:
-        for batch in todo:
-            result = fn(model, batch, config.metric)
-            idx = np.asarray(batch.index)
-            state["original"][idx] = result.original.float().cpu().numpy()
-            state["heads"][idx] = result.heads.float().cpu().numpy()
-            state["mlps"][idx] = result.mlps.float().cpu().numpy()
-            state["done"][idx] = True
-            if out is not None:
-                _checkpoint(out, signature, state)
-            bar.update(len(idx))
+    rows = distributed.map_sharded(run, everything)
+    for batch, row in zip(everything, rows):
+        idx = np.asarray(batch.index)
+        for k in keys:
+            state[k][idx] = row[k]
+        state["done"][idx] = True
     state["seconds"] = time.perf_counter() - start
     effects = Effects.aggregate(config.metric, config.method, model.name, signature["data_sha256"],
                                 state["original"], state["heads"], state["mlps"], config.min_abs_logit)
     return effects, state
 
 
+def checkpoint_name(rank: int | None = None, world: int | None = None) -> str:
+    """per_sample.npz for one process (unchanged from before processes could share a run), else per rank."""
+    rank = distributed.rank() if rank is None else rank
+    world = distributed.world() if world is None else world
+    return "per_sample.npz" if world == 1 else f"per_sample.rank{rank}of{world}.npz"
+
+
+def checkpoints(out: Path) -> list[Path]:
+    """Every checkpoint in a run folder, of any number of processes."""
+    out = Path(out)
+    single = out / checkpoint_name(0, 1)
+    return ([single] if single.exists() else []) + sorted(out.glob("per_sample.rank*of*.npz"))
+
+
+def clear_checkpoints(out: Path) -> None:
+    """Start a run folder over (--restart). Under several processes the main one deletes, then all go on."""
+    if distributed.is_main():
+        for path in checkpoints(out):
+            path.unlink()
+    distributed.barrier()
+
+
 def _checkpoint(out: Path, signature: dict, state: dict) -> None:
     buf = io.BytesIO()
     np.savez(buf, signature=np.array(json.dumps(signature, sort_keys=True)),
              **{k: state[k] for k in ("original", "heads", "mlps", "done")})
-    atomic_write_bytes(out / "per_sample.npz", buf.getvalue())
+    atomic_write_bytes(out / checkpoint_name(), buf.getvalue())
 
 
 def _resume(out: Path | None, signature: dict, n: int, L: int, H: int) -> dict:
-    fresh = {"original": np.zeros(n, np.float32), "heads": np.zeros((n, L, H), np.float32),
+    state = {"original": np.zeros(n, np.float32), "heads": np.zeros((n, L, H), np.float32),
              "mlps": np.zeros((n, L), np.float32), "done": np.zeros(n, bool)}
-    path = None if out is None else out / "per_sample.npz"
-    if path is None or not path.exists():
-        return fresh
-    with np.load(path) as saved:
-        old = json.loads(str(saved["signature"]))
-        if old != signature:
-            changed = sorted(k for k in set(old) | set(signature) if old.get(k) != signature.get(k))
-            raise ValueError(f"{path} holds a run with different settings ({', '.join(changed)}); "
-                             "use another --out folder or pass --restart")
-        state = {k: saved[k].copy() for k in ("original", "heads", "mlps", "done")}
-    if progress_note := int(state["done"].sum()):
-        print(f"[keyheads] resuming: {progress_note}/{n} samples already done in {path}", flush=True)
+    found = [] if out is None else checkpoints(out)
+    for path in found:  # samples are independent: whatever any process finished is reusable
+        with np.load(path) as saved:
+            old = json.loads(str(saved["signature"]))
+            if old != signature:
+                changed = sorted(k for k in set(old) | set(signature) if old.get(k) != signature.get(k))
+                raise ValueError(f"{path} holds a run with different settings ({', '.join(changed)}); "
+                                 "use another --out folder or pass --restart")
+            done = saved["done"]
+            for k in ("original", "heads", "mlps"):
+                state[k][done] = saved[k][done]
+            state["done"] |= done
+    if (progress_note := int(state["done"].sum())) and distributed.is_main():
+        where = found[0] if len(found) == 1 else f"{len(found)} checkpoints in {out}"
+        print(f"[keyheads] resuming: {progress_note}/{n} samples already done in {where}", flush=True)
     return state

@@ -1,0 +1,130 @@
+"""One process of the two-process test in test_distributed.py (launched by torch.distributed.run).
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 dist_worker.py SPEC.json
+
+SPEC.json holds "patch" and "eval" (argument lists of `keyheads`) and "results" (a folder).
+Every process runs, in order:
+  1. keyheads.distributed on its own (shard, gather, map_sharded, errors on one rank);
+  2. `keyheads patch` with a crash on rank 1 at its second batch, then the same command again
+     (the resume), then with --restart, counting the batches each rank computes;
+  3. `keyheads eval`, counting the cache rows each rank appends;
+and writes what it saw to RESULTS/rank{r}.json.
+"""
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+
+
+def outcome(fn):
+    """-> (value, None) or (None, "ErrorType: message")."""
+    try:
+        return fn(), None
+    except Exception as err:  # noqa: BLE001 - what each rank saw is the point
+        return None, f"{type(err).__name__}: {err}"
+
+
+def check_distributed(r: int) -> dict:
+    import numpy as np
+
+    from keyheads import distributed as d
+
+    seen = []
+
+    def times_ten(sub):
+        seen.append(list(sub))
+        return [x * 10 for x in sub]
+
+    facts = {"launched": d.launched(), "rank": d.rank(), "world": d.world(), "device": d.default_device(),
+             "backend": torch.distributed.get_backend(), "shard7": d.shard(7)}
+    facts["full"] = d.map_sharded(times_ten, list(range(7)))
+    facts["empty"] = d.map_sharded(times_ten, [])
+    facts["one"] = d.map_sharded(times_ten, [5])
+    facts["calls"] = seen
+    facts["gathered"] = [a.tolist() for a in d.gather(np.arange(3) + r)]
+
+    def fails_on_rank1(sub):
+        if r == 1:
+            raise ValueError("bad item")
+        return sub
+
+    facts["error"] = outcome(lambda: d.map_sharded(fails_on_rank1, list(range(4))))[1]
+    facts["wrong_length"] = outcome(lambda: d.map_sharded(lambda sub: [] if r == 0 else sub, list(range(4))))[1]
+    facts["bad_n"] = outcome(lambda: d.shard(-1))[1]
+    d.barrier()
+    return facts
+
+
+def check_patch(r: int, argv: list[str]) -> dict:
+    import numpy as np
+
+    import keyheads.patching.run as run_module
+    from keyheads.cli import main
+
+    real = run_module.METHODS["path"]
+    calls = {"n": 0}
+
+    def crash_on_rank1(*args, **kwargs):
+        calls["n"] += 1
+        if r == 1 and calls["n"] == 2:
+            raise RuntimeError("simulated crash")
+        return real(*args, **kwargs)
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    out = Path(argv[argv.index("--out") + 1])
+    facts = {}
+    run_module.METHODS["path"] = crash_on_rank1
+    facts["crash"] = outcome(lambda: main(argv))[1]
+    facts["crash_calls"] = calls["n"]
+    with np.load(out / f"per_sample.rank{r}of2.npz") as saved:
+        facts["checkpointed"] = np.flatnonzero(saved["done"]).tolist()
+    run_module.METHODS["path"] = counting
+    for name, args in (("resume", argv), ("restart", argv + ["--restart"])):
+        calls["n"] = 0
+        code, error = outcome(lambda: main(args))
+        facts[name] = {"code": code, "error": error, "calls": calls["n"]}
+        if name == "resume":
+            facts["effects_after_resume"] = (out / "effects.json").read_text() if r == 0 else None
+    run_module.METHODS["path"] = real
+    return facts
+
+
+def check_eval(argv: list[str]) -> dict:
+    import keyheads.evaluation.cache as cache_module
+    from keyheads.cli import main
+
+    added = {"rows": 0}
+    real = cache_module.ResultCache.add
+
+    def counting(self, rows):
+        rows = list(rows)
+        added["rows"] += len(rows)
+        return real(self, rows)
+
+    cache_module.ResultCache.add = counting
+    code, error = outcome(lambda: main(argv))
+    cache_module.ResultCache.add = real
+    return {"code": code, "error": error, "rows_added": added["rows"]}
+
+
+def main(spec_path: str) -> None:
+    from keyheads import distributed
+
+    spec = json.loads(Path(spec_path).read_text())
+    r = distributed.rank()
+    facts = {"distributed": check_distributed(r), "patch": check_patch(r, spec["patch"]),
+             "eval": check_eval(spec["eval"])}
+    results = Path(spec["results"])
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"rank{r}.json").write_text(json.dumps(facts, indent=2))
+    distributed.barrier()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
