@@ -314,3 +314,21 @@ def test_verify_pair_catches_misalignment(tok):
     wrong = Pair(good.reference, good.counterfactual, "8", operands=good.operands,
                  positions={"A": 1, "B": 4, "operator": 2})
     assert any("position A" in p for p in verify_pair(tok, wrong))
+
+
+def test_shared_prefix_is_one_per_template_and_never_the_question(templates, tok):
+    cands = candidates_for(templates, tok, "addition", few_shot=3, shared_prefix=True, n=60, seed=5)
+    prefixes: dict[str, set] = {}
+    for c in cands:
+        ref = c.pair.reference
+        prefix = ref[:ref.rfind("\n") + 1]
+        assert prefix.count("\n") == 3 and c.pair.counterfactual.startswith(prefix)
+        prefixes.setdefault(c.pair.template, set()).add(prefix)
+        shown = {tuple(re.findall(r"\d+", line)[:2]) for line in prefix.splitlines()}
+        assert (c.pair.operands["A"], c.pair.operands["B"]) not in shown  # the question is not an example
+    assert len(prefixes) > 3 and all(len(p) == 1 for p in prefixes.values())
+    assert len(set().union(*prefixes.values())) == len(prefixes)  # each template its own examples
+    again = candidates_for(templates, tok, "addition", few_shot=3, shared_prefix=True, n=60, seed=5)
+    assert [c.pair.to_dict() for c in again] == [c.pair.to_dict() for c in cands]
+    per_prompt = candidates_for(templates, tok, "addition", few_shot=3, n=60, seed=5)
+    assert len({c.pair.reference[:c.pair.reference.rfind("\n")] for c in per_prompt}) > len(prefixes)
