@@ -80,6 +80,7 @@ def main() -> None:
     heads = all_heads(model)
     cfg = CurveConfig(k=args.k, seeds=args.seeds, seed=0)
     ranked = Effects.load(effects_path, model).ranked()
+    rates = [matmul_rate(model.d_model, model.config.intermediate_size)]  # the best of three, around the timings
     with torch.inference_mode():
         full = compute_means(model, [s.counterfactual for s in samples], heads=heads, batch_size=args.batch_size,
                              progress=False)
@@ -88,6 +89,7 @@ def main() -> None:
         slow = knockout_curves(model, Batches(model, refs, args.batch_size), answers, full, ranked, heads, cfg,
                                progress=False)
         t_direct = time.perf_counter() - t
+        rates.append(matmul_rate(model.d_model, model.config.intermediate_size))
 
         t = time.perf_counter()
         prompts = PromptSet(model, refs, args.batch_size)
@@ -101,7 +103,7 @@ def main() -> None:
     n = len(refs)
     points = lambda c: c.effect + sum(c.random, [])  # noqa: E731
     diff = max(abs(round(a * n) - round(b * n)) for a, b in zip(points(fast), points(slow)))
-    rate = matmul_rate(model.d_model, model.config.intermediate_size)
+    rate = max(rates + [matmul_rate(model.d_model, model.config.intermediate_size)])
     need = flops(model, engine.work)
     floor = need / rate
     direct_tokens = sum(len(model.tokens(p, add_special_tokens=True)) for p in refs) * len(points(fast))
