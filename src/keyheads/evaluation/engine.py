@@ -13,6 +13,7 @@ on the number of positions in a call (Knockout mode "global").
 from __future__ import annotations
 
 import copy
+import inspect
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -83,6 +84,19 @@ def common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
     return n
 
 
+def last_logits_only(model: HookedModel) -> dict:
+    """Forward keyword arguments that make the model unembed the last position only, when it can.
+
+    Without them a prefill computes (and allocates) batch x positions x vocabulary logits of which
+    only the last position is read.
+    """
+    try:
+        params = inspect.signature(model.hf.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
 class PrefixKV:
     """The KV cache of the last shared prefix, reused while batches keep starting with it.
 
@@ -110,7 +124,7 @@ class PrefixKV:
         stored = self.ids
         if not (stored is not None and lcp - self.slack <= len(stored) <= lcp and list(rows[0][:len(stored)]) == stored):
             ids = torch.tensor([list(rows[0][:lcp])], device=self.model.device)
-            out = self.model.hf(input_ids=ids, use_cache=True)
+            out = self.model.hf(input_ids=ids, use_cache=True, **last_logits_only(self.model))  # only the cache is used
             cache = out.past_key_values
             # Sliding-window layers drop old positions, so their cache cannot be shared this way.
             if any(getattr(layer, "is_sliding", False) for layer in getattr(cache, "layers", [])):
@@ -152,7 +166,7 @@ def prefill(model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV 
     pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
     dev = model.device
     out = model.hf(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                   past_key_values=past, use_cache=use_cache)
+                   past_key_values=past, use_cache=use_cache, **last_logits_only(model))
     return Step(out.logits[:, -1].float(), out.past_key_values, mask.to(dev), pos[:, -1].to(dev) + 1)
 
 

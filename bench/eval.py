@@ -1,0 +1,270 @@
+"""Evaluation throughput: keyheads' engine against transformers `generate` on the same GSM8K prompts.
+
+Both systems take the first N GSM8K test prompts exactly as `keyheads eval` builds them (4-shot
+chain of thought, GSM8K-train exemplars, the runner's order and batches) and decode greedily with
+the same budget (256 new tokens) and the same stop rule (`cut_at_stop`: a blank line, "Question:"
+or a complete "The answer is N"), each row stopping as soon as its text is complete:
+
+- keyheads: `greedy_generate` with a shared-prefix `PrefixKV`, as the evaluation runs it;
+- transformers: `model.generate`, batched and left-padded, do_sample=False, with a StoppingCriteria
+  that applies the same stop function to each row's decoded text (finished rows are padded until
+  the whole batch is done, which is how `generate` works);
+- lm-evaluation-harness (when installed): its HF backend's `generate_until` with the stop strings,
+  its text then cut with the same stop function.
+
+Useful tokens are the tokens a row needs until its stop fires (the end-of-sequence token included
+when it ends that way); tokens/s = useful tokens / wall time. The final texts must be identical.
+The two systems run batch by batch in turn, so that load from other processes, which comes and
+goes, costs both alike; the CPU time other processes took meanwhile is reported with the figures.
+
+    python bench/eval.py [--n 64] [--batch-size 16] [--threads 2] [--data-dir BENCHMARKS] [--no-write]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import write_section  # noqa: E402
+
+from keyheads.data.benchmarks import data_dir_from  # noqa: E402
+from keyheads.evaluation.engine import PrefixKV, common_prefix_len, greedy_generate  # noqa: E402
+from keyheads.evaluation.prompts import STOPS, cut_at_stop  # noqa: E402
+from keyheads.evaluation.runner import _batches  # noqa: E402
+from keyheads.evaluation.tasks import EvalConfig, _ids, make_task  # noqa: E402
+from keyheads.models import load_model  # noqa: E402
+
+BENCH = "gsm8k"
+
+
+def eos_ids(model) -> set[int]:
+    """The ids that end a row, as greedy_generate reads them."""
+    tok = model.tokenizer
+    configured = getattr(getattr(model.hf, "generation_config", None), "eos_token_id", None)
+    eos = {tok.eos_token_id} | set(configured if isinstance(configured, (list, tuple)) else [configured])
+    eos.discard(None)
+    return eos
+
+
+def finish_row(tok, generated: list[int], eos: set[int], budget: int) -> tuple[str, str, int]:
+    """(text cut at the stop, why, useful tokens) of one row of generated ids, by greedy_generate's rules."""
+    for j, token in enumerate(generated[:budget], 1):
+        if token in eos:
+            return tok.decode(generated[:j - 1], skip_special_tokens=True), "eos", j
+        text = tok.decode(generated[:j], skip_special_tokens=True)
+        cut = cut_at_stop(text)
+        if cut is not None:
+            return text[:cut], "stop", j
+    return tok.decode(generated[:budget], skip_special_tokens=True), "length", min(len(generated), budget)
+
+
+class Engine:
+    """keyheads, as the evaluation runs it: one PrefixKV for the whole run, greedy_generate per batch."""
+
+    def __init__(self, model, budget: int):
+        self.model, self.budget, self.prefix, self.calls = model, budget, PrefixKV(model), 0
+
+    def stop(self, text: str) -> int | None:  # called once per generated (non-EOS) token of a live row
+        self.calls += 1
+        return cut_at_stop(text)
+
+    def __call__(self, batch) -> list[tuple[str, str]]:
+        return greedy_generate(self.model, _ids(self.model, [it.prompt for it in batch]), self.budget, self.stop,
+                               self.prefix)
+
+    def tokens(self, outs: list[tuple[str, str]]) -> int:
+        return self.calls + sum(why == "eos" for _, why in outs)
+
+
+class HFGenerate:
+    """transformers generate, batched and left-padded, stopped per row by the same stop function."""
+
+    def __init__(self, model, budget: int):
+        from transformers import StoppingCriteria
+
+        self.model, self.budget, self.eos = model, budget, eos_ids(model)
+        tok, eos = model.tokenizer, self.eos
+        self.pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos))
+        self.useful = 0
+
+        class StopAtCut(StoppingCriteria):
+            """True for a row once cut_at_stop finds its answer complete (finished rows are not decoded again)."""
+
+            def __init__(self, start: int, rows: int):
+                self.start, self.done = start, [False] * rows
+
+            def __call__(self, input_ids, scores, **kwargs):
+                for b, row in enumerate(input_ids[:, self.start:].tolist()):
+                    if not self.done[b] and row[-1] not in eos:
+                        self.done[b] = cut_at_stop(tok.decode(row, skip_special_tokens=True)) is not None
+                return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
+
+        self.criterion = StopAtCut
+
+    def __call__(self, batch) -> list[tuple[str, str]]:
+        from transformers import StoppingCriteriaList
+
+        model, tok = self.model, self.model.tokenizer
+        rows = _ids(model, [it.prompt for it in batch])
+        width = max(map(len, rows))
+        ids = torch.tensor([[self.pad] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        out = model.hf.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                                max_new_tokens=self.budget, do_sample=False, pad_token_id=self.pad,
+                                stopping_criteria=StoppingCriteriaList([self.criterion(width, len(rows))]))
+        finished = [finish_row(tok, g, self.eos, self.budget) for g in out[:, width:].tolist()]
+        self.useful += sum(n for *_, n in finished)
+        return [(text, why) for text, why, _ in finished]
+
+
+def timed(fn, batch, clock: list[float]):
+    start = time.perf_counter()
+    out = fn(batch)
+    clock.append(time.perf_counter() - start)
+    return out
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, of this process) so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        user, nice, system = (int(x) for x in f.readline().split()[1:4])
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return (user + nice + system) / ticks, own.ru_utime + own.ru_stime
+
+
+def run_lm_eval(model, items, budget: int, batch_size: int) -> tuple[list[str], float] | None:
+    """lm-evaluation-harness' HF backend (generate_until with the stop strings); None when not installed."""
+    try:
+        from lm_eval.api.instance import Instance
+        from lm_eval.models.huggingface import HFLM
+    except ImportError:
+        return None
+    lm = HFLM(pretrained=model.hf, tokenizer=model.tokenizer, batch_size=batch_size)
+    kwargs = {"until": list(STOPS), "max_gen_toks": budget, "do_sample": False}
+    requests = [Instance(request_type="generate_until", doc={}, arguments=(it.prompt, dict(kwargs)), idx=i)
+                for i, it in enumerate(items)]
+    start = time.perf_counter()
+    texts = lm.generate_until(requests)
+    seconds = time.perf_counter() - start
+    return [t[:c] if (c := cut_at_stop(t)) is not None else t for t in texts], seconds
+
+
+def first_diff(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=64, help="first N GSM8K test questions")
+    ap.add_argument("--batch-size", type=int, default=EvalConfig.batch_size,
+                    help="prompts per batch (default: the runner's)")
+    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    ap.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA, else ../shared/data/benchmarks "
+                    "beside the checkout)")
+    ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    data_dir = data_dir_from(args.data_dir)
+    if data_dir is None and (ROOT.parent / "shared" / "data" / "benchmarks").is_dir():
+        data_dir = ROOT.parent / "shared" / "data" / "benchmarks"
+    cfg = EvalConfig(benchmarks=(BENCH,), data_dir=str(data_dir) if data_dir else None, limit=args.n,
+                     batch_size=args.batch_size, progress=False)
+    model = load_model("smollm2-135m", device="cpu", dtype="float32")
+    model.hf.eval()
+    task = make_task(BENCH, cfg)
+    budget = cfg.new_tokens(BENCH)
+    # the runner's order and batches: by prompt length within a group, at most batch_size per batch
+    items = sorted(task.items, key=lambda it: (task.group(it), len(it.prompt), it.prompt))
+    batches = _batches(items, cfg.batch_size, task.group)
+    rows = _ids(model, [it.prompt for it in items])
+    lengths, shared = [len(r) for r in rows], common_prefix_len(rows)
+
+    engine, hf = Engine(model, budget), HFGenerate(model, budget)
+    clock_engine: list[float] = []
+    clock_hf: list[float] = []
+    with torch.no_grad():
+        Engine(model, 4)(batches[0])  # warm-up, not timed
+        HFGenerate(model, 4)(batches[0])
+        # batch by batch, the two systems in turn: a load that comes and goes costs both alike
+        machine0, own0 = cpu_seconds()
+        engine_out, hf_out = [], []
+        for batch in batches:
+            engine_out += timed(engine, batch, clock_engine)
+            hf_out += timed(hf, batch, clock_hf)
+        machine1, own1 = cpu_seconds()
+        harness = run_lm_eval(model, items, budget, cfg.batch_size)
+    t_engine, t_hf = sum(clock_engine), sum(clock_hf)
+    engine_tokens, hf_tokens = engine.tokens(engine_out), hf.useful
+    others = max(0.0, (machine1 - machine0) - (own1 - own0))  # CPU time other processes took meanwhile
+
+    same = [a[0] == b[0] for a, b in zip(engine_out, hf_out)]
+    same_finish = sum(a[1] == b[1] for a, b in zip(engine_out, hf_out))
+    finishes = {w: sum(why == w for _, why in engine_out) for w in ("stop", "eos", "length")}
+    rate_engine, rate_hf = engine_tokens / t_engine, hf_tokens / t_hf
+    ratio = rate_engine / rate_hf
+    command = f"python bench/eval.py --n {args.n} --batch-size {args.batch_size} --threads {args.threads}"
+    lines = [
+        f"- date: {datetime.date.today().isoformat()}; command: `{command}`",
+        f"- model: smollm2-135m (fp32, CPU, {torch.get_num_threads()} threads, {platform.machine()}); "
+        f"torch {torch.__version__}, transformers {__import__('transformers').__version__}",
+        f"- {len(items)} GSM8K test prompts as `keyheads eval` builds them (4-shot chain of thought, exemplars "
+        f"{', '.join(e.id for e in task.exemplars)}), {len(batches)} batches of <= {args.batch_size} in the runner's "
+        f"order; prompt lengths {min(lengths)}-{max(lengths)} tokens, {shared} shared by all; greedy, at most "
+        f"{budget} new tokens, each row stopped by `cut_at_stop` ({finishes['stop']} stop, {finishes['eos']} EOS, "
+        f"{finishes['length']} at the budget)",
+        "- transformers: `model.generate(do_sample=False)`, left-padded batches, the same stop function as a "
+        "StoppingCriteria per row (a finished row waits, padded, for its batch); useful tokens counted to each "
+        "row's stop (EOS included); the two systems ran batch by batch in turn, after one untimed warm-up batch",
+        f"- per batch, engine / transformers: "
+        f"{', '.join(f'{a:.0f}/{b:.0f} s' for a, b in zip(clock_engine, clock_hf))}; "
+        f"other processes used {others:.0f} CPU-seconds of the {os.cpu_count()} cores during the "
+        f"{t_engine + t_hf:.0f} s timed",
+        "",
+        "| system | wall time | useful tokens | tokens/s |",
+        "|---|---|---|---|",
+        f"| keyheads engine (greedy_generate + PrefixKV) | {t_engine:.1f} s | {engine_tokens} | {rate_engine:.1f} |",
+        f"| transformers generate (batched, left-padded) | {t_hf:.1f} s | {hf_tokens} | {rate_hf:.1f} |",
+    ]
+    if harness is None:
+        lines.append("| lm-evaluation-harness HF backend | not installed | - | - |")
+    else:
+        texts, t_lm = harness
+        lm_same = sum(a[0] == b for a, b in zip(engine_out, texts))
+        # lm-eval returns text only: its useful tokens are the engine's for the same (identical) outputs
+        lines.append(f"| lm-evaluation-harness HF backend | {t_lm:.1f} s | {engine_tokens} | "
+                     f"{engine_tokens / t_lm:.1f} |")
+    lines += [
+        "",
+        f"- **engine / transformers: {ratio:.2f}x** tokens/s (target >= 1.5x)",
+        f"- **identical final texts: {sum(same)} / {len(same)}** (finish reasons equal: {same_finish} / {len(same)})",
+    ]
+    if harness is not None:
+        lines.append(f"- lm-evaluation-harness, identical to the engine: {lm_same} / {len(same)}")
+    differ = [i for i, s in enumerate(same) if not s]
+    if differ:
+        i = differ[0]
+        a, b = engine_out[i][0], hf_out[i][0]
+        at = first_diff(a, b)
+        lines.append(f"- first difference, item {items[i].record.id} at character {at}: engine "
+                     f"{a[max(0, at - 40):at + 40]!r} vs transformers {b[max(0, at - 40):at + 40]!r}")
+    print("\n".join(lines))
+    ok = ratio >= 1.5 and not differ
+    print("targets met" if ok else "TARGETS NOT MET")
+    if not args.no_write:
+        write_section("Evaluation throughput: keyheads engine vs transformers generate (bench/eval.py)",
+                      "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
