@@ -41,7 +41,12 @@ def matmul_rate(d: int, d_ff: int, rows: int = 4096, repeats: int = 10) -> float
 
 
 def flop_floor(model, samples) -> tuple[float, float]:
-    """(FLOPs of the two capturing passes, FLOPs of the MLP work above every sender)."""
+    """(FLOPs of the two capturing passes, FLOPs of the MLP work above every sender).
+
+    Real tokens only: the padding of mixed-length batches is overhead, not work. Neither
+    pass needs whole-vocabulary logits (the metric reads the answer's row of W_U), so they
+    are not counted; a few dot products per row for the answers are left out as negligible.
+    """
     cfg = model.config
     d, d_ff, L, H = model.d_model, cfg.intermediate_size, model.n_layers, model.n_heads
     q, kv = H * model.head_dim, model.n_kv_heads * model.head_dim
@@ -51,11 +56,18 @@ def flop_floor(model, samples) -> tuple[float, float]:
     for s in samples:
         T = len(s.ref_ids)
         attn_scores = 2 * 2 * T * q              # QK^T and AV for one query over T keys (mean T/2, x2 for both)
-        per_pass = L * T * (attn_proj + mlp + attn_scores / 2) + 2 * d * cfg.vocab_size
+        per_pass = L * T * (attn_proj + mlp + attn_scores / 2)
         passes += 2 * per_pass
     rows_above = H * sum(L - l for l in range(L)) + sum(L - 1 - l for l in range(L))
     sweep = len(samples) * rows_above * mlp
     return passes, sweep
+
+
+def padding(work) -> float:
+    """The share of the tokens the capturing passes compute that are padding."""
+    total = sum(b.ref.numel() for b in work)
+    real = sum(b.ref.numel() if b.mask is None else int(b.mask.sum()) for b in work)
+    return 1 - real / total
 
 
 def main() -> None:
@@ -84,20 +96,30 @@ def main() -> None:
     work = list(batches(samples, args.batch_size, model.device))
     lengths = sorted({len(s.ref_ids) for s in samples})
 
+    # Other processes may share the machine: best of several fast runs, each next to a
+    # fresh matmul-rate sample, so that both ends of the ratio are uncontended estimates.
+    rates, t_fast = [], float("inf")
+
+    def run_fast(repeats: int):
+        nonlocal t_fast
+        for _ in range(repeats):
+            rates.append(matmul_rate(model.d_model, model.config.intermediate_size))
+            t = time.perf_counter()
+            out = [path_patch_batch(model, b, "relative-logit") for b in work]
+            t_fast = min(t_fast, time.perf_counter() - t)
+        rates.append(matmul_rate(model.d_model, model.config.intermediate_size))
+        return out
+
     with torch.no_grad():
         path_patch_batch(model, work[0], "relative-logit")  # warm-up, not timed
-        t = time.perf_counter()
-        fast = [path_patch_batch(model, b, "relative-logit") for b in work]
-        t_fast = time.perf_counter() - t
+        run_fast(3)
         t = time.perf_counter()
         naive = [naive_path_patch_batch(model, b, "relative-logit") for b in work]
         t_naive = time.perf_counter() - t
-        t = time.perf_counter()
-        fast = [path_patch_batch(model, b, "relative-logit") for b in work]  # again, after the naive loop
-        t_fast = min(t_fast, time.perf_counter() - t)
+        fast = run_fast(2)  # again, after the naive loop
     diff = max(max((f.heads - n.heads).abs().max().item(), (f.mlps - n.mlps).abs().max().item())
                for f, n in zip(fast, naive))
-    rate = matmul_rate(model.d_model, model.config.intermediate_size)
+    rate = max(rates)
     passes, sweep = flop_floor(model, samples)
     floor = (passes + sweep) / rate
     ratio = t_naive / t_fast
@@ -105,17 +127,19 @@ def main() -> None:
         f"- date: {datetime.date.today().isoformat()}; command: `python bench/patching.py --n {args.n} "
         f"--batch-size {args.batch_size}`",
         f"- model: smollm2-135m (fp32, CPU, {torch.get_num_threads()} threads, {platform.machine()}); "
-        f"{len(samples)} addition pairs with a three-example prefix, prompt lengths {lengths} tokens",
+        f"{len(samples)} addition pairs with a three-example prefix, prompt lengths {lengths} tokens; "
+        f"{len(work)} batches of up to {args.batch_size}, sorted by length and left-padded "
+        f"({padding(work):.1%} of the tokens in the capturing passes are padding)",
         f"- naive loop (one forward per sender, {model.n_layers * (model.n_heads + 1)} senders): {t_naive:.2f} s",
-        f"- fast sweep: {t_fast:.3f} s",
+        f"- fast sweep: {t_fast:.3f} s (best of 5 runs)",
         f"- **speed-up: {ratio:.1f}x** (target >= 50x); largest |fast - naive|: **{diff:.2e}** (target <= 1e-4)",
         f"- FLOPs the fast sweep must do: {passes / 1e9:.1f} GFLOP in the two capturing passes + "
         f"{sweep / 1e9:.1f} GFLOP of MLP work above the senders = {(passes + sweep) / 1e9:.1f} GFLOP",
-        f"- measured matmul rate: {rate / 1e9:.1f} GFLOP/s; floor {floor:.3f} s; achieved "
-        f"{(passes + sweep) / t_fast / 1e9:.1f} GFLOP/s; **fast / floor = {t_fast / floor:.2f}** (target <= 2)",
+        f"- measured matmul rate (best of {len(rates)} samples between the fast runs): {rate / 1e9:.1f} GFLOP/s; "
+        f"floor {floor:.3f} s; achieved {(passes + sweep) / t_fast / 1e9:.1f} GFLOP/s; **fast / floor = {t_fast / floor:.2f}** (target <= 1.3)",
     ]
     print("\n".join(lines))
-    ok = ratio >= 50 and diff <= 1e-4 and t_fast / floor <= 2
+    ok = ratio >= 50 and diff <= 1e-4 and t_fast / floor <= 1.3
     print("targets met" if ok else "TARGETS NOT MET")
     if not args.no_write:
         write_section("Path patching: naive loop vs fast sweep (bench/patching.py)", "\n".join(lines))

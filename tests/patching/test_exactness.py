@@ -7,7 +7,7 @@ from keyheads.patching.activation import activation_patch_batch
 from keyheads.patching.attribution import attribution_patch_batch
 from keyheads.patching.naive import naive_path_patch_batch
 from keyheads.patching.path import path_patch_batch
-from keyheads.patching.samples import Batch
+from keyheads.patching.samples import Batch, PatchSample, batches
 from keyheads.testing import TINY_FAMILIES, tiny_model
 
 REF = ["3 + 4 = ", "5 + 2 = ", "1 + 1 = "]
@@ -126,3 +126,54 @@ def test_fast_matches_naive_on_smollm2(smollm2):
     naive = naive.heads[:, layers]
     effects = (fast.heads - fast.original[:, None, None]) / fast.original[:, None, None]
     assert effects.min() < -0.01  # some head matters on the real model
+
+
+MIXED = [("Q: 5 + 2? A: ", "Q: 5 @ 2? A: ", 7), ("3 + 4 = ", "3 @ 4 = ", 10), ("12 + 1 = ", "12 < 1 = ", 9),
+         ("what is 1 + 1? ", "what is 1 > 1? ", 6), ("2+6=", "2#6=", 12)]
+
+
+def mixed_samples(model):
+    tok = model.tokenizer
+    return [PatchSample(i, tok(r)["input_ids"], tok(c)["input_ids"], a) for i, (r, c, a) in enumerate(MIXED)]
+
+
+@pytest.mark.parametrize("method", [path_patch_batch, naive_path_patch_batch, activation_patch_batch,
+                                    attribution_patch_batch], ids=["path", "naive", "activation", "attribution"])
+def test_left_padded_batches_match_one_sample_batches(model, method):
+    samples = mixed_samples(model)
+    (batch,) = batches(samples, batch_size=len(samples), device=model.device, pad_id=5)
+    assert batch.mask is not None and len({len(s.ref_ids) for s in samples}) == len(samples)
+    assert (batch.mask.sum(1).tolist() == [len(samples[i].ref_ids) for i in batch.index])
+    padded = method(model, batch, "logit-diff")
+    for row, i in enumerate(batch.index):
+        s = samples[i]
+        one = method(model, Batch([i], torch.tensor([s.ref_ids]), torch.tensor([s.cf_ids]), torch.tensor([s.answer_id])),
+                     "logit-diff")
+        torch.testing.assert_close(padded.original[row], one.original[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(padded.heads[row], one.heads[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(padded.mlps[row], one.mlps[0], atol=1e-5, rtol=0)
+    # guard: the padding would change the answer if the mask were ignored
+    unmasked = method(model, Batch(batch.index, batch.ref, batch.cf, batch.answer), "logit-diff")
+    assert (unmasked.heads - padded.heads).abs().max() > 1e-3
+
+
+def test_batches_are_sorted_by_length_and_padded_on_the_left():
+    model = tiny_model("llama")
+    samples = mixed_samples(model)
+    got = list(batches(samples, batch_size=2, device="cpu", pad_id=0))
+    lengths = [len(s.ref_ids) for s in samples]
+    assert [i for b in got for i in b.index] == sorted(range(len(samples)), key=lambda i: lengths[i])
+    for b in got:
+        width = b.ref.shape[1]
+        assert width == max(lengths[i] for i in b.index)
+        for row, i in enumerate(b.index):
+            pad = width - lengths[i]
+            assert b.ref[row, pad:].tolist() == samples[i].ref_ids and b.cf[row, pad:].tolist() == samples[i].cf_ids
+            assert (b.ref[row, :pad] == 0).all()
+            if b.mask is not None:
+                assert b.mask[row].tolist() == [0] * pad + [1] * lengths[i]
+            else:
+                assert pad == 0
+    # samples of one length need no mask: the model keeps its unpadded path
+    (same,) = batches([samples[1], samples[1]], batch_size=2, device="cpu")
+    assert same.mask is None and same.inputs() == {}

@@ -31,7 +31,8 @@ def _frozen_parameters(model: HookedModel):
 def attribution_patch_batch(model: HookedModel, batch: Batch, metric: str) -> BatchResult:
     L = model.n_layers
     with torch.no_grad():
-        _, c = forward_end(model, batch.cf, [f"{l}.head_out" for l in range(L)] + [f"{l}.mlp_write" for l in range(L)])
+        _, c = forward_end(model, batch.cf, [f"{l}.head_out" for l in range(L)] + [f"{l}.mlp_write" for l in range(L)],
+                           inputs=batch.inputs(), logits=False)
     leaves: dict[str, torch.Tensor] = {}
     mlp_out: dict[str, torch.Tensor] = {}
 
@@ -51,7 +52,7 @@ def attribution_patch_batch(model: HookedModel, batch: Batch, metric: str) -> Ba
     edits.update({f"{l}.mlp_write": (lambda x, k=f"{l}.mlp_write": keep_mlp(x, k)) for l in range(L)})
     with _frozen_parameters(model), torch.enable_grad():
         with model.hooks(edit=edits):
-            logits = model.hf(input_ids=batch.ref, use_cache=False).logits[:, -1]
+            logits = model.hf(input_ids=batch.ref, use_cache=False, **batch.inputs()).logits[:, -1]
         q = logits_quantity(metric, logits, batch.answer)
         q.sum().backward()
     original = q.detach()

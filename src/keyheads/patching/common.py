@@ -1,6 +1,8 @@
 """Pieces shared by the patching methods: END-position captures and the answer quantity."""
 from __future__ import annotations
 
+import ctypes
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -18,10 +20,14 @@ class BatchResult:
     mlps: torch.Tensor
 
 
-def forward_end(model: HookedModel, ids: torch.Tensor, capture: list[str] = (), edit: dict | None = None):
-    """Forward pass on unpadded ids keeping only END: (logits [B, vocab], {point: value at END}).
+def forward_end(model: HookedModel, ids: torch.Tensor, capture: list[str] = (), edit: dict | None = None,
+                inputs: dict | None = None, logits: bool = True):
+    """Forward pass keeping only END: (logits [B, vocab] or None, {point: value at END}).
 
-    Capturing through an edit function that slices END keeps memory at [B, d] per point.
+    `inputs` carries the attention mask and positions of a left-padded batch
+    (Batch.inputs()). Capturing through an edit function that slices END keeps memory at
+    [B, d] per point. With logits=False the unembedding is skipped: reading the whole of
+    W_U for a few rows costs as much as a layer on small batches.
     """
     store: dict[str, torch.Tensor] = {}
     edits = dict(edit or {})
@@ -31,15 +37,20 @@ def forward_end(model: HookedModel, ids: torch.Tensor, capture: list[str] = (), 
         def grab(x, key=key, inner=inner):
             if inner is not None:
                 x = inner(x)
-            store[key] = x[:, -1].detach()
+            store[key] = x[:, -1].detach().clone()  # a view would keep all of x alive
             return x
 
         edits[key] = grab
+    kwargs = dict(input_ids=ids, use_cache=False, **(inputs or {}))
+    base = model.hf.base_model
     with model.hooks(edit=edits):
+        if not logits and base is not model.hf:
+            base(**kwargs)
+            return None, store
         try:
-            out = model.hf(input_ids=ids, use_cache=False, logits_to_keep=1)
+            out = model.hf(**kwargs, logits_to_keep=1)
         except TypeError:  # older model classes without logits_to_keep
-            out = model.hf(input_ids=ids, use_cache=False)
+            out = model.hf(**kwargs)
     return out.logits[:, -1], store
 
 
@@ -69,3 +80,24 @@ def check_finite(t: torch.Tensor, what: str) -> None:
     # one reduction instead of an elementwise test: NaN and inf survive a sum
     if not torch.isfinite(t.sum(dtype=torch.float32)):
         raise FloatingPointError(f"non-finite values (NaN or inf) in {what}; try float32 (--dtype float32)")
+
+
+@functools.cache
+def keep_freed_memory() -> None:
+    """Let the C allocator keep freed blocks for reuse instead of returning them at once.
+
+    A forward pass frees and re-allocates activations of a few MB per layer. By default
+    glibc hands the top of its heap back to the system and maps fresh pages for the next
+    allocation, so every layer pays page faults: about a tenth of a path-patching batch of
+    a small model on CPU (bench/patching.py). Afterwards the process holds on to its peak
+    heap, as a caching allocator does; blocks above 32 MB (glibc's largest mmap
+    threshold) are mapped and unmapped as before. Process-wide, set once; a no-op where
+    the C library has no mallopt.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 32 << 20)
+    mallopt(m_trim_threshold, 1 << 30)

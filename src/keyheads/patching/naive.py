@@ -15,9 +15,10 @@ def naive_path_patch_batch(model: HookedModel, batch: Batch, metric: str, layers
     """`layers` restricts the senders to those layers (the others are NaN): for spot checks."""
     L, H = model.n_layers, model.n_heads
     heads_pts = [f"{l}.head_out" for l in range(L)]
-    _, ref = model.run(batch.ref, capture=heads_pts)
-    _, cf = model.run(batch.cf, capture=heads_pts + [f"{l}.mlp_write" for l in range(L)])
-    logits, _ = forward_end(model, batch.ref)
+    inputs = batch.inputs()
+    _, ref = model.run(batch.ref, capture=heads_pts, **inputs)
+    _, cf = model.run(batch.cf, capture=heads_pts + [f"{l}.mlp_write" for l in range(L)], **inputs)
+    logits, _ = forward_end(model, batch.ref, inputs=inputs)
     original = logits_quantity(metric, logits, batch.answer)
 
     def frozen(sender=None):
@@ -37,7 +38,7 @@ def naive_path_patch_batch(model: HookedModel, batch: Batch, metric: str, layers
     mlps = original.new_full((len(original), L), float("nan"))
     for l in range(L) if layers is None else layers:
         for h in range(H):
-            logits, _ = forward_end(model, batch.ref, edit=frozen((l, h)))
+            logits, _ = forward_end(model, batch.ref, edit=frozen((l, h)), inputs=inputs)
             heads[:, l, h] = logits_quantity(metric, logits, batch.answer)
         edits = frozen()
 
@@ -47,6 +48,6 @@ def naive_path_patch_batch(model: HookedModel, batch: Batch, metric: str, layers
             return x
 
         edits[f"{l}.mlp_write"] = mlp_edit
-        logits, _ = forward_end(model, batch.ref, edit=edits)
+        logits, _ = forward_end(model, batch.ref, edit=edits, inputs=inputs)
         mlps[:, l] = logits_quantity(metric, logits, batch.answer)
     return BatchResult(original, heads, mlps)

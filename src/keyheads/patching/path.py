@@ -6,13 +6,16 @@ are frozen, and MLPs, norms and the unembedding act position by position. So ins
 of one full forward pass per head we take two capturing passes (reference and
 counterfactual) and then push one residual vector per (sender, sample) through the
 MLPs above the sender. Senders of all layers travel together in one growing batch.
+
+Left padding keeps END the last position of every row, so only the capturing passes
+need the attention mask.
 """
 from __future__ import annotations
 
 import torch
 
 from ..models.model import HookedModel
-from .common import BatchResult, check_finite, end_quantity, forward_end, logits_quantity
+from .common import BatchResult, check_finite, end_quantity, forward_end, keep_freed_memory
 from .samples import Batch
 
 
@@ -36,52 +39,79 @@ def _first_bad(r: dict, n_layers: int) -> str:
     return "the final norm or unembedding"
 
 
-def _mlp(model: HookedModel, layer: int, x: torch.Tensor, chunk: int) -> torch.Tensor:
-    if x.shape[0] <= chunk:
-        return model.mlp_write(layer, x)
-    return torch.cat([model.mlp_write(layer, x[i:i + chunk]) for i in range(0, x.shape[0], chunk)])
+def _add_mlp(model: HookedModel, layer: int, x: torch.Tensor, chunk: int) -> None:
+    """x += the MLP's write for x, in place, in parts of at most `chunk` rows.
+
+    Parts small enough for the MLP's hidden activations to stay in cache make its
+    elementwise work (norm, activation, gating) cheap next to its matrix products; equal
+    parts avoid a small last one, whose matrix products would run far below peak.
+    """
+    rows = x.view(-1, x.shape[-1])
+    for part in rows.tensor_split(max(1, -(-rows.shape[0] // chunk))):
+        part += model.mlp_write(layer, part)
 
 
-@torch.no_grad()
-def path_patch_batch(model: HookedModel, batch: Batch, metric: str, mlp_chunk: int = 4096) -> BatchResult:
+def _capture(model: HookedModel, batch: Batch) -> tuple[dict, dict]:
+    """END values of the reference (r) and counterfactual (c) prompts, from one pass.
+
+    Both halves travel in one batch: twice the rows per matrix product run closer to the
+    machine's peak rate than two passes of half the size. Neither needs the vocabulary.
+    """
     ref_points, cf_points = _points(model)
-    logits, r = forward_end(model, batch.ref, ref_points)
-    _, c = forward_end(model, batch.cf, cf_points)
-    if not torch.isfinite(logits).all():
-        raise FloatingPointError(f"non-finite logits on the reference prompts, first at {_first_bad(r, model.n_layers)}; "
-                                 "try float32 (--dtype float32)")
-    original = logits_quantity(metric, logits, batch.answer)
-    B, H, L = batch.ref.shape[0], model.n_heads, model.n_layers
-    samples = torch.arange(B, device=logits.device)
+    B = batch.ref.shape[0]
+    inputs = {k: torch.cat([v, v]) for k, v in batch.inputs().items()}
+    _, both = forward_end(model, torch.cat([batch.ref, batch.cf]), ref_points, inputs=inputs, logits=False)
+    return {k: v[:B] for k, v in both.items()}, {k: both[k][B:] for k in cf_points}
 
-    x = logits.new_zeros(0, model.d_model)     # resid_pre at the current layer, one row per active sender
-    owner = samples.new_zeros(0)               # which sample each row belongs to
+
+def _sweep(model: HookedModel, r: dict, c: dict, mlp_chunk: int) -> torch.Tensor:
+    """Final residuals at END of every patched run: [L, H + 1, B, d], heads then the MLP per layer.
+
+    Row groups of B samples, one per sender, are laid out so that the senders alive at a
+    layer are a prefix of the buffer and per-sample terms broadcast over groups.
+    """
+    H, L = model.n_heads, model.n_layers
+    a0 = r["0.attn_write"]
+    x = a0.new_empty(L * (H + 1), *a0.shape)
     for layer in range(L):
-        a = r[f"{layer}.attn_write"]
+        g = layer * (H + 1)
+        old, a = x[:g], r[f"{layer}.attn_write"]
         # new head senders: their own contribution swapped for the counterfactual one
         delta = model.out_proj_heads(layer, c[f"{layer}.head_out"] - r[f"{layer}.head_out"])  # [B, H, d]
         if model.family.post_attn_norm is not None:
-            new_write = model.attn_write_from_out(layer, r[f"{layer}.attn_out"][:, None] + delta)
+            dw = model.attn_write_from_out(layer, r[f"{layer}.attn_out"][:, None] + delta) - a[:, None]
         else:
-            new_write = a[:, None] + delta
-        dw = (new_write - a[:, None]).reshape(B * H, -1)       # row b*H + h
-        head_owner = samples.repeat_interleave(H)
+            dw = delta
+        dw = dw.transpose(0, 1)                                                               # [H, B, d]
         if model.parallel_residual:
-            moved = x + a[owner] + _mlp(model, layer, x, mlp_chunk)
-            heads_post = r[f"{layer}.resid_pre"][head_owner] + a[head_owner] + r[f"{layer}.mlp_write"][head_owner] + dw
-            mlp_post = r[f"{layer}.resid_pre"] + a + c[f"{layer}.mlp_write"]
-            x = torch.cat([moved, heads_post, mlp_post])
+            _add_mlp(model, layer, old, mlp_chunk)
+            old += a
+            post = r[f"{layer}.resid_pre"] + a
+            torch.add((post + r[f"{layer}.mlp_write"])[None], dw, out=x[g:g + H])
+            torch.add(post, c[f"{layer}.mlp_write"], out=x[g + H])
         else:
-            mid = torch.cat([x + a[owner], r[f"{layer}.resid_mid"][head_owner] + dw])
-            post = mid + _mlp(model, layer, mid, mlp_chunk)
-            mlp_post = r[f"{layer}.resid_mid"] + c[f"{layer}.mlp_write"]
-            x = torch.cat([post, mlp_post])
-        owner = torch.cat([owner, head_owner, samples])
-        check_finite(x, f"layer {layer} of the path-patching sweep")
+            mid = r[f"{layer}.resid_mid"]
+            old += a
+            torch.add(mid[None], dw, out=x[g:g + H])
+            _add_mlp(model, layer, x[:g + H], mlp_chunk)
+            torch.add(mid, c[f"{layer}.mlp_write"], out=x[g + H])
+        check_finite(x[:g + H + 1], f"layer {layer} of the path-patching sweep")
+    return x.view(L, H + 1, *a0.shape)
 
-    q = end_quantity(model, metric, x, batch.answer[owner])
-    # rows were appended layer by layer as [H*B head rows (b-major), B mlp rows]
-    q = q.reshape(L, (H + 1) * B)
-    heads = q[:, : H * B].reshape(L, B, H).permute(1, 0, 2)
-    mlps = q[:, H * B:].T
-    return BatchResult(original, heads, mlps)
+
+@torch.no_grad()
+def path_patch_batch(model: HookedModel, batch: Batch, metric: str, mlp_chunk: int = 1024) -> BatchResult:
+    if model.device.type == "cpu":
+        keep_freed_memory()
+    r, c = _capture(model, batch)
+    H, L = model.n_heads, model.n_layers
+    # the original quantity comes from END's final residual, like every patched one
+    original = end_quantity(model, metric, r[f"{L - 1}.resid_post"], batch.answer)
+    if not torch.isfinite(original).all():
+        raise FloatingPointError(f"non-finite logits on the reference prompts, first at {_first_bad(r, L)}; "
+                                 "try float32 (--dtype float32)")
+    x = _sweep(model, r, c, mlp_chunk)
+    B = x.shape[2]
+    q = end_quantity(model, metric, x.reshape(-1, model.d_model), batch.answer.repeat(L * (H + 1)))
+    q = q.view(L, H + 1, B)
+    return BatchResult(original, q[:, :H].permute(2, 0, 1), q[:, H].T)
