@@ -38,13 +38,13 @@ class Sample:
 
 
 def read_pair_rows(path: str | Path) -> list[dict]:
-    """The pairs file as dicts (the data package's reader validates every line)."""
-    from ..data.pairs import read_pairs
+    """The pairs file as dicts (keyheads.data.pairs.read_pairs reads and validates every line)."""
+    from ..data.pairs import NoPairs, read_pairs
 
-    rows = [p.to_dict() for p in read_pairs(path)]
-    if not rows:
-        raise AnalysisError(f"{path}: no pairs in the file")
-    return rows
+    try:
+        return [p.to_dict() for p in read_pairs(path)]
+    except NoPairs as err:
+        raise AnalysisError(str(err)) from err
 
 
 def answer_token(model: HookedModel, prompt: str, answer: str, join: str | None = None) -> tuple[str, int]:

@@ -1,6 +1,7 @@
 """`keyheads knockout`, `keyheads attention` and `keyheads mlp`: validate and explain the key components."""
 from __future__ import annotations
 
+from pathlib import Path
 
 from .models import DefaultsFormatter, add_model_args, load_from_args
 
@@ -13,6 +14,22 @@ def _selection(args):
     from ..analysis.run import Selection
 
     return Selection(heads=args.heads, effects=args.effects, threshold=args.threshold, top_k=args.top_k)
+
+
+def _check(args) -> None:
+    """What the three commands can say is wrong before a model loads."""
+    from ..settings import apply_common, check_int, check_writable_dir
+
+    apply_common(args)
+    check_int("--n-samples", args.n_samples, 0)
+    check_int("--batch-size", args.batch_size, 1)
+    if getattr(args, "top_k", None) is not None:
+        check_int("--top-k", args.top_k, 1)
+    for flag in ("data", "effects", "transfer_data"):
+        path = getattr(args, flag, None)
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(f"--{flag.replace('_', '-')} {path}: no such file")
+    check_writable_dir(args.out, "--out")
 
 
 def _user_errors(fn):
@@ -31,14 +48,17 @@ def _user_errors(fn):
 @_user_errors
 def cmd_knockout(args) -> int:
     from ..analysis.run import KnockoutRun, run_knockout
+    from ..settings import check_int
 
+    _check(args)
+    check_int("--k", args.k, 1)
+    check_int("--seeds", args.seeds, 1)
+    check_int("--transfer-n", args.transfer_n, 0)
     cfg = KnockoutRun(data=args.data, out=args.out, selection=_selection(args), k=args.k, seeds=args.seeds,
                       seed=args.seed, n_samples=_limit(args.n_samples), batch_size=args.batch_size,
                       mean_mode=args.mean_mode, transfer=not args.no_transfer, transfer_data=args.transfer_data,
                       transfer_by=args.transfer_by, data_dir=args.data_dir, transfer_n=_limit(args.transfer_n),
                       transfer_control=not args.no_control, progress=not args.quiet)
-    if cfg.seeds < 1:
-        raise ValueError("--seeds must be at least 1")
     run_knockout(load_from_args(args), cfg)
     return 0
 
@@ -47,6 +67,7 @@ def cmd_knockout(args) -> int:
 def cmd_attention(args) -> int:
     from ..analysis.run import AttentionRun, run_attention
 
+    _check(args)
     cfg = AttentionRun(data=args.data, out=args.out, selection=_selection(args), n_samples=_limit(args.n_samples),
                        seed=args.seed, batch_size=args.batch_size, progress=not args.quiet)
     run_attention(load_from_args(args), cfg)
@@ -57,20 +78,19 @@ def cmd_attention(args) -> int:
 def cmd_mlp(args) -> int:
     from ..analysis.run import MLPRun, run_mlp
 
+    _check(args)
     cfg = MLPRun(data=args.data, out=args.out, n_samples=_limit(args.n_samples), seed=args.seed,
                  batch_size=args.batch_size, case=args.case, case_answer=args.case_answer, progress=not args.quiet)
     run_mlp(load_from_args(args), cfg)
     return 0
 
 
-def _common(p, samples: int) -> None:
-    add_model_args(p)
+def _common(p, samples: int, seed_help: str = "picks the --n-samples subset of the prompts") -> None:
+    add_model_args(p, seed_help=seed_help)
     p.add_argument("--data", required=True, help="pairs JSONL (reference, counterfactual, answer[, positions, operands])")
     p.add_argument("--out", required=True, help="run folder for JSON, CSV and PNG files")
     p.add_argument("--n-samples", type=int, default=samples, help="reference prompts used, a seeded subset (0 = all)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass")
 
 
 def _heads(p) -> None:
@@ -86,7 +106,8 @@ def register(sub) -> None:
     fmt = DefaultsFormatter
     p = sub.add_parser("knockout", formatter_class=fmt,
                        help="mean-ablation knockout: effect-rank vs random-rank curves, key heads, transfer")
-    _common(p, samples=300)
+    _common(p, samples=300, seed_help="picks the --n-samples subset, the random-rank orderings, the control "
+                                      "heads and the transfer sets' prompts")
     _heads(p)
     p.add_argument("--k", type=int, default=20, help="curves knock out k = 0..K heads (capped at the head count)")
     p.add_argument("--seeds", type=int, default=5, help="random-rank orderings")

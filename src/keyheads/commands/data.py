@@ -26,11 +26,13 @@ def cmd_data(args) -> int:
     from ..data.generate import PairConfig, make_pairs, parse_operands
     from ..data.pairs import write_pairs
     from ..data.templates import TASKS, load_templates
+    from ..settings import apply_common, check_int, check_writable_file
 
-    if args.n < 1:
-        raise ValueError("--n must be at least 1")
-    if args.few_shot < 0:
-        raise ValueError("--few-shot must be 0 or more")
+    apply_common(args)
+    check_int("--n", args.n, 1)
+    check_int("--few-shot", args.few_shot, 0)
+    check_int("--batch-size", args.batch_size, 1)
+    check_writable_file(args.out, "--out")
     a_range, b_range = parse_operands(args.operands)
     templates = load_templates(args.templates)
     if args.template:
@@ -53,7 +55,7 @@ def cmd_data(args) -> int:
     model = load_from_args(args)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731  stdout stays for the summary
     pairs = make_pairs(templates, tasks, config, model=model, keep_correct=args.keep_correct,
-                       batch_size=args.batch_size, log=log)
+                       batch_size=args.batch_size, log=log, progress=not args.quiet)
     write_pairs(args.out, pairs)
     counts = {t: sum(p.task == t for p in pairs) for t in tasks}
     print(f"wrote {len(pairs)} pairs to {args.out} ({', '.join(f'{t} {n}' for t, n in counts.items())}) "
@@ -66,7 +68,7 @@ def register(sub) -> None:
                        description="Make reference/counterfactual prompt pairs from the paper's templates "
                                    "(or your own), aligned token by token for the given model's tokenizer.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_args(p)
+    add_model_args(p, seed_help="picks operands, pool words and few-shot examples: the output is a function of the seed")
     p.add_argument("--task", default="addition",
                    help="addition, subtraction, multiplication, division, exponentiation or all (default: addition)")
     p.add_argument("--n", type=int, default=100, help="candidates per task, spread evenly over its templates (default: 100)")
@@ -78,7 +80,6 @@ def register(sub) -> None:
                         "that analyses compute the shared prefix once")
     p.add_argument("--keep-correct", action="store_true",
                    help="keep only the pairs whose answer the model predicts (argmax) correctly")
-    p.add_argument("--seed", type=int, default=0, help="the output is a function of the seed (default: 0)")
     p.add_argument("--templates", action="append", metavar="FILE",
                    help="YAML template file to use instead of the built-in templates; repeatable; "
                         "the word 'builtin' adds the built-in ones")

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from .. import distributed
-from .models import add_model_args, set_threads
+from .models import add_model_args
 
 
 def _list(text: str | None) -> list[str]:
@@ -62,9 +62,27 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return k, n
 
 
+def _check(args) -> None:
+    """Counts, files and folders, before any model loads."""
+    from ..settings import SettingError, apply_common, check_int, check_writable_dir
+
+    apply_common(args)
+    for flag, least in (("limit", 1), ("batch_size", 1), ("max_new_tokens", 1), ("few_shot", 0), ("heldout_seed", 0)):
+        if getattr(args, flag) is not None:
+            check_int("--" + flag.replace("_", "-"), getattr(args, flag), least)
+    if not 0 <= args.heldout_fraction < 1:
+        raise SettingError("--heldout-fraction", args.heldout_fraction, "must be >= 0 and < 1")
+    if args.knockout_data is not None and not Path(args.knockout_data).is_file():
+        raise FileNotFoundError(f"--knockout-data {args.knockout_data}: no such file")
+    check_writable_dir(args.out, "--out")
+    if args.cache_dir is not None:
+        check_writable_dir(args.cache_dir, "--cache-dir")
+
+
 def cmd_eval(args) -> int:
     from ..models import DEFAULT_MODEL
 
+    _check(args)
     args.model_given = args.model is not None
     args.model = args.model or DEFAULT_MODEL
     from ..data.trainset import SplitConfig
@@ -72,7 +90,6 @@ def cmd_eval(args) -> int:
     from ..evaluation.tasks import check_benchmarks
     from ..models import load_model
 
-    set_threads(args)
     device = args.device or distributed.default_device()  # under a launcher: this process's own GPU
     cfg = EvalConfig(benchmarks=check_benchmarks(_list(args.benchmarks)), data_dir=args.data_dir, limit=args.limit,
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, few_shot=args.few_shot,
@@ -97,10 +114,11 @@ def cmd_eval(args) -> int:
 
 
 def register(sub) -> None:
-    from ..evaluation.tasks import TABLE_BENCHMARKS
+    from ..evaluation.tasks import ARITH, BENCHMARKS, TABLE_BENCHMARKS
 
-    p = sub.add_parser("eval", help="table 1: math (GSM8K, AddSub, SingleEq, SVAMP) and generic (MMLU, CSQA) accuracy")
-    add_model_args(p)
+    p = sub.add_parser("eval", help="table 1: math (GSM8K, AddSub, SingleEq, SVAMP) and generic (MMLU, CSQA) accuracy; "
+                       "held-out generated arithmetic (arith-*)")
+    add_model_args(p, seed_help="picks the few-shot exemplars")
     p.set_defaults(model=None)  # with --adapter, the adapter's base model
     p.add_argument("--knockout", metavar="HEADS", help="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
     p.add_argument("--knockout-mlps", metavar="LAYERS", help="MLP layers to mean-ablate, e.g. '14,15'")
@@ -116,21 +134,21 @@ def register(sub) -> None:
                    help='one more row of any registered kind: {"kind": ..., "model": ..., "label": ..., "options": {...}} '
                    "(repeatable)")
     p.add_argument("--benchmarks", default=",".join(TABLE_BENCHMARKS),
-                   help=f"comma-separated, from {','.join(TABLE_BENCHMARKS)} (default: all)")
+                   help=f"comma-separated, from {','.join(BENCHMARKS)} (default: the table's six). The "
+                   f"{','.join(ARITH)} sets are generated (no data folder) and held out from --train arith:...")
     p.add_argument("--limit", type=int, help="only the first N items per benchmark (quick runs)")
     p.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA; else the hub when online)")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass (default: 16)")
     p.add_argument("--max-new-tokens", type=int,
-                   help="generation budget for the math sets (default: 256 for GSM8K, 128 for the others)")
-    p.add_argument("--few-shot", type=int, help="exemplars per prompt (default: 4 for math, 5 for MMLU/CSQA; "
-                   "MMLU has at most 5)")
+                   help="generation budget for the math sets (default: 256 for GSM8K, 128 for the others, "
+                   "8 for arith-*)")
+    p.add_argument("--few-shot", type=int, help="exemplars per prompt (default: 4 for math and arith, 5 for "
+                   "MMLU/CSQA; MMLU has at most 5)")
     p.add_argument("--no-cot", action="store_true", help="math exemplars without the worked solution")
-    p.add_argument("--seed", type=int, default=0, help="picks the few-shot exemplars")
     p.add_argument("--split", choices=("full", "heldout"), default="full",
                    help="heldout: AddSub/SingleEq/SVAMP minus the part used for fine-tuning (see keyheads.data.trainset)")
-    p.add_argument("--heldout-seed", type=int, default=0)
+    p.add_argument("--heldout-seed", type=int, default=0, help="seed of the held-out split (default: 0)")
     p.add_argument("--heldout-fraction", type=float, default=0.3, help="training share of the held-out split")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--shard", metavar="K/N", help="compute only shard K of N (0-based) of every benchmark, so that "
                    "N processes or GPUs sharing --cache-dir split the work; then run without --shard for the table. "
                    "Under accelerate launch or torchrun the processes shard by themselves and the main one writes it")

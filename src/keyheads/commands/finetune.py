@@ -1,10 +1,9 @@
 """`keyheads finetune` (precise SFT and its baselines) and `keyheads merge` (fold or export an adapter)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from .dataclass_args import add_dataclass_args, dataclass_from_args
+from .dataclass_args import add_dataclass_args, dataclass_from_args, field_docs
 from .models import DefaultsFormatter, add_model_args, load_from_args
 
 COMPONENT_FLAGS = ("effects", "top_k", "heads", "random_heads", "mlps", "mlp_layers")
@@ -69,11 +68,14 @@ def components_from_args(args, model, seed: int = 0):
 
 def cmd_finetune(args) -> int:
     from ..finetune import FinetuneConfig, describe, finetune, load_examples
+    from ..settings import apply_common, check_int, check_writable_dir
 
+    apply_common(args)
     cfg = dataclass_from_args(FinetuneConfig, args)  # invalid settings fail here, before any model loads
     check_component_args(args, cfg.method)
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    if args.limit is not None:
+        check_int("--limit", args.limit, 1)
+    check_writable_dir(args.out, "--out")
     examples = load_examples(args.train, data_dir=args.data_dir, seed=cfg.seed)
     if args.limit:
         examples = examples[:args.limit]
@@ -92,13 +94,14 @@ def cmd_finetune(args) -> int:
 def cmd_merge(args) -> int:
     from ..finetune.adapter import export_peft, merge, read_adapter
     from ..models import load_model
-    from .models import set_threads
+    from ..settings import apply_common, check_writable_dir
 
-    set_threads(args)
+    apply_common(args)
     _, meta = read_adapter(args.adapter)
     if args.export == "hf" and Path(args.out).exists():  # before the model loads (merge() checks again)
         raise ValueError(f"--out {args.out} exists; choose a new folder")
-    model = load_model(args.model or meta["base_model"], device="cpu", dtype="float32")
+    check_writable_dir(args.out, "--out")
+    model = load_model(args.model or meta["base_model"], device=args.device or "cpu", dtype=args.dtype or "float32")
     if args.export == "peft":
         out = export_peft(model, args.adapter, args.out)
         print(f"wrote a PEFT LoRA adapter to {out}: PeftModel.from_pretrained(base, {str(out)!r})")
@@ -110,12 +113,13 @@ def cmd_merge(args) -> int:
 
 def register(sub) -> None:
     from ..finetune.config import FinetuneConfig
+    from ..settings import add_common_args
 
     p = sub.add_parser("finetune", help="precise SFT of key heads (and MLPs); full-SFT and LoRA baselines",
                        formatter_class=DefaultsFormatter,
                        description="Train only the chosen heads' Q/K/V/O slices (and whole MLPs), or a baseline. "
                        "Runs on one process or under `accelerate launch` (DDP/FSDP); an interrupted run resumes.")
-    add_model_args(p)
+    add_model_args(p, seed_help=field_docs(FinetuneConfig)["seed"].rstrip("."))
     what = p.add_argument_group("what to train (precise)")
     what.add_argument("--effects", help="effects.json from `keyheads patch`, for --top-k and --mlps")
     what.add_argument("--top-k", type=int, help="the K heads with the most negative effect")
@@ -129,17 +133,19 @@ def register(sub) -> None:
                       "or 'arith:multidigit,decimal[:N]' from the templates")
     data.add_argument("--data-dir", help="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
     data.add_argument("--limit", type=int, help="use only the first N examples")
-    add_dataclass_args(p, FinetuneConfig, group_title="training (the paper's recipe by default)")
+    add_dataclass_args(p, FinetuneConfig, skip=("seed",),  # --seed is a common flag
+                       group_title="training (the paper's recipe by default)")
     p.add_argument("--out", required=True, help="run folder: finetune.json, adapter.safetensors (or lora/, model/), checkpoint/")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_finetune)
 
     p = sub.add_parser("merge", help="fold a precise-SFT adapter into a plain HF model folder, or export it as PEFT LoRA",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=DefaultsFormatter,
+                       description="Fold a precise-SFT adapter into its base model, or export it as a PEFT LoRA "
+                       "adapter. The base model loads on the CPU in float32 unless --device/--dtype say otherwise.")
     p.add_argument("--adapter", required=True, help="a `keyheads finetune --method precise` run folder")
     p.add_argument("--out", required=True, help="new folder to write")
     p.add_argument("--model", help="base model (default: the one the adapter names)")
     p.add_argument("--export", choices=("hf", "peft"), default="hf",
                    help="hf: merged model folder; peft: the same change as a PEFT LoRA adapter (exact)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch")
+    add_common_args(p, seed_help="merging is deterministic, so the seed changes nothing")
     p.set_defaults(func=cmd_merge)

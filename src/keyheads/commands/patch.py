@@ -12,16 +12,25 @@ def cmd_patch(args) -> int:
     from ..patching.identify import describe, identify
     from ..patching.metrics import check_metric
     from ..patching.run import check_method, clear_checkpoints
+    from ..settings import apply_common, check_int, check_writable_dir
 
-    check_method(args.method)  # before loading a model: a typo should fail at once
+    apply_common(args)  # before loading a model: a typo should fail at once
+    check_method(args.method)
     check_metric(args.metric)
-    out = Path(args.out)
+    check_int("--batch-size", args.batch_size, 1)
+    for flag, value in (("--limit", args.limit), ("--top-k", args.top_k)):
+        if value is not None:
+            check_int(flag, value, 1)
+    if not Path(args.data).is_file():
+        raise FileNotFoundError(f"--data {args.data}: no such file (make one with `keyheads data`)")
+    out = check_writable_dir(args.out, "--out")
     if args.restart:
         clear_checkpoints(out)
     model = load_from_args(args)
     config = PatchConfig(method=args.method, metric=args.metric, batch_size=args.batch_size, limit=args.limit,
                          min_abs_logit=args.min_abs_logit, first_token=args.first_token)
-    effects, keys = identify(model, args.data, config, out, threshold=args.threshold, top_k=args.top_k)
+    effects, keys = identify(model, args.data, config, out, threshold=args.threshold, top_k=args.top_k,
+                             progress=not args.quiet)
     if not distributed.is_main():
         return 0
     print(describe(effects, keys))
@@ -34,7 +43,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("patch", help="path/activation/attribution patching of every head and MLP",
                        formatter_class=DefaultsFormatter)
-    add_model_args(p)
+    add_model_args(p, seed_help="patching is deterministic, so the seed changes nothing")
     p.add_argument("--data", required=True, help="pairs JSONL (reference, counterfactual, answer)")
     p.add_argument("--out", required=True, help="run folder")
     p.add_argument("--method", default="path", help=f"one of {', '.join(METHODS)}")

@@ -20,7 +20,7 @@ class TemplateScore:
 
 
 def predict_next(model, prompts: list[str], batch_size: int = 32, desc: str = "predicting",
-                 answers: list[int] | None = None) -> list[int]:
+                 answers: list[int] | None = None, progress: bool = True) -> list[int]:
     """The model's argmax next token after each prompt.
 
     Runs the END-only passes of the analyses (a shared few-shot prefix is computed once per
@@ -33,7 +33,7 @@ def predict_next(model, prompts: list[str], batch_size: int = 32, desc: str = "p
 
     pred = [0] * len(prompts)
     right = 0
-    with torch.inference_mode(), tqdm(total=len(prompts), desc=desc, unit="prompt") as bar:
+    with torch.inference_mode(), tqdm(total=len(prompts), desc=desc, unit="prompt", disable=not progress) as bar:
         def record(_, index, logits):
             nonlocal right
             for i, p in zip(index, logits.argmax(-1).tolist()):
@@ -47,11 +47,12 @@ def predict_next(model, prompts: list[str], batch_size: int = 32, desc: str = "p
     return pred
 
 
-def predict_correct(model, candidates: list, batch_size: int = 32, desc: str = "checking") -> list[bool]:
+def predict_correct(model, candidates: list, batch_size: int = 32, desc: str = "checking",
+                    progress: bool = True) -> list[bool]:
     """Whether the model's argmax next token after each candidate's reference is its answer token
     (candidates: objects with .pair.reference and .answer_token)."""
     answers = [c.answer_token for c in candidates]
-    pred = predict_next(model, [c.pair.reference for c in candidates], batch_size, desc, answers)
+    pred = predict_next(model, [c.pair.reference for c in candidates], batch_size, desc, answers, progress)
     return [p == a for p, a in zip(pred, answers)]
 
 

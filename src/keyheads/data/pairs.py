@@ -17,13 +17,18 @@ This module is the contract (format, reading, alignment checks); generate.py mak
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io import MalformedLine, iter_jsonl, write_jsonl
 from .templates import OPERANDS
 
 POSITION_KEYS = ("A", "B", "operator")
+REQUIRED = ("reference", "counterfactual", "answer")
+
+
+class NoPairs(ValueError):
+    """A pairs file without a single pair."""
 
 
 # ---- the file format ----------------------------------------------------------------------------
@@ -37,6 +42,7 @@ class Pair:
     operands: {"A": "3", "B": "5"}.
     positions: token index of operand A, operand B and the operator in both prompts (the last token
         of each when it spans several), or None when unknown.
+    line: the line of the file it was read from (for error messages; not part of the pair).
     """
 
     reference: str
@@ -46,6 +52,7 @@ class Pair:
     template: str | None = None
     operands: dict[str, str] | None = None
     positions: dict[str, int] | None = None
+    line: int | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         return {"task": self.task, "template": self.template, "reference": self.reference,
@@ -59,18 +66,26 @@ def write_pairs(path: str | Path, pairs) -> Path:
 
 
 def read_pairs(path: str | Path) -> list[Pair]:
-    """Read a pairs file. Only reference, counterfactual and answer are required; a malformed line
-    raises MalformedLine naming the file and line number."""
+    """Read and check a pairs file: the one reader of the format (analyses, patching and the
+    knockout variant of the evaluation all come here).
+
+    Only reference, counterfactual and answer are required (a numeric answer becomes its text); a
+    malformed line raises MalformedLine naming the file, the line number and the field; a file
+    without pairs raises NoPairs. Each Pair keeps its line number in `line`.
+    """
     pairs = []
     for number, obj in iter_jsonl(path):
         def bad(why: str) -> MalformedLine:
             return MalformedLine(f"{path}:{number}: {why}")
 
+        missing = [key for key in REQUIRED if key not in obj]
+        if missing:
+            raise bad(f"missing {', '.join(missing)} (a pair needs {', '.join(REQUIRED)})")
         for key in ("reference", "counterfactual"):
             if not isinstance(obj.get(key), str) or not obj[key]:
                 raise bad(f"`{key}` must be a non-empty string")
-        answer = obj.get("answer")
-        if isinstance(answer, int) and not isinstance(answer, bool):
+        answer = obj["answer"]
+        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
             answer = str(answer)
         if not isinstance(answer, str) or not answer.strip():
             raise bad("`answer` must be a non-empty string")
@@ -91,7 +106,9 @@ def read_pairs(path: str | Path) -> list[Pair]:
                 raise bad("`positions` values must be non-negative integers")
             positions = {k: positions[k] for k in POSITION_KEYS}
         pairs.append(Pair(obj["reference"], obj["counterfactual"], answer, obj.get("task"),
-                          obj.get("template"), operands, positions))
+                          obj.get("template"), operands, positions, line=number))
+    if not pairs:
+        raise NoPairs(f"{path}: no pairs in the file (one JSON object a line, with {', '.join(REQUIRED)})")
     return pairs
 
 

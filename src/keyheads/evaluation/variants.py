@@ -153,18 +153,10 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
 
 
 def read_counterfactuals(path: str | Path) -> list[str]:
-    from ..io import iter_jsonl
+    """The counterfactual prompts of a pairs file (read and checked by keyheads.data.pairs.read_pairs)."""
+    from ..data.pairs import read_pairs
 
-    prompts = []
-    for number, row in iter_jsonl(path):
-        missing = [k for k in ("reference", "counterfactual", "answer") if k not in row]
-        if missing:
-            raise ValueError(f"{path}:{number}: missing {', '.join(missing)} (a pairs file needs "
-                             "reference, counterfactual, answer)")
-        prompts.append(row["counterfactual"])
-    if not prompts:
-        raise ValueError(f"{path} has no pairs")
-    return prompts
+    return [pair.counterfactual for pair in read_pairs(path)]
 
 
 def read_heads(spec: str) -> list[Head]:

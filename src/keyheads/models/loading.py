@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ..io import file_sha256
+from ..settings import check_dtype
 from .bundled import BUNDLED, DEFAULT_MODEL
 from .families import family_for
 from .model import HookedModel
@@ -152,7 +153,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
             Hugging Face model folder, or a hub id (needs a network).
         device: "cpu", "cuda", "cuda:1", "mps", or "auto" to shard with accelerate's
             device_map="auto". Default: cuda if available, else cpu.
-        dtype: torch dtype or its name. Default: bfloat16 on GPU, float32 on CPU.
+        dtype: torch dtype or its name (float32, bfloat16, float16, float64 or fp32, bf16, fp16,
+            fp64). Default: bfloat16 on GPU, float32 on CPU.
         attn_implementation: passed to transformers (default: its own choice; keyheads
             switches to eager only while attention patterns are read).
     """
@@ -161,8 +163,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
     kind, location = _resolve(name_or_path)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
+    if isinstance(dtype, str):  # the names keyheads.settings.DTYPES lists, checked against the device
+        dtype = getattr(torch, check_dtype(dtype, device=device))
     if dtype is None:
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
     try:

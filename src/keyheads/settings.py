@@ -1,0 +1,190 @@
+"""Up-front checks of settings, and the flags every model-loading command shares.
+
+Each check returns the value (normalised where there is a canonical spelling) or raises
+SettingError naming the key, the value given and what is allowed, so that a typo or a device
+this machine lacks fails in a second, before any model loads. The keys are config keys
+("device") or flags ("--device"); a flag reads as on the command line:
+
+    --device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu
+    top_k: -3 given; must be an integer >= 1
+
+torch is imported only by the checks that need it (a CUDA or MPS device, bfloat16, --threads).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import numbers
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+# The dtype names load_model accepts (keyheads.models.loading uses this table): name -> torch attribute.
+DTYPES = {
+    "float32": "float32", "fp32": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "fp16": "float16",
+    "float64": "float64", "fp64": "float64",
+}
+_NAMES = tuple(dict.fromkeys(DTYPES.values()))
+DTYPE_HELP = (f"{', '.join(_NAMES[:-1])} or {_NAMES[-1]} "  # float32, bfloat16, float16 or float64 (or fp32, ...)
+              f"(or {', '.join(alias for alias in DTYPES if alias not in _NAMES)})")
+DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto"
+
+
+class SettingError(ValueError):
+    """A setting that cannot work: `SettingError(key, value, why)`, or `SettingError(message)`."""
+
+    def __init__(self, key: str, value: object = None, why: str | None = None):
+        self.key, self.value, self.why = key, value, why
+        if why is None:
+            message = key
+        elif key.startswith("-"):
+            message = f"{key} {value}: {why}"  # as it was typed
+        else:
+            message = f"{key}: {value!r} given; {why}"
+        super().__init__(message)
+
+
+# ---- devices and dtypes -------------------------------------------------------------------------
+def check_device(value: str | None, key: str = "device") -> str | None:
+    """None (cuda if available, else cpu), "cpu", "cuda", "cuda:N", "mps" or "auto" (accelerate's
+    device_map="auto"), provided this machine has it."""
+    if value is None or value == "cpu":
+        return value
+    if value == "auto":
+        if importlib.util.find_spec("accelerate") is None:
+            raise SettingError(key, value, "sharding needs the package accelerate (pip install accelerate); "
+                                           "or give cpu or cuda")
+        return value
+    if isinstance(value, str) and (m := re.fullmatch(r"cuda(?::(\d+))?", value)):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SettingError(key, value, "this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu")
+        count = torch.cuda.device_count()
+        if m.group(1) is not None and int(m.group(1)) >= count:
+            raise SettingError(key, value, f"this machine has {count} CUDA GPU{'s' * (count != 1)} "
+                                           f"(cuda:0 to cuda:{count - 1})")
+        return value
+    if value == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise SettingError(key, value, "MPS (Apple GPU) is not available on this machine; use cpu")
+        return value
+    raise SettingError(key, value, f"unknown device; use {DEVICE_HELP}")
+
+
+def check_dtype(value: str | None, key: str = "dtype", device: str | None = None) -> str | None:
+    """None (float32 on CPU, bfloat16 on a GPU) or a name from DTYPES; returns the canonical name.
+
+    float16 on a CPU is allowed (load_model supports it; it is slow). bfloat16 on a CUDA GPU
+    without native support (compute capability below 8.0) is an error. `device` is the device
+    the model will go to (None: the one load_model picks).
+    """
+    if value is None:
+        return None
+    name = DTYPES.get(value) if isinstance(value, str) else None
+    if name is None:
+        raise SettingError(key, value, f"unknown dtype; use {DTYPE_HELP}")
+    if name == "bfloat16" and (device is None or device == "auto" or str(device).startswith("cuda")):
+        import torch
+
+        if torch.cuda.is_available():
+            index = int(device.split(":")[1]) if device and ":" in device else torch.cuda.current_device()
+            major, minor = torch.cuda.get_device_capability(index)
+            if major < 8:
+                raise SettingError(key, value, f"{torch.cuda.get_device_name(index)} (compute capability "
+                                               f"{major}.{minor}) has no bfloat16 support; use float16 or float32")
+    return name
+
+
+# ---- output folders and files -------------------------------------------------------------------
+def _cannot_create(path: Path) -> str | None:
+    """Why a path that does not exist yet could not be made (None: it could)."""
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"cannot be created: {ancestor} is a file, not a folder"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot be created: {ancestor} is not writable"
+    return None
+
+
+def check_writable_dir(path: str | Path, key: str = "out") -> Path:
+    """The folder exists and is writable, or it could be created. Creates nothing."""
+    folder = Path(path).expanduser()
+    if folder.exists():
+        if not folder.is_dir():
+            raise SettingError(key, str(path), "is a file; give a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise SettingError(key, str(path), "the folder is not writable")
+        return folder
+    if why := _cannot_create(folder):
+        raise SettingError(key, str(path), why)
+    return folder
+
+
+def check_writable_file(path: str | Path, key: str = "out") -> Path:
+    """A file that can be written (or replaced): not a folder, in a folder that is or can be made."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise SettingError(key, str(path), "is a folder; give a file name")
+    if file.exists():
+        if not os.access(file.parent, os.W_OK | os.X_OK):  # files are replaced atomically, via the folder
+            raise SettingError(key, str(path), f"its folder {file.parent} is not writable")
+    elif why := _cannot_create(file):
+        raise SettingError(key, str(path), why)
+    return file
+
+
+# ---- numbers and choices ------------------------------------------------------------------------
+def check_int(key: str, value, minimum: int = 1) -> int:
+    """An integer >= minimum; bools, floats and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise SettingError(key, value, f"must be an integer >= {minimum}")
+    return int(value)
+
+
+def check_choice(key: str, value, allowed: Sequence) -> object:
+    """One of `allowed` (True is not taken for 1)."""
+    if not any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed):
+        raise SettingError(key, value, f"must be one of {', '.join(map(str, allowed))}")
+    return value
+
+
+# ---- the common flags ---------------------------------------------------------------------------
+def add_common_args(parser: argparse.ArgumentParser, *, seed_help: str | None = None) -> None:
+    """--device, --dtype, --threads, --seed and --quiet, in a group of their own. `seed_help` says
+    what the seed picks in this command."""
+    group = parser.add_argument_group("common options")
+    group.add_argument("--device", default=None, metavar="DEVICE",
+                       help=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
+                            "default: cuda if available, else cpu")
+    group.add_argument("--dtype", default=None, metavar="DTYPE",
+                       help=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
+    group.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="CPU threads for torch (default: torch's; 1 is often fastest when other jobs "
+                            "share the cores)")
+    group.add_argument("--seed", type=int, default=0, metavar="N",
+                       help=(seed_help or "random seed: the same seed gives the same output") + " (default: %(default)s)")
+    group.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def apply_common(args) -> None:
+    """Check the common flags (errors name the flag) and set torch's thread count. Call it first,
+    before any model loads; args.dtype becomes its canonical name."""
+    if hasattr(args, "device"):
+        args.device = check_device(args.device, "--device")
+    if hasattr(args, "dtype"):
+        args.dtype = check_dtype(args.dtype, "--dtype", device=getattr(args, "device", None))
+    if getattr(args, "seed", None) is not None:
+        check_int("--seed", args.seed, minimum=0)
+    if getattr(args, "threads", None) is not None:
+        check_int("--threads", args.threads, minimum=1)
+        import torch
+
+        torch.set_num_threads(args.threads)

@@ -1,0 +1,310 @@
+"""keyheads.settings: the up-front checks, and the common flags of every model-loading command."""
+import argparse
+import importlib.util
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from keyheads import settings
+from keyheads.cli import COMMAND_MODULES, build_parser, main
+from keyheads.settings import (SettingError, add_common_args, apply_common, check_choice, check_device, check_dtype,
+                               check_int, check_writable_dir, check_writable_file)
+
+COMMON = ("--quiet", "--threads", "--device", "--dtype", "--seed")
+# every command that loads a model; `demo` and `run` (keyheads.commands.study) have their own tests
+LOADERS = ("data", "patch", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate")
+OWNED_ELSEWHERE = ("demo", "run")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """Two CUDA GPUs of compute capability 7.5 (no native bfloat16)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Tesla T4")
+
+
+# ---- devices and dtypes -------------------------------------------------------------------------
+def test_cpu_and_none_are_always_fine():
+    assert check_device(None) is None and check_device("cpu") == "cpu"
+
+
+def test_cuda_on_a_machine_without_one(no_gpu):
+    with pytest.raises(SettingError) as err:
+        check_device("cuda", "--device")
+    assert str(err.value) == ("--device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False); "
+                              "use cpu")
+    with pytest.raises(SettingError, match=r"^device: 'cuda:7' given; this machine has no CUDA GPU"):
+        check_device("cuda:7")
+
+
+def test_cuda_index_beyond_the_gpus(gpus):
+    assert check_device("cuda") == "cuda" and check_device("cuda:1") == "cuda:1"
+    with pytest.raises(SettingError, match=r"--device cuda:7: this machine has 2 CUDA GPUs \(cuda:0 to cuda:1\)"):
+        check_device("cuda:7", "--device")
+
+
+@pytest.mark.parametrize("value", ["tpu", "cuda:x", "cuda:", "CPU", "gpu", "", 0])
+def test_unknown_devices(value):
+    with pytest.raises(SettingError, match="unknown device; use cpu, cuda, cuda:N, mps or auto"):
+        check_device(value, "--device")
+
+
+def test_mps_and_auto_need_what_they_use(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(SettingError, match="--device mps: MPS"):
+        check_device("mps", "--device")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "accelerate" else real(name, *a))
+    with pytest.raises(SettingError, match="--device auto: .*pip install accelerate"):
+        check_device("auto", "--device")
+
+
+@pytest.mark.parametrize("value, name", [("float32", "float32"), ("fp32", "float32"), ("bf16", "bfloat16"),
+                                         ("fp16", "float16"), ("float64", "float64"), (None, None)])
+def test_dtype_names(value, name):
+    assert check_dtype(value, device="cpu") == name
+
+
+def test_float16_on_cpu_is_allowed_as_load_model_supports_it():
+    assert check_dtype("float16", device="cpu") == "float16"
+
+
+@pytest.mark.parametrize("value", ["half", "float8", "int8", "Float32", "", 16])
+def test_unknown_dtypes(value):
+    with pytest.raises(SettingError, match=r"unknown dtype; use float32, bfloat16, float16 or float64"):
+        check_dtype(value, "--dtype")
+
+
+def test_bfloat16_needs_a_gpu_that_has_it(gpus, monkeypatch):
+    with pytest.raises(SettingError, match=r"--dtype bf16: Tesla T4 \(compute capability 7.5\) has no bfloat16"):
+        check_dtype("bf16", "--dtype", device="cuda:1")
+    with pytest.raises(SettingError, match="no bfloat16"):
+        check_dtype("bfloat16", device=None)  # load_model would pick the GPU
+    assert check_dtype("bfloat16", device="cpu") == "bfloat16"
+    assert check_dtype("float16", device="cuda") == "float16"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 0))
+    assert check_dtype("bfloat16", device="cuda") == "bfloat16"
+
+
+def test_load_model_takes_the_same_dtype_names():
+    from keyheads.models import loading
+
+    assert loading.check_dtype is settings.check_dtype
+    assert all(hasattr(torch, name) for name in settings.DTYPES.values())
+
+
+# ---- output folders and files -------------------------------------------------------------------
+def test_writable_dir(tmp_path):
+    assert check_writable_dir(tmp_path) == tmp_path
+    new = tmp_path / "a" / "b"
+    assert check_writable_dir(str(new)) == new and not (tmp_path / "a").exists()  # creates nothing
+
+
+def test_dir_that_is_a_file_or_under_a_file(tmp_path):
+    file = tmp_path / "f.txt"
+    file.write_text("x")
+    with pytest.raises(SettingError, match="^" + re.escape(f"--out {file}: is a file; give a folder")):
+        check_writable_dir(file, "--out")
+    with pytest.raises(SettingError, match=re.escape(f"--out {file}/run/x: cannot be created: {file} is a file")):
+        check_writable_dir(file / "run" / "x", "--out")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits; the under-a-file case covers it")
+def test_dir_in_a_read_only_folder(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(SettingError, match="not writable"):
+            check_writable_dir(locked / "run", "--out")
+        with pytest.raises(SettingError, match="not writable"):
+            check_writable_dir(locked, "--out")
+    finally:
+        locked.chmod(0o700)
+
+
+def test_writable_file(tmp_path):
+    assert check_writable_file(tmp_path / "new" / "pairs.jsonl") == tmp_path / "new" / "pairs.jsonl"
+    with pytest.raises(SettingError, match="is a folder; give a file name"):
+        check_writable_file(tmp_path, "--out")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SettingError, match="cannot be created"):
+        check_writable_file(tmp_path / "f" / "pairs.jsonl", "--out")
+
+
+# ---- numbers and choices ------------------------------------------------------------------------
+def test_int_message_names_key_value_and_rule():
+    with pytest.raises(SettingError) as err:
+        check_int("top_k", -3)
+    assert str(err.value) == "top_k: -3 given; must be an integer >= 1"
+    assert (err.value.key, err.value.value) == ("top_k", -3) and isinstance(err.value, ValueError)
+    with pytest.raises(SettingError, match=r"^--batch-size 0: must be an integer >= 1$"):
+        check_int("--batch-size", 0)
+
+
+@pytest.mark.parametrize("value", [True, False, 2.0, 1.5, "3", None, [1]])
+def test_int_refuses_bools_floats_and_strings(value):
+    with pytest.raises(SettingError, match="must be an integer >= 0"):
+        check_int("n", value, minimum=0)
+
+
+def test_int_accepts_integers_at_the_minimum():
+    assert check_int("seed", 0, minimum=0) == 0
+    assert check_int("n", np.int64(5)) == 5 and type(check_int("n", np.int64(5))) is int
+
+
+def test_choice():
+    assert check_choice("method", "path", ("path", "activation")) == "path"
+    with pytest.raises(SettingError, match=r"^method: 'magic' given; must be one of path, activation$"):
+        check_choice("method", "magic", ("path", "activation"))
+    with pytest.raises(SettingError):
+        check_choice("k", True, (1, 2))  # True == 1, but it is not a choice of 1
+
+
+def test_setting_error_also_takes_a_plain_message():
+    assert str(SettingError("seed and seeds disagree")) == "seed and seeds disagree"
+
+
+# ---- the common flags ---------------------------------------------------------------------------
+def _parsed(*argv):
+    p = argparse.ArgumentParser()
+    add_common_args(p)
+    return p.parse_args(list(argv))
+
+
+def test_common_flags_defaults_and_normalisation():
+    args = _parsed()
+    assert (args.device, args.dtype, args.threads, args.seed, args.quiet) == (None, None, None, 0, False)
+    args = _parsed("--device", "cpu", "--dtype", "bf16", "--seed", "3", "--quiet")
+    apply_common(args)
+    assert (args.device, args.dtype, args.seed, args.quiet) == ("cpu", "bfloat16", 3, True)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--threads", "0"], "--threads 0: must be an integer >= 1"),
+    (["--seed", "-1"], "--seed -1: must be an integer >= 0"),
+    (["--device", "tpu"], "--device tpu: unknown device"),
+    (["--dtype", "float8"], "--dtype float8: unknown dtype"),
+])
+def test_apply_common_names_the_flag(argv, message):
+    with pytest.raises(SettingError, match=f"^{message}"):
+        apply_common(_parsed(*argv))
+
+
+def test_apply_common_sets_threads():
+    before = torch.get_num_threads()
+    try:
+        apply_common(_parsed("--threads", "1"))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_model_loading_command_is_covered():
+    assert len(COMMAND_MODULES) >= 6
+    loading = {name for name, p in _subparsers().items() if "--model" in p._option_string_actions}
+    assert loading - set(OWNED_ELSEWHERE) == set(LOADERS)
+
+
+@pytest.mark.parametrize("command", LOADERS)
+def test_command_has_the_common_flags(command):
+    p = _subparsers()[command]
+    for flag in COMMON:
+        assert flag in p._option_string_actions, (command, flag)
+    text = p.format_help()
+    assert "common options:" in text and all(flag in text for flag in COMMON)
+    assert p.parse_args(_MINIMAL[command] + ["--quiet", "--threads", "2", "--device", "cpu", "--dtype", "fp32",
+                                             "--seed", "5"]).seed == 5
+
+
+# the least each command needs to parse; paths under TMP
+_MINIMAL = {
+    "data": ["--out", "TMP/pairs.jsonl"],
+    "patch": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
+    "knockout": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
+    "attention": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
+    "mlp": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
+    "eval": ["--out", "TMP/run"],
+    "finetune": ["--train", "TMP/train.jsonl", "--heads", "1.0", "--out", "TMP/run"],
+    "merge": ["--adapter", "TMP/adapter", "--out", "TMP/merged"],
+    "generate": ["3 + 4 ="],
+}
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch, no_gpu):
+    """Any model load fails the test: every check below must come first."""
+    import keyheads.models
+    import keyheads.models.loading
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded before the settings were checked")
+
+    monkeypatch.setattr(keyheads.models, "load_model", refuse)
+    monkeypatch.setattr(keyheads.models.loading, "load_model", refuse)
+
+
+def _argv(command, tmp_path, *extra):
+    return [command] + [a.replace("TMP", str(tmp_path)) for a in _MINIMAL[command]] + list(extra)
+
+
+def test_patch_on_cuda_without_a_gpu_fails_before_loading(tmp_path, capsys, no_model_loads):
+    assert main(_argv("patch", tmp_path, "--device", "cuda")) == 2
+    err = capsys.readouterr().err
+    assert "keyheads patch: error: --device cuda: this machine has no CUDA GPU" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", LOADERS)
+def test_bad_device_is_said_before_loading(command, tmp_path, capsys, no_model_loads):
+    assert main(_argv(command, tmp_path, "--device", "tpu")) == 2
+    assert f"keyheads {command}: error: --device tpu: unknown device" in capsys.readouterr().err
+
+
+BAD_COUNTS = {
+    "data": (["--n", "0"], "--n 0: must be an integer >= 1"),
+    "patch": (["--batch-size", "0"], "--batch-size 0: must be an integer >= 1"),
+    "knockout": (["--k", "0"], "--k 0: must be an integer >= 1"),
+    "attention": (["--top-k", "-3"], "--top-k -3: must be an integer >= 1"),
+    "mlp": (["--n-samples", "-1"], "--n-samples -1: must be an integer >= 0"),
+    "eval": (["--limit", "0"], "--limit 0: must be an integer >= 1"),
+    "finetune": (["--limit", "0"], "--limit 0: must be an integer >= 1"),
+    "generate": (["--max-new-tokens", "0"], "--max-new-tokens 0: must be an integer >= 1"),
+}
+
+
+@pytest.mark.parametrize("command", list(BAD_COUNTS))
+def test_bad_count_is_said_before_loading(command, tmp_path, capsys, no_model_loads):
+    flags, message = BAD_COUNTS[command]
+    (tmp_path / "pairs.jsonl").write_text('{"reference": "1 + 2 = ", "counterfactual": "1 @ 2 = ", "answer": "3"}\n')
+    assert main(_argv(command, tmp_path, *flags)) == 2
+    assert f"keyheads {command}: error: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["data", "patch", "knockout", "eval", "finetune"])
+def test_out_that_cannot_be_written_is_said_before_loading(command, tmp_path, capsys, no_model_loads):
+    (tmp_path / "pairs.jsonl").write_text('{"reference": "1 + 2 = ", "counterfactual": "1 @ 2 = ", "answer": "3"}\n')
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1 + 2 = ", "completion": "3"}\n')
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a folder should be")
+    argv = _argv(command, tmp_path)
+    argv[argv.index("--out") + 1] = str(blocker / "out")
+    assert main(argv) == 2
+    assert f"--out {blocker}/out: cannot be created: {blocker} is a file" in capsys.readouterr().err
