@@ -8,6 +8,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 
 from .correct import NothingCorrect, format_scores, predict_correct, score_table
@@ -104,6 +105,45 @@ def draw_operands(template: Template, config: PairConfig, rng: random.Random, tr
         if value is not None and (template.max_answer is None or value <= template.max_answer):
             return str(a), str(b), format_answer(value)
     return None
+
+
+@dataclass(frozen=True)
+class NumberRange:
+    """The numbers lo..hi (both included) in steps of the last decimal place of `lo`, each written
+    with that many decimals: NumberRange("100", "999") is 100, 101, ..., 999; NumberRange("1.1", "9.9")
+    is 1.1, 1.2, ..., 9.9. Declared rather than drawn by ad-hoc code, so that whether two ranges can
+    share a number (a training set and a held-out one) is a comparison of bounds."""
+
+    lo: str
+    hi: str
+
+    @property
+    def decimals(self) -> int:
+        return max(0, -Decimal(self.lo).as_tuple().exponent)
+
+    def draw(self, rng: random.Random) -> str:
+        d = self.decimals
+        return str(Decimal(rng.randint(int(Decimal(self.lo).scaleb(d)), int(Decimal(self.hi).scaleb(d)))).scaleb(-d))
+
+    def overlaps(self, other: NumberRange) -> bool:
+        return Decimal(self.lo) <= Decimal(other.hi) and Decimal(other.lo) <= Decimal(self.hi)
+
+    def __contains__(self, text: str) -> bool:
+        return Decimal(self.lo) <= Decimal(text) <= Decimal(self.hi)
+
+    def __str__(self) -> str:
+        return f"{self.lo}..{self.hi}"
+
+
+def draw_exact(task: str, operands: NumberRange, rng: random.Random) -> tuple[str, str, str]:
+    """(A, B, answer) with both operands from `operands` and the answer in exact decimal arithmetic
+    (no float noise in "0.1 + 0.2"); a subtraction that would go negative swaps A and B."""
+    a, b = operands.draw(rng), operands.draw(rng)
+    value = compute_answer(task, Decimal(a), Decimal(b), PairConfig())
+    if value is None:
+        a, b = b, a
+        value = compute_answer(task, Decimal(a), Decimal(b), PairConfig())
+    return a, b, format_answer(value)
 
 
 # ---- rendering ----------------------------------------------------------------------------------
@@ -368,7 +408,7 @@ def _left_context(parts, index: int, values: dict) -> str:
 
 # ---- the whole job ------------------------------------------------------------------------------
 def make_pairs(templates: TemplateSet, tasks: list[str], config: PairConfig, tokenizer=None, model=None,
-               keep_correct: bool = False, batch_size: int = 32, log=print) -> list[Pair]:
+               keep_correct: bool = False, batch_size: int = 32, log=print, progress: bool = True) -> list[Pair]:
     """Generate config.n candidates per task; with keep_correct, keep only those `model` gets right.
 
     Raises NothingCorrect (with the per-template accuracy) when the model gets none right.
@@ -384,7 +424,7 @@ def make_pairs(templates: TemplateSet, tasks: list[str], config: PairConfig, tok
         if not keep_correct:
             kept.extend(c.pair for c in candidates)
             continue
-        ok = predict_correct(model, candidates, batch_size, desc=task)
+        ok = predict_correct(model, candidates, batch_size, desc=task, progress=progress)
         scores = score_table(candidates, ok)
         all_scores.extend(scores)
         log(f"{task}: accuracy per template ({time.perf_counter() - t0:.0f} s)\n{format_scores(scores)}")

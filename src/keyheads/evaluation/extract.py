@@ -31,6 +31,18 @@ def extract_answer(text: str) -> tuple[float | None, str | None, str]:
     return None, None, "none"
 
 
+def extract_first(text: str) -> tuple[float | None, str | None, str]:
+    """-> (value, matched text, how) with how in {"first", "none"}: the first number in the text.
+
+    For prompts whose answer is a bare number (the arith sets): what follows it is the model
+    going on, not a restatement, so the first number is the answer.
+    """
+    found = _NUMBER_RE.search(text)
+    if found:
+        return to_float(found.group()), found.group(), "first"
+    return None, None, "none"
+
+
 def decimals(text: str | None) -> int:
     if not text or "." not in text:
         return 0

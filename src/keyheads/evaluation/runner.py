@@ -22,7 +22,7 @@ from ..models.model import HookedModel
 from .cache import ResultCache, item_key
 from .engine import PrefixKV
 from .table import to_csv, to_markdown
-from .tasks import MATH, EvalConfig, Task, check_benchmarks, make_task
+from .tasks import EvalConfig, MathTask, Task, check_benchmarks, make_task
 from .variants import Prepared, Variant, prepare
 
 
@@ -106,7 +106,7 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
             continue
         summary = task.summarize(task.items, rows)
         summary["timing"] = timing
-        if name in MATH:
+        if isinstance(task, MathTask):  # scored by generation: math and arith
             summary["max_new_tokens"] = cfg.new_tokens(name)
         write_json(folder / f"{name}.json", summary)
         write_jsonl(folder / f"{name}.wrong.jsonl",

@@ -1,4 +1,5 @@
-"""The six table-1 benchmarks as tasks: items with prompts, how a batch is run, how it is scored."""
+"""The six table-1 benchmarks and the generated arith sets as tasks: items with prompts, how a batch
+is run, how it is scored."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,16 +8,21 @@ from typing import Sequence
 from ..data.benchmarks import LETTERS, Record, get_benchmark, load
 from ..data.trainset import SplitConfig, heldout_splits
 from ..models.model import HookedModel
+from .arith import ARITH_SETS, ArithItem, arith_items, arith_prompt
 from .engine import PrefixKV, greedy_generate, next_token_logits
-from .extract import extract_answer, numbers_match, wilson
+from .extract import extract_answer, extract_first, numbers_match, wilson
 from .prompts import STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced
 
 MATH = ("gsm8k", "addsub", "singleeq", "svamp")
 CHOICE = ("mmlu", "csqa")
 TABLE_BENCHMARKS = MATH + CHOICE
-DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5}
-# GSM8K needs several reasoning steps; the other three are one or two operations.
-DEFAULT_NEW_TOKENS = {"gsm8k": 256, "addsub": 128, "singleeq": 128, "svamp": 128}
+ARITH = tuple(ARITH_SETS)  # generated, held out from `--train arith:...`; need no data folder
+BENCHMARKS = TABLE_BENCHMARKS + ARITH
+DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5,
+                 **{name: 4 for name in ARITH}}
+# GSM8K needs several reasoning steps; the other three are one or two operations. An arith answer is
+# one number of at most six characters, then the newline that ends it: 8 tokens even digit by digit.
+DEFAULT_NEW_TOKENS = {"gsm8k": 256, "addsub": 128, "singleeq": 128, "svamp": 128, **{name: 8 for name in ARITH}}
 
 
 @dataclass
@@ -24,17 +30,18 @@ class EvalConfig:
     """Settings of an evaluation run.
 
     Attributes:
-        benchmarks: which of TABLE_BENCHMARKS to run, in table order.
+        benchmarks: which of BENCHMARKS to run, in table order (default: TABLE_BENCHMARKS).
         data_dir: the benchmarks folder (default $KEYHEADS_DATA, else the hub when online).
         limit: evaluate only the first N items of each benchmark (MMLU: round-robin over
             subjects, so a small N still covers many subjects).
         batch_size: prompts per forward pass.
-        max_new_tokens: generation budget for the math sets; None = DEFAULT_NEW_TOKENS.
+        max_new_tokens: generation budget for the math and arith sets; None = DEFAULT_NEW_TOKENS.
         few_shot: exemplars per prompt; None = DEFAULT_SHOTS (MMLU has at most 5 per subject).
         cot: math exemplars show the GSM8K rationale before "The answer is N.".
-        seed: picks the GSM8K-train and CSQA-train exemplars.
+        seed: picks the GSM8K-train, CSQA-train and arith exemplars.
         split: "full" (the whole test sets, as in the paper) or "heldout" (for AddSub,
-            SingleEq and SVAMP only the part the training-set builder leaves out).
+            SingleEq and SVAMP only the part the training-set builder leaves out; the arith
+            sets are held out either way).
         heldout: the held-out split's seed and train fraction (must match the training set's).
         cache_dir: folder of the per-item result caches; None = $KEYHEADS_CACHE/eval, shared
             by all runs (entries are keyed by model fingerprint, prompt and settings).
@@ -73,9 +80,9 @@ class EvalConfig:
 
 
 def check_benchmarks(names: Sequence[str]) -> tuple[str, ...]:
-    unknown = [n for n in names if n not in TABLE_BENCHMARKS]
+    unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
-        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; known: {', '.join(TABLE_BENCHMARKS)}")
+        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; known: {', '.join(BENCHMARKS)}")
     return tuple(names)
 
 
@@ -124,6 +131,8 @@ def _ids(model: HookedModel, prompts: Sequence[str]) -> list[list[int]]:
 
 
 class MathTask(Task):
+    stops = STOPS
+
     def __init__(self, name: str, cfg: EvalConfig):
         self.name = name
         records = load(name, data_dir=cfg.data_dir)
@@ -137,7 +146,7 @@ class MathTask(Task):
         self.items = [Item(r, math_prompt(r.question, self.exemplars, cfg.cot)) for r in records]
 
     def settings(self, model, cfg):
-        return {"type": "greedy", "v": 1, "stops": list(STOPS) + ["answer-complete"],
+        return {"type": "greedy", "v": 1, "stops": list(self.stops) + ["answer-complete"],
                 "max_new_tokens": cfg.new_tokens(self.name)}
 
     def run(self, model, items, prefix, cfg):
@@ -147,12 +156,15 @@ class MathTask(Task):
         if limit and max(map(len, rows)) + budget > limit:
             raise ValueError(f"{self.name}: prompt ({max(map(len, rows))} tokens) + {budget} new tokens "
                              f"exceed the model's context of {limit}; use fewer shots or --max-new-tokens")
-        outs = greedy_generate(model, rows, budget, cut_at_stop, prefix)
+        outs = greedy_generate(model, rows, budget, lambda text: cut_at_stop(text, self.stops), prefix)
         return [{"id": it.record.id, "output": text, "finish": finish} for it, (text, finish) in zip(items, outs)]
+
+    def extract(self, text: str) -> tuple[float | None, str | None, str]:
+        return extract_answer(text)
 
     def score(self, item, row):
         """Extraction runs on the cached text, so a better extractor needs no new generation."""
-        value, found, how = extract_answer(row["output"])
+        value, found, how = self.extract(row["output"])
         return {**row, "gold": item.record.answer, "pred": value, "pred_text": found, "how": how,
                 "correct": numbers_match(value, item.record.answer, found)}
 
@@ -166,6 +178,27 @@ class MathTask(Task):
     def wrong_case(self, item, row):
         return {"id": item.record.id, "question": item.record.question, "gold": row["gold"],
                 "pred": row["pred"], "how": row["how"], "finish": row["finish"], "output": row["output"]}
+
+
+class ArithTask(MathTask):
+    """A generated arith set (keyheads.evaluation.arith): the answer is a bare number on the prompt's
+    line, so generation stops at the newline and the first number is the prediction."""
+
+    stops = ("\n",)
+
+    def __init__(self, name: str, cfg: EvalConfig):
+        self.name, self.split, self.cot = name, "generated", False
+        test, pool = arith_items(name)
+        shots = pick(pool, cfg.shots(name), cfg.seed)
+        self.exemplars = [self.record(e) for e in shots]
+        test = test[:cfg.limit] if cfg.limit is not None else test
+        self.items = [Item(self.record(t), arith_prompt(t.question, shots)) for t in test]
+
+    def record(self, item: ArithItem) -> Record:
+        return Record(item.id, item.question, f"{self.name}/{self.split}", answer=float(item.answer))
+
+    def extract(self, text):
+        return extract_first(text)
 
 
 class ChoiceTask(Task):
@@ -235,4 +268,6 @@ def _round_robin(records: list[Record]) -> list[Record]:
 
 def make_task(name: str, cfg: EvalConfig) -> Task:
     check_benchmarks([name])
+    if name in ARITH:
+        return ArithTask(name, cfg)
     return MathTask(name, cfg) if name in MATH else ChoiceTask(name, cfg)
