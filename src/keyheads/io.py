@@ -18,6 +18,12 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write to a temporary file in the same folder, fsync, then rename over `path`."""
     path = Path(path)
@@ -28,6 +34,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are for sharing, like any file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

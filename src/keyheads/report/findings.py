@@ -1,0 +1,176 @@
+"""Did the paper's claims hold on this model? One decision per claim, from the numbers the stages wrote.
+
+Each rule is fixed here, before any run is seen, and the evidence string quotes the numbers it
+used, so a reader can redo the call. held is None when this run did not test the claim.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .markup import human, is_num, pct, points, read_json
+from .rundata import EvalTable, eval_table, finetune_runs, first_of, is_random, main_precise
+
+KEY_EFFECT = -0.05      # the paper's key heads: relative logit change below -5%
+FEW_HEADS = 0.10        # "a few percent": at most 10% of all heads are key heads
+BEYOND_RANDOM = 0.05    # key-head knockout must cost 5 accuracy points more than random heads (and 2 std)
+TRANSFER_GAP = 0.10     # on other formats, key heads must cut 10 points of relative accuracy more than random
+GENERIC_KEPT = 0.05     # knocking out key heads may move MMLU/CSQA by at most 5 points
+LIKE_FULL = 0.02        # precise SFT's math gain may trail full SFT's by at most 2 points
+
+
+def _claim(claim: str, held: bool | None, evidence: str) -> dict:
+    return {"claim": claim, "held": held, "evidence": evidence}
+
+
+def few_key_heads(run: Path) -> dict:
+    claim = "Only a few percent of the heads are key heads (relative logit change below -5%)"
+    eff = read_json(run / "identify" / "effects.json")
+    if not isinstance(eff, dict) or not eff.get("heads"):
+        return _claim(claim, None, "identify did not run")
+    if eff.get("metric") != "relative-logit":
+        return _claim(claim, None, f"effects are in metric {eff.get('metric')!r}; the -5% rule needs relative-logit")
+    values = [v for row in eff["heads"] for v in row]
+    below = sum(1 for v in values if is_num(v) and v < KEY_EFFECT)
+    share = below / len(values)
+    best = min((v for v in values if is_num(v)), default=float("nan"))
+    return _claim(claim, 0 < share <= FEW_HEADS,
+                  f"{below} of {len(values)} heads ({pct(share)}) are below -5% (rule: more than none and at most "
+                  f"{pct(FEW_HEADS, 0)}); the strongest head changes the answer logit by {pct(best)}")
+
+
+def knockout_beyond_random(run: Path) -> dict:
+    claim = "Knocking out the key heads breaks arithmetic far more than knocking out as many random heads"
+    ko = read_json(run / "knockout" / "knockout.json")
+    if not isinstance(ko, dict) or "key_heads" not in ko:
+        return _claim(claim, None, "knockout did not run")
+    key = ko["key_heads"]
+    n, before, after = len(key.get("heads", [])), key.get("accuracy_before"), key.get("accuracy_after")
+    rand, std = _random_at(ko, n)
+    if rand is None:
+        return _claim(claim, None, "no random-head comparison was computed (no curves and no transfer control)")
+    if not is_num(before) or before <= 0:
+        return _claim(claim, None, "no prompt was answered right before the knockout: nothing to break")
+    gap = rand - after
+    need = max(BEYOND_RANDOM, 2 * std)
+    return _claim(claim, gap >= need,
+                  f"accuracy {pct(before)} -> {pct(after)} with the {n} key heads out, {pct(rand)} (std {pct(std)}) "
+                  f"with {n} random heads out: {100 * gap:.1f} points lower (rule: at least {100 * need:.1f})")
+
+
+def _random_at(ko: dict, n: int) -> tuple[float | None, float]:
+    """Random-head accuracy with n heads out: the random-rank curve at k = n, else the transfer control."""
+    curves = ko.get("curves") or {}
+    ks = curves.get("k") or []
+    if n in ks:
+        i = ks.index(n)
+        return curves["random_mean"][i], curves["random_std"][i]
+    rows = (ko.get("transfer") or {}).get("rows") or []
+    if rows and is_num(rows[0].get("accuracy_random_heads")):
+        return rows[0]["accuracy_random_heads"], 0.0
+    return None, 0.0
+
+
+def transfer(run: Path) -> dict:
+    claim = "The key heads matter on arithmetic in other formats too (SVAMP, multi-digit, decimals), beyond random heads"
+    ko = read_json(run / "knockout" / "knockout.json")
+    rows = ((ko or {}).get("transfer") or {}).get("rows") if isinstance(ko, dict) else None
+    if not rows:
+        return _claim(claim, None, "the transfer sets were not run")
+    rows = [r for r in rows[1:] if is_num(r.get("relative_change")) and is_num(r.get("relative_change_random_heads"))]
+    if not rows:
+        return _claim(claim, None, "no transfer set had right answers before the knockout and a random control")
+    wins = [r for r in rows if r["relative_change"] <= r["relative_change_random_heads"] - TRANSFER_GAP]
+    shown = "; ".join(f"{r['set']}: {pct(r['relative_change'])} vs random {pct(r['relative_change_random_heads'])}"
+                      for r in rows)
+    return _claim(claim, 2 * len(wins) > len(rows),
+                  f"relative accuracy change with key heads vs random heads out — {shown}. The key heads cost at least "
+                  f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets (rule: more than half)")
+
+
+def generic_kept(run: Path, table: EvalTable | None) -> dict:
+    claim = "Without the key heads, generic skills (MMLU, CSQA) stay while math drops"
+    ko = table.of_kind("knockout") if table else []
+    if not ko or table.base is None or not table.generic():
+        return _claim(claim, None, "the evaluation did not include a key-head knockout row and a generic benchmark")
+    g = table.mean_delta(ko[0], table.generic())
+    m = table.mean_delta(ko[0], table.math())
+    if g is None:
+        return _claim(claim, None, "no generic benchmark accuracy for both rows")
+    held = abs(g) <= GENERIC_KEPT and (m is None or m < g)
+    return _claim(claim, held, f"generic accuracy {points(g)} points, math {points(m)} points with the key heads out "
+                  f"(rule: generic within ±{100 * GENERIC_KEPT:.0f} points and math below it)")
+
+
+def attend_operands(run: Path) -> dict:
+    claim = "The key heads attend to the operands and the operator"
+    att = read_json(run / "attention" / "attention.json")
+    labels = (att or {}).get("labels") if isinstance(att, dict) else None
+    if not labels:
+        return _claim(claim, None, "attention did not run")
+    kinds = [l.get("label") for l in labels]
+    task = sum(1 for k in kinds if k in ("operand", "operator"))
+    return _claim(claim, 2 * task >= len(kinds),
+                  f"{kinds.count('operand')} operand-, {kinds.count('operator')} operator- and {kinds.count('text')} "
+                  f"text-attending of {len(kinds)} key heads (rule: at least half attend to operands or operators)")
+
+
+def later_mlps(run: Path) -> dict:
+    claim = "Later MLPs compute the answer (after the layers that gather the operands)"
+    mlp = read_json(run / "mlp" / "mlp.json")
+    if not isinstance(mlp, dict) or "turning_points" not in mlp:
+        return _claim(claim, None, "mlp did not run")
+    tp, c = mlp["turning_points"], mlp.get("answer_contrast") or []
+    layers = len(c)
+    end = tp["end"]
+    peak = c[end] if 0 <= end < layers else float("nan")
+    held = is_num(peak) and peak > 0 and end >= tp["inflection"] and 2 * end >= layers - 1
+    return _claim(claim, held, f"start-inflection-end {tp['start']}-{tp['inflection']}-{tp['end']} of {layers} layers; "
+                  f"answer contrast at the end layer {peak:.3g} (rule: positive, at or after the inflection, "
+                  "in the later half)")
+
+
+def precise_sft(run: Path, table: EvalTable | None) -> list[dict]:
+    claims = ("Precise SFT of the key heads improves math about as much as full SFT",
+              "Precise SFT moves generic skills (MMLU, CSQA) less than full SFT",
+              "Precise SFT trains faster than full SFT, with far fewer tuned parameters")
+    runs = finetune_runs(run)
+    p, f = main_precise(runs), first_of(runs, "full")
+    if p is None or f is None:
+        why = "precise and full SFT did not both run"
+        return [_claim(c, None, why) for c in claims]
+    out = []
+    prow, frow = (table.of_run(p), table.of_run(f)) if table else (None, None)
+    if prow is None or frow is None or table.base is None:
+        out += [_claim(c, None, "the fine-tuned variants were not evaluated") for c in claims[:2]]
+    else:
+        pm, fm = table.mean_delta(prow, table.math()), table.mean_delta(frow, table.math())
+        extra = _random_note(runs, table, pm)
+        held = None if pm is None or fm is None else pm > 0 and pm >= fm - LIKE_FULL
+        out.append(_claim(claims[0], held, f"math accuracy {points(pm)} points with {p}, {points(fm)} with {f} "
+                          f"(rule: gain above 0 and within {100 * LIKE_FULL:.0f} points of full SFT){extra}"))
+        pg, fg = table.mean_delta(prow, table.generic()), table.mean_delta(frow, table.generic())
+        held = None if pg is None or fg is None else abs(pg) <= abs(fg)
+        out.append(_claim(claims[1], held, f"generic accuracy {points(pg)} points with {p}, {points(fg)} with {f} "
+                          "(rule: the smaller change)"))
+    sp, sf = (runs[k].get("train", {}).get("samples_per_second") for k in (p, f))
+    tp, tf = runs[p].get("tuned_params"), runs[f].get("tuned_params")
+    held = None if not (is_num(sp) and is_num(sf)) else sp > sf and (not is_num(tp) or not is_num(tf) or tp < tf)
+    out.append(_claim(claims[2], held, f"{sp:.3g} vs {sf:.3g} samples/s, {human(tp)} vs {human(tf)} tuned parameters "
+                      f"({p} vs {f})" if held is not None else "training speed was not recorded"))
+    return out
+
+
+def _random_note(runs: dict, table: EvalTable, precise_gain) -> str:
+    """Tuning as many random heads is the control for the choice of heads; quoted when it ran."""
+    name = next((k for k, v in runs.items() if is_random(v)), None)
+    row = table.of_run(name)
+    gain = table.mean_delta(row, table.math()) if row else None
+    return f"; random heads ({name}): {points(gain)}" if gain is not None and precise_gain is not None else ""
+
+
+def findings(run: Path) -> list[dict]:
+    """[{"claim", "held": True | False | None, "evidence"}] for the paper's claims, in its order."""
+    run = Path(run)
+    table = eval_table(run)
+    return [few_key_heads(run), knockout_beyond_random(run), transfer(run), generic_kept(run, table),
+            attend_operands(run), later_mlps(run), *precise_sft(run, table)]

@@ -1,0 +1,127 @@
+"""Section 8, the manifest: what produced these numbers (versions, model, data, seeds, settings, times).
+
+Only what the run recorded is shown. The interpreter rendering the report is not the one that
+computed the numbers, so its versions are never filled in for missing records.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..io import file_sha256
+from .markup import bullet_list, cell, esc, is_num, note, num, read_json, section, table
+from .rundata import finetune_runs, stage_records
+
+NOT_RECORDED = "not recorded"
+VERSION_KEYS = ("keyheads", "torch", "transformers", "python")
+
+
+def _versions(records: dict[str, dict], runs: dict[str, dict]) -> str:
+    sources = {f"stages/{k}.json": r.get("versions") for k, r in records.items()}
+    sources.update({f"finetune/{k}/finetune.json": r.get("versions") for k, r in runs.items()})
+    sources = {k: v for k, v in sources.items() if isinstance(v, dict)}
+    if not sources:
+        return table(["package", "version"], [[k, NOT_RECORDED] for k in VERSION_KEYS], "versions")
+    distinct = {json.dumps(v, sort_keys=True) for v in sources.values()}
+    if len(distinct) == 1:
+        v = next(iter(sources.values()))
+        return table(["package", "version"], [[k, v.get(k, NOT_RECORDED)] for k in VERSION_KEYS], "versions")
+    # stages computed under different versions: show each, the reader has to know
+    return (note("The stages were computed under different versions:")
+            + table(["recorded by", *VERSION_KEYS], [[k, *[v.get(p, NOT_RECORDED) for p in VERSION_KEYS]]
+                                                      for k, v in sources.items()], "versions"))
+
+
+def _fingerprints(records: dict[str, dict], runs: dict[str, dict], model_info: dict | None) -> list[str]:
+    """Each model fingerprint the run recorded, with where (one line per distinct value)."""
+    seen: dict[str, list[str]] = {}
+    if isinstance(model_info, dict) and model_info.get("fingerprint"):
+        seen[str(model_info["fingerprint"])] = ["model.json"]
+    for name, rec in records.items():
+        settings = rec.get("settings") or {}
+        for key in ("fingerprint", "model_fingerprint", "base_fingerprint"):
+            if settings.get(key):
+                seen.setdefault(str(settings[key]), []).append(f"stages/{name}.json")
+    for name, info in runs.items():
+        if info.get("base_fingerprint"):
+            seen.setdefault(str(info["base_fingerprint"]), []).append(f"finetune/{name}")
+    return [f"{fp} ({', '.join(where)})" for fp, where in seen.items()]
+
+
+def _data(run: Path, records: dict[str, dict], effects: dict | None) -> list[list]:
+    """The pairs file's sha256 as recorded, and whether the file in the folder still has it."""
+    recorded = ((records.get("data") or {}).get("outputs") or {}).get("pairs.jsonl")
+    source = "stages/data.json" if recorded else None
+    if not recorded and isinstance(effects, dict) and effects.get("data_sha256"):
+        recorded, source = effects["data_sha256"], "identify/effects.json"
+    path = run / "pairs.jsonl"
+    now = file_sha256(path) if path.is_file() else None
+    if recorded and now:
+        status = "matches the file" if now == recorded else f"DIFFERS from the file now ({now[:16]}…)"
+    else:
+        status = "file missing" if recorded else "no hash recorded"
+    lines = sum(1 for line in open(path, encoding="utf-8") if line.strip()) if path.is_file() else None
+    return [["pairs.jsonl", cell(lines, str(lines) if lines is not None else "–"), recorded or NOT_RECORDED,
+             source or "–", status]]
+
+
+def _stage_times(run: Path, records: dict[str, dict]) -> str:
+    if records:
+        rows = [[name, cell(r.get("seconds"), num(r.get("seconds"), ".1f")), str(r.get("finished") or "–"),
+                 str(r.get("signature") or "–")[:16], ", ".join(sorted(r.get("outputs") or {})) or "–"]
+                for name, r in records.items()]
+        total = sum(r.get("seconds") or 0 for r in records.values() if is_num(r.get("seconds")))
+        return (table(["stage", "seconds", "finished", "signature", "outputs"], rows, "stages")
+                + note(f"Total: {total:.1f} s."))
+    # no records: the seconds some outputs carry themselves, labelled as such
+    own = [("identify", "identify/key_heads.json", "seconds"), ("knockout", "knockout/knockout.json", "seconds")]
+    rows = []
+    for stage, rel, key in own:
+        data = read_json(run / rel)
+        if isinstance(data, dict) and is_num(data.get(key)):
+            rows.append([stage, cell(data[key], f"{data[key]:.1f}"), rel])
+    for name, info in finetune_runs(run).items():
+        secs = (info.get("train") or {}).get("wall_seconds")
+        if is_num(secs):
+            rows.append([f"finetune/{name}", cell(secs, f"{secs:.1f}"), f"finetune/{name}/finetune.json"])
+    text = note("Stage records (stages/*.json): not recorded. Times below are those the outputs carry themselves.")
+    return text + (table(["stage", "seconds", "from"], rows, "stages") if rows else "")
+
+
+def _machine(records: dict[str, dict]) -> str:
+    machines = {json.dumps(r["machine"], sort_keys=True) for r in records.values() if isinstance(r.get("machine"), dict)}
+    if not machines:
+        return note(f"Machine: {NOT_RECORDED}.")
+    return "".join(table(["key", "value"], [[k, json.dumps(v) if not isinstance(v, str) else v]
+                                            for k, v in json.loads(m).items()], "machine") for m in sorted(machines))
+
+
+def manifest(run: Path) -> str:
+    records = stage_records(run)
+    runs = finetune_runs(run)
+    config = read_json(run / "config.json")
+    effects = read_json(run / "identify" / "effects.json")
+    info = read_json(run / "model.json")  # what the pipeline loaded: name, source, fingerprint, shape
+    model = config.get("model") if isinstance(config, dict) else None
+    if not model and isinstance(effects, dict):  # an older run without config.json
+        model = effects.get("model")
+    loaded = ""
+    if isinstance(info, dict):
+        loaded = (f" Loaded from {info.get('source', '?')}: {info.get('n_layers', '?')} layers × "
+                  f"{info.get('n_heads', '?')} heads, {info.get('dtype', '?')} on {info.get('device', '?')}.")
+    seeds = {k: config[k] for k in ("seed", "seeds") if isinstance(config, dict) and k in config}
+    seeds.update({f"finetune/{k} seed": (r.get("config") or {}).get("seed") for k, r in runs.items()})
+    fingerprints = _fingerprints(records, runs, info)
+    body = [f"<p>Model: <strong>{esc(model or NOT_RECORDED)}</strong>; fingerprint: "
+            f"{esc('; '.join(fingerprints) if fingerprints else NOT_RECORDED)}.{esc(loaded)}</p>",
+            "<h3>Versions</h3>", _versions(records, runs),
+            "<h3>Data</h3>", table(["file", "lines", "sha256", "recorded in", "check"], _data(run, records, effects), "data"),
+            "<h3>Seeds</h3>", bullet_list(f"{k}: {v}" for k, v in seeds.items()) or note(NOT_RECORDED),
+            "<h3>Stages</h3>", _stage_times(run, records),
+            "<h3>Machine</h3>", _machine(records),
+            "<h3>Configuration</h3>"]
+    if isinstance(config, dict):
+        body.append(table(["setting", "value"], [[k, json.dumps(v)] for k, v in config.items()], "config"))
+    else:
+        body.append(note(f"config.json: {NOT_RECORDED}."))
+    return section("manifest", "8. Manifest", "\n".join(body))

@@ -1,0 +1,143 @@
+"""What the stages wrote, read once into plain structures the sections and the findings share.
+
+Nothing here imports torch or the evaluation package: the report only reads files, and a run
+folder copied to a laptop must render there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .markup import is_num, read_json
+
+GENERIC = ("mmlu", "csqa")  # the paper's generic tasks; every other benchmark is arithmetic
+DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp": "SVAMP",
+           "mmlu": "MMLU", "csqa": "CSQA"}
+
+
+def display(benchmark: str) -> str:
+    return DISPLAY.get(benchmark, benchmark)
+
+
+def finetune_runs(run: Path) -> dict[str, dict]:
+    """{variant folder name: finetune.json} for every finished fine-tuning run, by name."""
+    out = {}
+    for path in sorted((run / "finetune").glob("*/finetune.json")):
+        info = read_json(path)
+        if isinstance(info, dict):
+            out[path.parent.name] = info
+    return out
+
+
+def is_random(info: dict) -> bool:
+    return str((info.get("components") or {}).get("source", "")).startswith("random")
+
+
+def precise_runs(runs: dict[str, dict]) -> dict[str, dict]:
+    """Precise SFT on chosen (not random) components: the paper's method and its ablation."""
+    return {k: v for k, v in runs.items() if v.get("method") == "precise" and not is_random(v)}
+
+
+def main_precise(runs: dict[str, dict]) -> str | None:
+    """The precise run that stands for the method in the findings: among runs named 'precise*'
+    (the pipeline's naming; else all), the first by name that tunes heads only, as the paper's
+    default does (its MLP variants are ablations)."""
+    chosen = precise_runs(runs)
+    named = [k for k in chosen if k.startswith("precise")] or list(chosen)
+    heads_only = [k for k in named if not (chosen[k].get("components") or {}).get("mlps")]
+    return (heads_only or named or [None])[0]
+
+
+def first_of(runs: dict[str, dict], method: str) -> str | None:
+    return next((k for k, v in runs.items() if v.get("method") == method), None)
+
+
+@dataclass
+class EvalRow:
+    label: str
+    kind: str                                    # model | knockout | adapter | ...
+    benchmarks: dict[str, dict]                  # name -> {"accuracy", "ci95", "n", ...}
+    run: str | None = None                       # the finetune/<run> folder of an adapter row
+    info: dict = field(default_factory=dict)
+
+    def acc(self, benchmark: str) -> float | None:
+        value = (self.benchmarks.get(benchmark) or {}).get("accuracy")
+        return value if is_num(value) else None
+
+
+@dataclass
+class EvalTable:
+    benchmarks: list[str]
+    rows: list[EvalRow]
+
+    @property
+    def base(self) -> EvalRow | None:
+        """The reference row: the plain model (the evaluator's first row otherwise)."""
+        return next((r for r in self.rows if r.kind == "model"), self.rows[0] if self.rows else None)
+
+    def of_kind(self, kind: str) -> list[EvalRow]:
+        return [r for r in self.rows if r.kind == kind]
+
+    def of_run(self, name: str | None) -> EvalRow | None:
+        return next((r for r in self.rows if name is not None and r.run == name), None)
+
+    def math(self) -> list[str]:
+        return [b for b in self.benchmarks if b not in GENERIC]
+
+    def generic(self) -> list[str]:
+        return [b for b in self.benchmarks if b in GENERIC]
+
+    def mean_delta(self, row: EvalRow, benchmarks: list[str]) -> float | None:
+        """Mean accuracy change from the base row over `benchmarks` both rows have."""
+        base = self.base
+        diffs = [row.acc(b) - base.acc(b) for b in benchmarks
+                 if base is not None and row.acc(b) is not None and base.acc(b) is not None]
+        return sum(diffs) / len(diffs) if diffs else None
+
+
+def _kind(info: dict) -> str:
+    variant = info.get("variant") or {}
+    if variant.get("kind"):
+        return variant["kind"]
+    if info.get("finetune"):
+        return "adapter"
+    return "knockout" if info.get("knockout") else "model"
+
+
+def _run_of(info: dict, runs: dict[str, dict]) -> str | None:
+    """The finetune/<name> folder an adapter row was evaluated from: by the folder's name (the
+    path itself may be from another machine), else by method when only one run has it."""
+    variant = info.get("variant") or {}
+    path = (variant.get("options") or {}).get("path") or variant.get("model")
+    if path:
+        name = Path(str(path)).name
+        return name if name in runs else None
+    method = (info.get("finetune") or {}).get("method")
+    same = [k for k, v in runs.items() if v.get("method") == method]
+    return same[0] if method and len(same) == 1 else None
+
+
+def eval_table(run: Path, runs: dict[str, dict] | None = None) -> EvalTable | None:
+    data = read_json(run / "eval" / "results.json")
+    if not isinstance(data, dict) or not data.get("variants"):
+        return None
+    runs = finetune_runs(run) if runs is None else runs
+    benchmarks = list((data.get("config") or {}).get("benchmarks") or [])
+    rows = []
+    for v in data["variants"]:
+        info = v.get("info") or {}
+        kind = _kind(info)
+        rows.append(EvalRow(str(v.get("label", "?")), kind, v.get("benchmarks") or {},
+                            _run_of(info, runs) if kind == "adapter" else None, info))
+        benchmarks += [b for b in rows[-1].benchmarks if b not in benchmarks]
+    return EvalTable(benchmarks, rows)
+
+
+def stage_records(run: Path) -> dict[str, dict]:
+    """{stage name: its stages/<stage>.json record}, in the order the stages finished."""
+    records = {}
+    for path in (run / "stages").glob("*.json"):
+        rec = read_json(path)
+        if isinstance(rec, dict):
+            records[str(rec.get("stage") or path.stem)] = rec
+    return dict(sorted(records.items(), key=lambda kv: str(kv[1].get("finished") or "")))

@@ -1,0 +1,167 @@
+"""The analysis sections, one function each, in the paper's figure order (figures 2 to 6).
+
+Each takes the run folder and returns HTML; a stage that left nothing behind gives a one-line
+"did not run" note, never an exception.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .markup import (bullet_list, cell, esc, figures, is_num, not_run, note, num, pct, pre, read_json, section,
+                     signed_pct, table)
+
+
+def _effect(value, metric: str | None):
+    """Relative-logit effects read as percentages (the paper's -5%); other metrics as numbers."""
+    shown = signed_pct(value, 2) if metric == "relative-logit" else num(value, "+.4g")
+    return cell(value, shown)
+
+
+def identify(run: Path) -> str:
+    folder = run / "identify"
+    keys, eff = read_json(folder / "key_heads.json"), read_json(folder / "effects.json")
+    title = "1. Which heads matter: path-patching effects (figure 2)"
+    if not isinstance(keys, dict):
+        return section("identify", title, not_run("identify", "identify/key_heads.json"))
+    eff = eff if isinstance(eff, dict) else {}
+    metric = keys.get("metric") or eff.get("metric")
+    sem = eff.get("heads_sem") or []
+    intro = (f"{eff.get('method', '?')} patching, metric {metric}, over {eff.get('n_samples', '?')} prompts "
+             f"({eff.get('n_excluded', 0)} excluded). Key heads: {len(keys.get('heads', []))} of "
+             f"{keys.get('n_heads_total', '?')} (threshold {keys.get('threshold')}, top-k {keys.get('top_k')}).")
+    rows = []
+    for i, k in enumerate(keys.get("heads", [])):
+        l, h = k["layer"], k["head"]
+        s = sem[l][h] if l < len(sem) and h < len(sem[l]) else None
+        rows.append([cell(i + 1, str(i + 1)), k["label"], cell(l, str(l)), cell(h, str(h)), _effect(k["effect"], metric),
+                     cell(s, num(s, ".2g"))])
+    body = [note(intro), figures(folder, [("heatmap.png", "effect of patching each head and MLP")]),
+            "<h3>Key heads</h3>", table(["rank", "head", "layer", "index", "effect", "s.e.m."], rows, "key-heads")]
+    mlps = eff.get("mlps") or []
+    if mlps:
+        ranked = sorted(range(len(mlps)), key=lambda l: mlps[l] if is_num(mlps[l]) else 0.0)[:5]
+        body += ["<h3>Strongest MLPs</h3>",
+                 table(["MLP layer", "effect"], [[cell(l, str(l)), _effect(mlps[l], metric)] for l in ranked])]
+    return section("identify", title, "\n".join(body))
+
+
+def knockout(run: Path) -> str:
+    folder = run / "knockout"
+    ko = read_json(folder / "knockout.json")
+    title = "2. Knocking heads out: effect-rank vs random heads (figure 3)"
+    if not isinstance(ko, dict):
+        return section("knockout", title, not_run("knockout", "knockout/knockout.json"))
+    key = ko.get("key_heads") or {}
+    heads = key.get("heads", [])
+    summary = (f"Mean ablation ({ko.get('mean_mode')}) on {ko.get('n_samples')} reference prompts. Knocking out the "
+               f"{len(heads)} key heads [{', '.join(heads)}]: accuracy {pct(key.get('accuracy_before'))} → "
+               f"{pct(key.get('accuracy_after'))} ({signed_pct(key.get('relative_change'))} relative).")
+    body = [f'<p class="headline" id="key-heads-knockout">{esc(summary)}</p>',
+            figures(folder, [("knockout_curves.png", "accuracy while top-k heads are knocked out")])]
+    curves = ko.get("curves")
+    if curves:
+        order = [""] + list(curves.get("effect_order", []))
+        rows = [[cell(k, str(k)), order[i] if i < len(order) else "", cell(curves["effect_rank"][i], pct(curves["effect_rank"][i])),
+                 cell(curves["random_mean"][i], pct(curves["random_mean"][i])),
+                 cell(curves["random_std"][i], pct(curves["random_std"][i]))]
+                for i, k in enumerate(curves["k"])]
+        body += ["<h3>Accuracy by k</h3>",
+                 table(["k", "head added (effect-rank)", "effect-rank", "random-rank mean", "random-rank std"], rows,
+                       "curves")]
+    else:
+        body.append(note("No knockout curves: the run had no effects.json to rank heads by."))
+    body.append(bullet_list(ko.get("notes") or []))
+    return section("knockout", title, "\n".join(body))
+
+
+def transfer(run: Path) -> str:
+    ko = read_json(run / "knockout" / "knockout.json")
+    title = "3. Transfer to other data, with a random-heads control (figure 4)"
+    if not isinstance(ko, dict):
+        return section("transfer", title, not_run("knockout", "knockout/knockout.json"))
+    tr = ko.get("transfer")
+    if not tr or not tr.get("rows"):
+        return section("transfer", title, note("The transfer sets were not run (transfer was off)."))
+    ctrl = tr.get("random_heads")
+    rows = [[r["set"], cell(r["n"], str(r["n"])), cell(r["accuracy_before"], pct(r["accuracy_before"])),
+             cell(r["accuracy_after"], pct(r["accuracy_after"])), cell(r["relative_change"], signed_pct(r["relative_change"])),
+             cell(r.get("accuracy_random_heads"), pct(r.get("accuracy_random_heads"))),
+             cell(r.get("relative_change_random_heads"), signed_pct(r.get("relative_change_random_heads"))),
+             "; ".join(x for x in (r.get("note"), r.get("fallback")) if x)] for r in tr["rows"]]
+    body = [note(f"Knocked out: {', '.join(tr.get('heads', []))}. Control: as many random other heads"
+                 + (f" ({', '.join(ctrl)})." if ctrl else " (not run).")),
+            table(["set", "n", "before", "after (key heads out)", "relative", "after (random heads out)",
+                   "relative (random)", "note"], rows, "transfer")]
+    cases = tr.get("cases") or []
+    if cases:
+        body += ["<h3>Cases: the top-5 next tokens before and after the knockout</h3>", *map(_case, cases)]
+    return section("transfer", title, "\n".join(body))
+
+
+def _case(case: dict) -> str:
+    prompt = case.get("prompt", "")
+    shown = prompt if len(prompt) <= 240 else "…" + prompt[-240:]
+
+    def top(pairs) -> str:
+        return ", ".join(f"{t!r} {p:.1%}" for t, p in pairs or [])
+
+    rows = [[label, repr(pairs[0][0]) if pairs else "–", top(pairs)]
+            for label, pairs in (("before knockout", case.get("before")), ("after knockout", case.get("after")))]
+    return (f'<div class="case"><h4>{esc(case.get("name", ""))} — answer {esc(case.get("answer", ""))}</h4>'
+            + pre(shown) + table(["", "next token", "top-5 probabilities"], rows) + "</div>")
+
+
+def attention(run: Path) -> str:
+    folder = run / "attention"
+    att = read_json(folder / "attention.json")
+    title = "4. Where the key heads look: attention from END by token role (figure 5)"
+    if not isinstance(att, dict):
+        return section("attention", title, not_run("attention", "attention/attention.json"))
+    effects = att.get("effects") or {}
+    rows = []
+    for lab in att.get("labels", []):
+        top = ", ".join(f"{t} {v:.2f}" for t, v in lab.get("top_other_tokens") or [])
+        rows.append([lab["head"], cell(lab["label"], None, f"label {lab['label']}"), lab.get("lean", ""),
+                     cell(effects.get(lab["head"]), signed_pct(effects.get(lab["head"]), 2)),
+                     *[cell(lab.get(k), num(lab.get(k), ".3f"))
+                       for k in ("operand_A_plus_B", "operator", "other_words", "first_token")], top])
+    counts = ", ".join(f"{t}: {n}" for t, n in (att.get("counts") or {}).items())
+    body = [note(f"Mean attention of each key head from the END token over {att.get('n_samples')} reference prompts "
+                 f"({counts}), summed per token role."),
+            figures(folder, [("attention_by_role.png", "attention by token role")], others=False),
+            "<h3>Each key head's label</h3>",
+            table(["head", "label", "lean", "effect", "operands A+B", "operator", "other words", "first token",
+                   "most-attended other tokens"], rows, "labels"),
+            "<h3>Single prompts and unseen formats (figures 7 and 16)</h3>",
+            figures(folder, [("attention_cases.png", "END attention on one prompt per task"),
+                             ("attention_transfer_cases.png", "END attention on unseen formats")],
+                    skip=("attention_by_role.png",)),
+            bullet_list(att.get("notes") or [])]
+    return section("attention", title, "\n".join(body))
+
+
+def mlp(run: Path) -> str:
+    folder = run / "mlp"
+    data = read_json(folder / "mlp.json")
+    title = "5. What the MLPs compute: read and write vs number tokens (figure 6)"
+    if not isinstance(data, dict):
+        return section("mlp", title, not_run("mlp", "mlp/mlp.json"))
+    tp = data.get("turning_points") or {}
+    case = data.get("case") or {}
+    tail = (case.get("prompt") or "").rstrip().splitlines()[-1:] or [""]
+    body = [f'<p class="headline">Start–inflection–end layers: {esc(tp.get("start"))}–{esc(tp.get("inflection"))}–'
+            f'{esc(tp.get("end"))} (over {esc(data.get("n_samples"))} prompts, MLP input read at '
+            f'{esc(data.get("read_point"))}).</p>',
+            note(f"Rule: {data.get('rule', '')}"),
+            figures(folder, [("mlp_input_operands.png", "MLP input vs operand tokens"),
+                             ("mlp_output_answer.png", "MLP write vs the answer token"),
+                             ("mlp_case.png", "the case, layer by layer")])]
+    tops = case.get("top3_per_layer") or []
+    if tops:
+        contrast = data.get("answer_contrast") or []
+        value = [contrast[l] if l < len(contrast) else None for l in range(len(tops))]
+        rows = [[cell(l, str(l)), ", ".join(t), cell(value[l], num(value[l], ".3f"))]
+                for l, t in enumerate(tops)]
+        body += [f"<h3>The case {esc(tail[0].strip())!s} → {esc(case.get('answer'))}</h3>",
+                 table(["layer", "top numbers in the MLP write", "answer contrast (mean over prompts)"], rows, "mlp-case")]
+    return section("mlp", title, "\n".join(body))

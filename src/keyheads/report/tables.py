@@ -1,0 +1,115 @@
+"""Section 6: the paper's tables 1 and 2 and the training curves, from eval/ and finetune/*/."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .markup import cell, esc, human, is_num, line_svg, not_run, note, num, pct, points, section, table
+from .rundata import EvalRow, EvalTable, display, eval_table, finetune_runs, precise_runs
+
+TITLE = "6. Improving the model: precise SFT vs full SFT (tables 1 and 2)"
+
+
+def _speed(info: dict | None):
+    value = ((info or {}).get("train") or {}).get("samples_per_second")
+    return cell(value, f"{value:.3g} sam./s" if is_num(value) else "–")
+
+
+def _params(info: dict | None):
+    value = (info or {}).get("tuned_params")
+    return cell(value, human(value))
+
+
+def _acc(row: EvalRow, base: EvalRow | None, bench: str) -> list:
+    s = row.benchmarks.get(bench) or {}
+    acc = row.acc(bench)
+    lo, hi = (s.get("ci95") or [None, None])[:2]
+    shown = pct(acc) + (f" [{100 * lo:.1f}–{100 * hi:.1f}]" if is_num(lo) and is_num(hi) else "")
+    ref = base.acc(bench) if base is not None and base is not row else None
+    delta = acc - ref if acc is not None and ref is not None else None
+    return [cell(acc, shown), cell(delta, points(delta))]
+
+
+def table1(t: EvalTable, runs: dict[str, dict]) -> str:
+    header = ["Model", "Kind", "Train speed", "Tuned params"]
+    for b in t.benchmarks:
+        header += [f"{display(b)} Acc. % [95% CI]", f"{display(b)} Δ"]
+    rows = []
+    for r in t.rows:
+        info = runs.get(r.run) if r.run else None
+        kind = r.kind + (f" ({r.run})" if r.run else "")
+        row = [r.label, kind, _speed(info), _params(info)]
+        for b in t.benchmarks:
+            row += _acc(r, t.base, b)
+        rows.append(row)
+    n = ", ".join(f"{display(b)} n={(t.base.benchmarks.get(b) or {}).get('n', '?')}" for b in t.benchmarks) if t.base else ""
+    return ("<h3>Table 1: accuracy of every evaluated variant</h3>"
+            + note(f"Δ: percentage points from {t.base.label if t.base else 'the first row'}. {n}.")
+            + table(header, rows, "table1"))
+
+
+def table2(t: EvalTable | None, runs: dict[str, dict]) -> str:
+    """The ablation over how many heads (and which MLPs) precise SFT tunes; only when it ran."""
+    chosen = precise_runs(runs)
+    if len(chosen) < 2:
+        return ""
+    benches = t.benchmarks if t else []
+    rows = []
+    for name, info in sorted(chosen.items(), key=lambda kv: (len((kv[1].get("components") or {}).get("heads", [])),
+                                                              len((kv[1].get("components") or {}).get("mlps", [])))):
+        comp = info.get("components") or {}
+        setting = f"{len(comp.get('heads', []))} heads" + (f" + MLPs {comp['mlps']}" if comp.get("mlps") else "")
+        row = [name, setting, _speed(info), _params(info)]
+        er = t.of_run(name) if t else None
+        for b in benches:
+            row += _acc(er, t.base, b) if er else [cell(None), cell(None)]
+        rows.append(row)
+    header = ["Variant", "Precise SFT setting", "Train speed", "Tuned params"]
+    for b in benches:
+        header += [f"{display(b)} Acc. %", f"{display(b)} Δ"]
+    return "<h3>Table 2: ablation over the tuned components</h3>" + table(header, rows, "table2")
+
+
+def training(runs: dict[str, dict]) -> str:
+    rows, losses = [], {}
+    for name, info in runs.items():
+        tr = info.get("train") or {}
+        comp = info.get("components") or {}
+        rows.append([name, info.get("method", "?"), comp.get("source", "–") if comp else "all" if info.get("method") == "full"
+                     else "–", cell(tr.get("steps"), str(tr.get("steps", "–"))), _speed(info), _params(info),
+                     cell(info.get("total_params"), human(info.get("total_params"))),
+                     cell(tr.get("final_loss"), num(tr.get("final_loss"), ".4f")),
+                     cell(tr.get("seconds_this_run"), num(tr.get("seconds_this_run"), ".1f"))])
+        losses[name] = tr.get("losses") or []
+    return ("<h3>Training runs</h3>"
+            + table(["variant", "method", "components", "steps", "speed", "tuned params", "of total",
+                     "final loss", "seconds"], rows, "training")
+            + "<h3>Training loss per optimizer step</h3>" + line_svg(losses))
+
+
+def improve(run: Path) -> str:
+    runs = finetune_runs(run)
+    t = eval_table(run, runs)
+    parts = []
+    if t is not None:
+        parts.append(table1(t, runs))
+        if not runs:
+            parts.append(note("No fine-tuned variant in this run: the table has the base model (and the knockout) only."))
+    else:
+        parts.append(not_run("eval", "eval/results.json"))
+    if runs:
+        parts += [table2(t, runs), training(runs)]
+    elif t is None:
+        parts.append(not_run("finetune", "finetune/*/finetune.json"))
+    return section("improve", TITLE, "\n".join(p for p in parts if p))
+
+
+def findings_section(items: list[dict]) -> str:
+    badge = {True: ("held", "held"), False: ("not held", "failed"), None: ("not tested", "untested")}
+    rows = []
+    for f in items:
+        text, cls = badge[f["held"]]
+        rows.append(f'<li class="finding {cls}"><span class="badge {cls}">{esc(text)}</span> '
+                    f'<strong>{esc(f["claim"])}</strong><br><span class="evidence">{esc(f["evidence"])}</span></li>')
+    return section("findings", "7. Findings: did the paper's claims hold on this model?",
+                   note("Each claim is decided by a fixed rule (stated in the evidence) on this run's numbers.")
+                   + '<ul class="findings">' + "".join(rows) + "</ul>")

@@ -1,0 +1,164 @@
+"""report.html from a real (tiny) run folder: sections in the paper's order, every figure inline as a PNG,
+nothing fetched from anywhere, the numbers shown equal to those in the JSON, findings that can go
+either way, and a note instead of a crash for every stage that did not run."""
+import base64
+import json
+import re
+import shutil
+
+import pytest
+import torch
+
+from keyheads.io import file_sha256
+from keyheads.report.findings import findings
+from keyheads.report.html import render, write_html_report
+from keyheads.report.markup import PNG_SIGNATURE
+
+from .conftest import section_of, table_rows
+from .handmade import make_run
+
+ORDER = ["identify", "knockout", "transfer", "attention", "mlp", "improve", "findings", "manifest"]
+
+
+def read(path):
+    return json.loads(path.read_text())
+
+
+def test_sections_in_the_papers_order(report):
+    page = report.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<h1>keyheads run: tiny-llama</h1>" in page
+    at = [page.index(f'<section id="{a}">') for a in ORDER]
+    assert at == sorted(at)
+    for heading in ("figure 2", "figure 3", "figure 4", "figure 5", "figure 6", "tables 1 and 2", "Findings", "Manifest"):
+        assert re.search(rf"<h2>[^<]*{heading}[^<]*</h2>", page), heading
+    assert not any("did not run" in section_of(page, a) for a in ORDER[:6])  # every stage ran
+
+
+def test_every_image_is_an_inline_png_and_nothing_is_fetched(report, run_folder):
+    page = report.read_text()
+    sources = re.findall(r'<img[^>]*\ssrc="([^"]*)"', page)
+    pngs = sorted(run_folder.rglob("*.png"))
+    assert len(sources) == len(pngs) >= 8  # heatmap, curves, 3+ attention, 3 MLP figures: all of them
+    for src in sources:
+        assert src.startswith("data:image/png;base64,"), src[:80]
+        assert base64.b64decode(src.split(",", 1)[1], validate=True).startswith(PNG_SIGNATURE)
+    embedded = {base64.b64decode(s.split(",", 1)[1]) for s in sources}
+    assert embedded == {p.read_bytes() for p in pngs}
+    assert not re.search(r"https?://", page, re.I) and "file:/" not in page
+    # no other kind of reference either: every src/href is a data URI or an in-page anchor
+    for attr in re.findall(r'\s(?:src|href)="([^"]*)"', page):
+        assert attr.startswith(("data:", "#")), attr
+    assert "<script src" not in page and 'rel="stylesheet"' not in page
+
+
+def test_numbers_shown_are_the_json_numbers(report, run_folder):
+    page = report.read_text()
+    keys = read(run_folder / "identify" / "key_heads.json")
+    rows = table_rows(page, "key-heads")
+    assert [r[1][1] for r in rows] == [k["label"] for k in keys["heads"]]
+    assert [float(r[4][0]) for r in rows] == [k["effect"] for k in keys["heads"]]
+    assert [r[4][1] for r in rows] == [f"{100 * k['effect']:+.2f}%" for k in keys["heads"]]
+
+    ko = read(run_folder / "knockout" / "knockout.json")["key_heads"]
+    headline = section_of(page, "knockout")
+    assert f"accuracy {100 * ko['accuracy_before']:.1f}% → {100 * ko['accuracy_after']:.1f}%" in headline
+    curves = read(run_folder / "knockout" / "knockout.json")["curves"]
+    assert [float(r[2][0]) for r in table_rows(page, "curves")] == curves["effect_rank"]
+    assert [float(r[3][0]) for r in table_rows(page, "curves")] == pytest.approx(curves["random_mean"], abs=0)
+
+    labels = read(run_folder / "attention" / "attention.json")["labels"]
+    assert [(r[0][1], r[1][1]) for r in table_rows(page, "labels")] == [(l["head"], l["label"]) for l in labels]
+
+    results = read(run_folder / "eval" / "results.json")["variants"]
+    table1 = {r[0][1]: r for r in table_rows(page, "table1")}
+    assert list(table1) == [v["label"] for v in results]
+    for v in results:
+        for j, bench in enumerate(("addsub", "mmlu")):
+            acc = v["benchmarks"][bench]["accuracy"]
+            assert float(table1[v["label"]][4 + 2 * j][0]) == acc
+            assert table1[v["label"]][4 + 2 * j][1].startswith(f"{100 * acc:.1f}%")
+    for name in ("precise-top3", "precise-top1-mlp", "full"):
+        info = read(run_folder / "finetune" / name / "finetune.json")
+        row = table1[f"tiny-llama + {name}"]
+        assert int(row[3][0]) == info["tuned_params"]  # tuned params joined from finetune.json
+        assert float(row[2][0]) == info["train"]["samples_per_second"]
+    assert table1["tiny-llama"][2][1] == "–"  # the base model was not trained
+
+    tp = read(run_folder / "mlp" / "mlp.json")["turning_points"]
+    assert f"{tp['start']}–{tp['inflection']}–{tp['end']}" in section_of(page, "mlp")
+
+
+def test_table2_only_when_the_ablation_ran(report, run_folder, tmp_path):
+    rows = table_rows(report.read_text(), "table2")
+    assert [r[0][1] for r in rows] == ["precise-top1-mlp", "precise-top3"]
+    assert "Training loss" in report.read_text() and "<polyline" in report.read_text()
+    copy = shutil.copytree(run_folder, tmp_path / "run")
+    shutil.rmtree(copy / "finetune" / "precise-top1-mlp")
+    assert "Table 2" not in render(copy) and "Table 1" in render(copy)
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_findings_follow_the_numbers(tmp_path, holds):
+    items = findings(make_run(tmp_path / "run", holds))
+    assert len(items) == 9
+    assert [f["held"] for f in items] == [holds] * 9, [(f["claim"], f["evidence"]) for f in items if f["held"] != holds]
+    assert all(f["evidence"] and any(c.isdigit() for c in f["evidence"]) for f in items)
+    page = write_html_report(tmp_path / "run").read_text()
+    assert page.count('class="badge held"') == (9 if holds else 0)
+    assert page.count('class="badge failed"') == (0 if holds else 9)
+
+
+def test_findings_of_the_tiny_run_and_of_an_empty_folder(run_folder, tmp_path):
+    items = findings(run_folder)
+    assert all(set(f) == {"claim", "held", "evidence"} and f["held"] in (True, False, None) for f in items)
+    assert items[0]["held"] is not None and items[4]["held"] is not None  # identify and attention ran
+    (tmp_path / "empty").mkdir()
+    assert [f["held"] for f in findings(tmp_path / "empty")] == [None] * 9
+
+
+def test_missing_stages_say_so(run_folder, tmp_path):
+    copy = shutil.copytree(run_folder, tmp_path / "run")
+    for stage in ("knockout", "mlp", "eval", "finetune"):
+        shutil.rmtree(copy / stage)
+    page = render(copy)
+    for anchor, stage in (("knockout", "knockout"), ("transfer", "knockout"), ("mlp", "mlp"), ("improve", "eval")):
+        assert f"The {stage} stage did not run" in section_of(page, anchor), anchor
+    assert "did not run" not in section_of(page, "identify") + section_of(page, "attention")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    page = write_html_report(empty).read_text()
+    for anchor in ORDER[:6]:
+        assert "did not run" in section_of(page, anchor), anchor
+    assert "not recorded" in section_of(page, "manifest")
+
+
+def test_manifest(report, run_folder, tmp_path):
+    page = section_of(report.read_text(), "manifest")
+    record = read(run_folder / "stages" / "data.json")
+    assert record["outputs"]["pairs.jsonl"] == file_sha256(run_folder / "pairs.jsonl")
+    assert record["outputs"]["pairs.jsonl"] in page and "matches the file" in page
+    assert torch.__version__ in page and record["settings"]["fingerprint"] in page
+    assert f"{read(run_folder / 'model.json')['fingerprint']} (model.json, stages/data.json" in page
+    records = {r["stage"]: r for r in map(read, (run_folder / "stages").glob("*.json"))}
+    assert "finetune/full" in records  # nested stage names are stored as finetune--full.json
+    stages = table_rows(report.read_text(), "stages")
+    assert {r[0][1] for r in stages} == set(records)
+    assert all(float(r[1][0]) == records[r[0][1]]["seconds"] for r in stages)
+    assert [r[0][1] for r in table_rows(report.read_text(), "config")] == list(read(run_folder / "config.json"))
+
+    # without stage records nothing is made up: the versions are "not recorded", not this interpreter's
+    copy = shutil.copytree(run_folder, tmp_path / "run")
+    shutil.rmtree(copy / "stages")
+    shutil.rmtree(copy / "finetune")
+    (copy / "pairs.jsonl").write_text((copy / "pairs.jsonl").read_text() + "\n{}\n")
+    page = section_of(render(copy), "manifest")
+    versions = table_rows(render(copy), "versions")
+    assert [r[1][1] for r in versions] == ["not recorded"] * 4 and torch.__version__ not in page
+    assert "DIFFERS" in page  # effects.json's recorded hash no longer matches the edited pairs file
+
+
+def test_written_atomically(report, run_folder):
+    assert report == run_folder / "report.html"
+    assert not [p for p in run_folder.iterdir() if p.name.startswith(".report.html.")]
+    with pytest.raises(FileNotFoundError):
+        write_html_report(run_folder / "nowhere")
