@@ -1,14 +1,18 @@
-"""keyheads run / demo: every stage into one run folder, the report, and resuming."""
+"""keyheads run / demo: every stage into one run folder, stage records, staleness, selection,
+reproducibility and up-front validation of every setting."""
 import json
+import shutil
 
 import pytest
 
-from keyheads import pipeline
-from keyheads.pipeline import PipelineConfig, run_pipeline
+from keyheads.pipeline import run_pipeline
+from keyheads.runconfig import PipelineConfig
 from keyheads.testing import tiny_model
 
 from tests.analysis.conftest import make_rows, write_rows
 from tests.evaluation.conftest import tiny_data  # noqa: F401  (fixture)
+
+STAGES = ["data", "identify", "knockout", "attention", "mlp", "finetune--precise", "eval", "report"]
 
 
 @pytest.fixture(scope="module")
@@ -16,52 +20,164 @@ def llama():
     return tiny_model("llama")
 
 
-def test_pipeline_writes_every_stage_and_resumes(llama, tiny_data, tmp_path, monkeypatch):  # noqa: F811
+def config(run, data_dir, **kw):
+    base = dict(model="tiny", out=str(run), top_k=3, knockout_k=4, seeds=2, analysis_samples=None, transfer_n=4,
+                finetune=["precise"], finetune_data=str(run.parent / "train.jsonl"), finetune_steps=2,
+                finetune_batch_size=4, finetune_micro_batch_size=2, eval_benchmarks=["mmlu"], eval_limit=2,
+                eval_few_shot=1, data_dir=str(data_dir), batch_size=8)
+    return PipelineConfig.make(**{**base, **kw})
+
+
+def given_pairs(cfg, run, model, progress=True):
+    # a random tiny model gets no sum right, so the data stage would keep nothing: it writes fixed pairs
+    write_rows(run / "pairs.jsonl", make_rows(16))
+
+
+@pytest.fixture
+def run(tmp_path, llama, monkeypatch):
     monkeypatch.setattr("keyheads.models.load_model", lambda *a, **k: llama)
     out = tmp_path / "run"
     out.mkdir()
-    # a random tiny model gets no sum right, so the data stage is given its output (and so is skipped)
-    write_rows(out / "pairs.jsonl", make_rows(16))
-    cfg = PipelineConfig(model="tiny", out=str(out), top_k=3, knockout_k=4, seeds=2, analysis_samples=None,
-                         transfer_n=4, eval_benchmarks=["mmlu"], eval_limit=2, eval_few_shot=1,
-                         data_dir=str(tiny_data), batch_size=8)
-    report = run_pipeline(cfg)
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"prompt": f"{a} + 1 = ", "completion": str(a + 1)})
+                                                  + "\n" for a in range(8)))
+    return out
 
-    effects = json.loads((out / "identify" / "effects.json").read_text())
+
+def ran(capsys):
+    return [line.split("]")[0][1:] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("[") and "] running" in line]
+
+
+def test_every_stage_writes_its_outputs_and_record(run, tiny_data, capsys, monkeypatch):  # noqa: F811
+    monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
+    report = run_pipeline(config(run, tiny_data))
+    assert ran(capsys) == [s.replace("--", "/") for s in STAGES]
+    assert report == run / "report.html" and report.stat().st_size > 0
+    keys = json.loads((run / "identify" / "key_heads.json").read_text())
+    effects = json.loads((run / "identify" / "effects.json").read_text())
     ranked = sorted((v, l, h) for l, row in enumerate(effects["heads"]) for h, v in enumerate(row))[:3]
-    keys = json.loads((out / "identify" / "key_heads.json").read_text())
     assert [k["label"] for k in keys["heads"]] == [f"{l}.{h}" for _, l, h in ranked]
-    knock = json.loads((out / "knockout" / "knockout.json").read_text())
+    # every later stage took the key heads from key_heads.json
+    knock = json.loads((run / "knockout" / "knockout.json").read_text())
     assert knock["key_heads"]["heads"] == [k["label"] for k in keys["heads"]]
-    assert knock["curves"]["k"] == list(range(5))
-    for f in ("identify/heatmap.png", "knockout/knockout_curves.png", "attention/attention.json",
-              "mlp/mlp.json", "eval/table.md"):
-        assert (out / f).stat().st_size > 0, f
-    text = report.read_text()
-    for section in ("## 1. Identify", "## 2. Knockout", "## 3. Attention", "## 4. What the MLPs", "## 5. Evaluation"):
-        assert section in text
-    assert "](identify/heatmap.png)" in text and keys["heads"][0]["label"] in text
+    ft = json.loads((run / "finetune" / "precise" / "finetune.json").read_text())
+    assert sorted(ft["components"]["heads"]) == sorted(k["label"] for k in keys["heads"])
+    rows = json.loads((run / "eval" / "results.json").read_text())["variants"]
+    assert len(rows) == 3 and any("precise SFT" in r["label"] for r in rows)
+    assert any((run / "eval" / "cache").iterdir())  # the evaluation cache lives in the run folder
+    for name in STAGES:
+        rec = json.loads((run / "stages" / f"{name}.json").read_text())
+        assert rec["outputs"] and all(rec["outputs"].values()) and rec["seconds"] >= 0
+    assert json.loads((run / "config.json").read_text())["top_k"] == 3
+    assert json.loads((run / "model.json").read_text())["fingerprint"]
 
-    # a second run finds every stage's output and computes nothing
+
+def test_rerun_is_instant_and_a_change_reruns_exactly_its_dependents(run, tiny_data, capsys, monkeypatch):  # noqa: F811
+    monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
+    run_pipeline(config(run, tiny_data))
+    capsys.readouterr()
+
     def fail(*a, **k):
-        raise AssertionError("a finished stage ran again")
+        raise AssertionError("an up-to-date stage ran again")
 
-    for name in ("run_knockout", "run_attention", "run_mlp"):
-        monkeypatch.setattr(f"keyheads.analysis.run.{name}", fail)
-    monkeypatch.setattr("keyheads.patching.identify", fail)
-    monkeypatch.setattr("keyheads.evaluation.evaluate", fail)
-    assert run_pipeline(cfg).read_text() == text
+    monkeypatch.setattr("keyheads.models.load_model", fail)  # nothing to do: the model is not even loaded
+    run_pipeline(config(run, tiny_data))
+    assert ran(capsys) == []
+    monkeypatch.setattr("keyheads.models.load_model", lambda *a, **k: tiny_model("llama"))
+
+    run_pipeline(config(run, tiny_data, knockout_k=3))
+    assert ran(capsys) == ["knockout", "report"]
+    run_pipeline(config(run, tiny_data, knockout_k=3, finetune_lr=1e-3))
+    assert ran(capsys) == ["finetune/precise", "eval", "report"]
+    run_pipeline(config(run, tiny_data, knockout_k=3, finetune_lr=1e-3, top_k=2))
+    assert ran(capsys) == ["identify", "knockout", "attention", "finetune/precise", "eval", "report"]  # not data, mlp
+    out = run_pipeline(config(run, tiny_data, knockout_k=3, finetune_lr=1e-3, top_k=2, batch_size=4))
+    assert ran(capsys) == ["report"]  # a batch size changes speed, not results
+    assert out.exists()
 
 
-def test_unknown_config_setting_is_named(tmp_path):
+def test_stages_and_from_choose_a_subset(run, tiny_data, capsys, monkeypatch):  # noqa: F811
+    monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
+    with pytest.raises(FileNotFoundError, match="stage identify needs pairs.jsonl"):
+        run_pipeline(config(run, tiny_data, finetune=[], eval_benchmarks=[]), stages=["identify"])
+    capsys.readouterr()
+    run_pipeline(config(run, tiny_data, finetune=[], eval_benchmarks=[]), stages=["data", "identify", "mlp"])
+    assert ran(capsys) == ["data", "identify", "mlp"]
+    run_pipeline(config(run, tiny_data, finetune=[], eval_benchmarks=[]), start="attention")
+    assert ran(capsys) == ["attention", "report"]
+    assert not (run / "knockout" / "knockout.json").exists()
+    with pytest.raises(ValueError, match="unknown stage 'identfy'"):
+        run_pipeline(config(run, tiny_data), stages=["identfy"])
+
+
+def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkeypatch):  # noqa: F811
+    monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
+    cfg = config(run, tiny_data, eval_benchmarks=[])
+    run_pipeline(cfg)
+    files = ["identify/effects.json", "identify/key_heads.json", "knockout/knockout.json",
+             "finetune/precise/adapter.safetensors"]
+    first = {f: (run / f).read_bytes() for f in files}
+    for folder in ("identify", "knockout", "finetune", "stages"):
+        shutil.rmtree(run / folder)
+    run_pipeline(cfg)
+    for f in files:
+        assert (run / f).read_bytes() == first[f], f"{f} differs between two runs of the same config"
+
+
+@pytest.mark.parametrize("values, named", [
+    ({"n": 0}, "n: 0 given"),
+    ({"top_k": -3}, "top_k: -3 given"),
+    ({"batch_size": 0}, "batch_size: 0 given"),
+    ({"knockout_k": True}, "knockout_k: True given"),
+    ({"seeds": "five"}, "seeds: 'five' given"),
+    ({"finetune_lr": 0}, "finetune_lr: 0 given"),
+    ({"method": "magic"}, "method: 'magic' given"),
+    ({"metric": "accuracy"}, "metric: 'accuracy' given"),
+    ({"finetune": ["precise", "everything"]}, "finetune.1: 'everything' given"),
+    ({"task": "integration"}, "task: 'integration' given"),
+    ({"templates": ["add-eq-99"]}, "add-eq-99"),
+    ({"eval_benchmarks": ["gsm9k"]}, "gsm9k"),
+    ({"device": "cuda:7"}, "device"),
+    ({"device": "tpu"}, "device"),
+    ({"dtype": "float8"}, "dtype"),
+    ({"data_dir": "/no/such/folder"}, "data_dir: '/no/such/folder' given"),
+    ({"top_kk": 3}, "top_kk"),
+])
+def test_invalid_settings_are_named_before_anything_runs(values, named, tmp_path):
+    with pytest.raises(ValueError, match=named.replace("(", r"\(").replace(".", r"\.")):
+        PipelineConfig.make(**{"out": str(tmp_path / "r"), "eval_benchmarks": [], **values})
+
+
+def test_out_that_cannot_be_written_and_missing_config_are_named(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match="out"):
+        PipelineConfig.make(out=str(blocker / "run"), eval_benchmarks=[])
+    with pytest.raises(FileNotFoundError, match="nothere.yaml"):
+        PipelineConfig.from_yaml(tmp_path / "nothere.yaml")
     path = tmp_path / "c.yaml"
     path.write_text("model: smollm2-135m\ntop_kk: 5\n")
     with pytest.raises(ValueError, match="top_kk"):
         PipelineConfig.from_yaml(path)
-    assert pipeline.PipelineConfig.from_yaml(write_cfg(tmp_path)).top_k == 4
+    path.write_text(f"out: {tmp_path / 'r'}\ntop_k: 4\neval_benchmarks: []\n")
+    assert PipelineConfig.from_yaml(path).top_k == 4
 
 
-def write_cfg(tmp_path):
-    path = tmp_path / "ok.yaml"
-    path.write_text("model: smollm2-135m\ntop_k: 4\n")
-    return path
+def test_benchmarks_that_need_data_are_refused_without_a_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("KEYHEADS_DATA", raising=False)
+    with pytest.raises(ValueError, match="eval_benchmarks gsm8k read a benchmark folder"):
+        PipelineConfig.make(out=str(tmp_path / "r"), eval_benchmarks=["gsm8k"])
+
+
+def test_cli_run_flags_override_the_yaml_and_errors_exit_2(tmp_path, capsys):
+    from keyheads.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"out: {tmp_path / 'r'}\ntop_k: 4\neval_benchmarks: []\n")
+    assert main(["run", str(path), "--top-k", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "top_k: 0 given" in err and "Traceback" not in err
+    assert main(["run", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+    assert main(["demo", "--device", "cuda:3"]) == 2
+    assert "--device" in capsys.readouterr().err

@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "keyheads.commands.eval",
     "keyheads.commands.analysis",
     "keyheads.commands.finetune",
+    "keyheads.commands.study",
 )
 
 

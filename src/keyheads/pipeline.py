@@ -1,192 +1,240 @@
 """The whole study on one model, stage by stage, into one run folder:
 
-    pairs.jsonl -> identify/ (effects, key heads) -> knockout/, attention/, mlp/ -> eval/ -> report.md
+    pairs.jsonl -> identify/ (effects, key heads) -> knockout/, attention/, mlp/, finetune/<variant>/
+    -> eval/ -> report.html
 
-Each stage reads what the previous one wrote and is skipped when its output already exists,
-so an interrupted run continues where it stopped. `keyheads demo` runs it on the bundled model
-with small sizes; `keyheads run CONFIG.yaml` with any model and sizes.
+Each stage reads what the previous ones wrote (the key heads only from identify/key_heads.json)
+and records what it did in stages/<name>.json; `keyheads.stages` re-runs exactly the stages
+whose settings or inputs changed. `keyheads demo` runs it on the bundled model with small sizes,
+`keyheads run [CONFIG.yaml]` with any model and sizes.
 """
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import asdict, dataclass, field, fields
+import copy
+import os
+from functools import cache
 from pathlib import Path
 
-from .io import atomic_write_text, read_json, write_json
+from .io import read_json, write_json
+from .runconfig import PipelineConfig
+from .stages import Runner, Stage
+
+STAGE_GROUPS = ("data", "identify", "knockout", "attention", "mlp", "finetune", "eval", "report")
+KEY_HEADS = "identify/key_heads.json"
+EFFECTS = "identify/effects.json"
+PAIRS = "pairs.jsonl"
 
 
-@dataclass
-class PipelineConfig:
-    """Settings of a full run.
-
-    Attributes:
-        model: bundled name, local folder, .gguf or hub id.
-        out: the run folder.
-        device, dtype: as for load_model.
-        task: arithmetic task(s) of the pairs (addition, ..., or all).
-        templates: template ids to use (empty: all of the task's).
-        n: candidate pairs per task before keeping the correct ones.
-        few_shot: solved examples before each prompt.
-        shared_prefix: the same examples before every prompt of a template (computed once).
-        method, metric: patching method and metric.
-        top_k: key heads = the K most negative (None: the paper's -5% threshold).
-        threshold: key heads below this effect (with top_k: both).
-        knockout_k: largest k of the knockout curves; seeds: random orders.
-        transfer_n: prompts per transfer set (other formats, SVAMP/GSM8K first tokens).
-        analysis_samples: reference prompts for knockout/attention/MLP (None: all).
-        eval_benchmarks: benchmarks of the evaluation table (empty: skip the stage).
-        eval_limit: items per benchmark (None: all).
-        eval_few_shot: exemplars per evaluation prompt (None: 4 for math, 5 for MMLU/CSQA).
-        data_dir: benchmark folder (default $KEYHEADS_DATA).
-        batch_size: prompts per forward pass.
-        seed: seeds the pairs and the random orders.
-    """
-
-    model: str = "smollm2-135m"
-    out: str = "runs/demo"
-    device: str | None = None
-    dtype: str | None = None
-    task: str = "addition"
-    templates: list[str] = field(default_factory=list)
-    n: int = 300
-    few_shot: int = 3
-    shared_prefix: bool = False
-    method: str = "path"
-    metric: str = "relative-logit"
-    top_k: int | None = 10
-    threshold: float | None = None
-    knockout_k: int = 20
-    seeds: int = 5
-    transfer_n: int = 100
-    analysis_samples: int | None = 300
-    eval_benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa"])
-    eval_limit: int | None = 50
-    eval_few_shot: int | None = None
-    data_dir: str | None = None
-    batch_size: int = 16
-    seed: int = 0
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> "PipelineConfig":
-        import yaml
-
-        raw = yaml.safe_load(Path(path).read_text()) or {}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**raw)
-
-
-def _stage(name: str, done: Path, log: list[str]):
-    """Decorator-free helper: True when the stage must run; prints what is skipped."""
-    if done.exists():
-        print(f"[{name}] already done ({done}); skipping")
-        log.append(f"{name}: reused {done.name}")
-        return False
-    print(f"[{name}] running", flush=True)
-    return True
-
-
-def run_pipeline(cfg: PipelineConfig) -> Path:
-    from .models import load_model
-
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", asdict(cfg))
-    log: list[str] = []
-    t0 = time.perf_counter()
-    model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-    print(model)
-
-    pairs = out / "pairs.jsonl"
-    if _stage("data", pairs, log):
-        from .data.generate import PairConfig, make_pairs
-        from .data.pairs import write_pairs
-        from .data.templates import load_templates
-
-        templates = load_templates()
-        if cfg.templates:
-            for tid in cfg.templates:
-                templates.get(tid)
-            templates.templates = [t for t in templates.templates if t.id in cfg.templates]
-        tasks = templates.tasks if cfg.task == "all" else [cfg.task]
-        made = make_pairs(templates, tasks, PairConfig(n=cfg.n, few_shot=cfg.few_shot, shared_prefix=cfg.shared_prefix, seed=cfg.seed,
-                                                        single_token_answer=True),
-                          model=model, keep_correct=True, batch_size=cfg.batch_size)
-        write_pairs(pairs, made)
-
-    identify_dir = out / "identify"
-    if _stage("identify", identify_dir / "key_heads.json", log):
-        from .patching import PatchConfig, describe, identify
-
-        effects, keys = identify(model, pairs, PatchConfig(method=cfg.method, metric=cfg.metric,
-                                                           batch_size=cfg.batch_size), identify_dir,
-                                 threshold=cfg.threshold, top_k=cfg.top_k)
-        print(describe(effects, keys))
-    keys = read_json(identify_dir / "key_heads.json")
-    heads = ",".join(k["label"] for k in keys["heads"])
+def key_head_labels(run: Path) -> list[str]:
+    """The key heads, from the one file that defines them."""
+    heads = [k["label"] for k in read_json(run / KEY_HEADS)["heads"]]
     if not heads:
-        raise ValueError(f"no key heads in {identify_dir / 'key_heads.json'}: set top_k in the config")
+        raise ValueError(f"no key heads in {run / KEY_HEADS}: set top_k in the config")
+    return heads
 
-    from .analysis.run import (AttentionRun, KnockoutRun, MLPRun, Selection, run_attention, run_knockout,
-                               run_mlp)
 
-    effects_path = str(identify_dir / "effects.json")
-    if _stage("knockout", out / "knockout" / "knockout.json", log):
-        run_knockout(model, KnockoutRun(data=str(pairs), out=str(out / "knockout"),
-                                        selection=Selection(heads=heads, effects=effects_path), k=cfg.knockout_k,
-                                        seeds=cfg.seeds, seed=cfg.seed, n_samples=cfg.analysis_samples,
-                                        batch_size=cfg.batch_size, data_dir=cfg.data_dir,
-                                        transfer_n=cfg.transfer_n))
-    if _stage("attention", out / "attention" / "attention.json", log):
-        run_attention(model, AttentionRun(data=str(pairs), out=str(out / "attention"),
-                                          selection=Selection(heads=heads, effects=effects_path),
-                                          n_samples=cfg.analysis_samples, seed=cfg.seed, batch_size=cfg.batch_size))
-    if _stage("mlp", out / "mlp" / "mlp.json", log):
-        run_mlp(model, MLPRun(data=str(pairs), out=str(out / "mlp"), n_samples=cfg.analysis_samples, seed=cfg.seed,
-                              batch_size=cfg.batch_size))
+def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = True) -> list[Stage]:
+    """Every stage of `cfg` in order; `get_model()` loads the model on first use."""
+    model_key = {"model": cfg.model, "dtype": cfg.dtype}
+    analysis = {**model_key, "analysis_samples": cfg.analysis_samples, "seed": cfg.seed}
+    stages = [
+        Stage("data", {**model_key, "task": cfg.task, "templates": cfg.templates, "n": cfg.n, "few_shot": cfg.few_shot,
+                       "shared_prefix": cfg.shared_prefix, "seed": cfg.seed}, [], [PAIRS],
+              lambda: _data(cfg, run, get_model(), progress)),
+        Stage("identify", {**model_key, "method": cfg.method, "metric": cfg.metric, "top_k": cfg.top_k,
+                           "threshold": cfg.threshold}, [PAIRS], ["identify"], lambda: _identify(cfg, run, get_model(), progress)),
+        Stage("knockout", {**analysis, "knockout_k": cfg.knockout_k, "seeds": cfg.seeds, "transfer_n": cfg.transfer_n,
+                           "data_dir": cfg.data_dir}, [PAIRS, KEY_HEADS, EFFECTS], ["knockout"],
+              lambda: _knockout(cfg, run, get_model(), progress)),
+        Stage("attention", analysis, [PAIRS, KEY_HEADS, EFFECTS], ["attention"],
+              lambda: _attention(cfg, run, get_model(), progress)),
+        Stage("mlp", analysis, [PAIRS], ["mlp"], lambda: _mlp(cfg, run, get_model(), progress)),
+    ]
+    train = {**model_key, "data": cfg.finetune_data, "steps": cfg.finetune_steps, "epochs": cfg.finetune_epochs,
+             "lr": cfg.finetune_lr, "batch_size": cfg.finetune_batch_size,
+             "micro_batch_size": cfg.finetune_micro_batch_size, "seed": cfg.seed, "data_dir": cfg.data_dir}
+    for variant in cfg.finetune:
+        extra = {"mlps": cfg.finetune_mlps} if variant == "precise+mlp" else {}
+        inputs = [KEY_HEADS, EFFECTS] if variant in ("precise", "precise+mlp", "random") else []
+        stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
+                            [f"finetune/{variant}"], lambda v=variant: _finetune(cfg, run, get_model(), v, progress)))
+    if cfg.eval_benchmarks:
+        stages.append(Stage("eval", {**model_key, "benchmarks": cfg.eval_benchmarks, "limit": cfg.eval_limit,
+                                     "few_shot": cfg.eval_few_shot, "data_dir": cfg.data_dir, "seed": cfg.seed},
+                            [PAIRS, KEY_HEADS] + [f"finetune/{v}" for v in cfg.finetune], ["eval"],
+                            lambda: _eval(cfg, run, get_model(), progress), keep=["eval/cache"]))
+    # the eval folder's per-item cache is not a result; its table is
+    upstream = [o if o != "eval" else "eval/results.json" for s in stages for o in s.owns]
+    stages.append(Stage("report", {}, ["config.json"] + upstream, ["report.html"], lambda: _report(run),
+                        partial=True))
+    return stages
 
-    if cfg.eval_benchmarks and _stage("eval", out / "eval" / "table.md", log):
-        from .evaluation import EvalConfig, Variant, evaluate
 
-        variants = [Variant.make("model", cfg.model),
-                    Variant.make("knockout", cfg.model, label=f"{cfg.model} - {len(keys['heads'])} key heads",
-                                 heads=heads, data=str(pairs))]
-        evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval_benchmarks), data_dir=cfg.data_dir,
-                                      limit=cfg.eval_limit, few_shot=cfg.eval_few_shot,
-                                      batch_size=cfg.batch_size), out / "eval",
-                 loader=lambda name: model)
+def check_selection(names: list[str] | None, start: str | None, stages: list[Stage]) -> set[str] | None:
+    """The stage names that may run, from --stages and --from; errors name what is unknown."""
+    known = [s.name for s in stages]
+    groups = list(dict.fromkeys(s.group for s in stages))
+    for name in (names or []) + ([start] if start else []):
+        if name not in known and name not in groups:
+            raise ValueError(f"unknown stage {name!r}; this config's stages: {', '.join(groups)} "
+                             f"(or one of {', '.join(k for k in known if '/' in k) or 'no finetune variants'})")
+    if names and start:
+        raise ValueError("give either --stages or --from, not both")
+    if start:
+        first = next(i for i, s in enumerate(stages) if start in (s.name, s.group))
+        return {s.name for s in stages[first:]}
+    return set(names) if names else None
 
-    report = write_report(out, cfg, keys)
-    print(f"done in {time.perf_counter() - t0:.0f} s; report: {report}")
+
+def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: str | None = None,
+                 force: bool = False, progress: bool = True) -> Path:
+    """Run the stale stages of `cfg` (all, or those chosen by `stages` / `start`); returns report.html."""
+    run = Path(cfg.out)
+    run.mkdir(parents=True, exist_ok=True)
+    write_json(run / "config.json", cfg.to_json())  # the effective config, flags and defaults included
+
+    @cache
+    def get_model():
+        from .models import load_model
+
+        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        print(model)
+        return model
+
+    plan = build_stages(cfg, run, get_model, progress)
+    runner = Runner(run, check_selection(stages, start, plan), force)
+    for stage in plan:
+        runner(stage)
+    if runner.ran and get_model.cache_info().currsize:
+        _write_model_info(run, get_model())
+    report = run / "report.html"
+    print(f"done; ran {', '.join(runner.ran) or 'nothing (every stage up to date)'}; report: {report}")
     return report
 
 
-def _read(path: Path):
-    return read_json(path) if path.exists() else None
+def _write_model_info(run: Path, model) -> None:
+    from .finetune.adapter import base_fingerprint
+
+    write_json(run / "model.json", {"name": model.name, "source": str(model.source), "fingerprint":
+                                    base_fingerprint(model), "n_layers": model.n_layers, "n_heads": model.n_heads,
+                                    "dtype": str(model.dtype), "device": str(model.device)})
 
 
-def write_report(out: Path, cfg: PipelineConfig, keys: dict) -> Path:
-    """report.md: the figures and the numbers each stage wrote, in the paper's order."""
-    lines = [f"# keyheads run: {cfg.model}", "", f"Config: `{json.dumps(asdict(cfg))}`", ""]
-    n_pairs = sum(1 for _ in open(out / "pairs.jsonl", encoding="utf-8"))
-    lines += ["## 1. Identify", "", f"{n_pairs} reference/counterfactual pairs (`pairs.jsonl`), "
-              f"{cfg.method} patching with metric {cfg.metric}.", "",
-              f"Key heads ({len(keys['heads'])} of {keys['n_heads_total']}): "
-              + ", ".join(f"{k['label']} ({k['effect']:+.3g})" for k in keys["heads"]), "",
-              "![effects](identify/heatmap.png)", ""]
-    for name, title in (("knockout", "2. Knockout"), ("attention", "3. Attention of the key heads"),
-                        ("mlp", "4. What the MLPs compute")):
-        folder = out / name
-        if not folder.is_dir():
-            continue
-        lines += [f"## {title}", ""]
-        for text in sorted(folder.glob("*.txt")):
-            lines += ["```", text.read_text(encoding="utf-8").strip(), "```", ""]
-        lines += [f"![{p.stem}]({name}/{p.name})" for p in sorted(folder.glob("*.png"))] + [""]
-    table = out / "eval" / "table.md"
-    if table.exists():
-        lines += ["## 5. Evaluation", "", table.read_text(encoding="utf-8").strip(), ""]
-    return atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+# ---- the stages ------------------------------------------------------------------------------
+
+def _data(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
+    from .data.generate import PairConfig, make_pairs
+    from .data.pairs import write_pairs
+    from .data.templates import load_templates
+
+    templates = load_templates()
+    if cfg.templates:
+        templates.templates = [t for t in templates.templates if t.id in cfg.templates]
+    tasks = templates.tasks if cfg.task == "all" else [cfg.task]
+    made = make_pairs(templates, tasks, PairConfig(n=cfg.n, few_shot=cfg.few_shot, shared_prefix=cfg.shared_prefix,
+                                                   seed=cfg.seed, single_token_answer=True),
+                      model=model, keep_correct=True, batch_size=cfg.batch_size, progress=progress)
+    if not made:
+        raise ValueError(f"{cfg.model} got none of the {cfg.n} {cfg.task} prompts right: nothing to patch")
+    write_pairs(run / PAIRS, made)
+
+
+def _identify(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
+    from .patching import PatchConfig, describe, identify
+
+    effects, keys = identify(model, run / PAIRS, PatchConfig(method=cfg.method, metric=cfg.metric,
+                                                             batch_size=cfg.batch_size),
+                             run / "identify", threshold=cfg.threshold, top_k=cfg.top_k, progress=progress)
+    print(describe(effects, keys))
+
+
+def _selection(run: Path):
+    from .analysis.run import Selection
+
+    return Selection(heads=",".join(key_head_labels(run)), effects=str(run / EFFECTS))
+
+
+def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
+    from .analysis.run import KnockoutRun, run_knockout
+
+    run_knockout(model, KnockoutRun(data=str(run / PAIRS), out=str(run / "knockout"), selection=_selection(run),
+                                    k=cfg.knockout_k, seeds=cfg.seeds, seed=cfg.seed, n_samples=cfg.analysis_samples,
+                                    batch_size=cfg.batch_size, data_dir=_data_dir(cfg), transfer_n=cfg.transfer_n,
+                                    progress=progress))
+
+
+def _attention(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
+    from .analysis.run import AttentionRun, run_attention
+
+    run_attention(model, AttentionRun(data=str(run / PAIRS), out=str(run / "attention"), selection=_selection(run),
+                                      n_samples=cfg.analysis_samples, seed=cfg.seed, batch_size=cfg.batch_size,
+                                      progress=progress))
+
+
+def _mlp(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
+    from .analysis.run import MLPRun, run_mlp
+
+    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), n_samples=cfg.analysis_samples,
+                          seed=cfg.seed, batch_size=cfg.batch_size, progress=progress))
+
+
+def _data_dir(cfg: PipelineConfig) -> str | None:
+    return cfg.data_dir or os.environ.get("KEYHEADS_DATA")
+
+
+def variant_components(variant: str, run: Path, model, cfg: PipelineConfig):
+    """What a precise-style variant trains: the key heads (+ MLPs), or as many random heads."""
+    from .components import Components
+
+    heads = key_head_labels(run)
+    if variant == "random":
+        return Components.random_heads(len(heads), model.n_layers, model.n_heads, cfg.seed)
+    chosen = Components.explicit(",".join(heads))
+    chosen = Components(chosen.heads, (), f"key heads ({KEY_HEADS})")
+    if variant == "precise+mlp":
+        mlps = Components.top_k(run / EFFECTS, 0, cfg.finetune_mlps, model).mlps
+        chosen = chosen.with_mlps(mlps, f"top-{cfg.finetune_mlps} MLPs")
+    return chosen.check(model.n_layers, model.n_heads)
+
+
+def _finetune(cfg: PipelineConfig, run: Path, model, variant: str, progress: bool = True) -> None:
+    from .finetune import FinetuneConfig, describe, finetune, load_examples
+    from .models.model import HookedModel
+
+    method = {"random": "precise", "precise+mlp": "precise"}.get(variant, variant)
+    examples = load_examples(cfg.finetune_data, data_dir=_data_dir(cfg), seed=cfg.seed)
+    ft = FinetuneConfig(method=method, lr=cfg.finetune_lr, batch_size=cfg.finetune_batch_size,
+                        micro_batch_size=cfg.finetune_micro_batch_size, epochs=cfg.finetune_epochs,
+                        max_steps=cfg.finetune_steps, seed=cfg.seed)
+    components = variant_components(variant, run, model, cfg) if method == "precise" else None
+    # training changes weights in place; the analysis and evaluation keep the untouched model
+    private = HookedModel(copy.deepcopy(model.hf), model.tokenizer, name=model.name, source=model.source)
+    info = finetune(private, examples, ft, run / "finetune" / variant, components, data_name=cfg.finetune_data,
+                    progress=progress)
+    print(describe(info))
+
+
+def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
+    from .evaluation import EvalConfig, Variant, evaluate
+    from .models import load_model
+
+    heads = key_head_labels(run)
+    variants = [Variant.make("model", cfg.model, label=f"{cfg.model} (base)"),
+                Variant.make("knockout", cfg.model, label=f"{cfg.model} - {len(heads)} key heads knocked out",
+                             heads=",".join(heads), data=str(run / PAIRS))]
+    variants += [Variant.make("adapter", str(run / "finetune" / v), label=f"{cfg.model} + {v} SFT")
+                 for v in cfg.finetune]
+
+    def loader(name: str):
+        return model if name in (cfg.model, model.name) else load_model(name, device=cfg.device, dtype=cfg.dtype)
+
+    evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval_benchmarks), data_dir=_data_dir(cfg),
+                                  limit=cfg.eval_limit, few_shot=cfg.eval_few_shot, batch_size=cfg.batch_size,
+                                  seed=cfg.seed, cache_dir=str(run / "eval" / "cache"), progress=progress),
+             run / "eval", loader=loader)
+
+
+def _report(run: Path) -> None:
+    from .report.html import write_html_report
+
+    write_html_report(run)

@@ -32,9 +32,11 @@ def _parser_for(tp):
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
         return _parser_for(args[0])
-    if origin is tuple:
-        inner = args[0]
-        return lambda text: tuple(inner(x) for x in text.split(","))
+    if origin in (tuple, list):
+        inner = _parser_for(args[0])
+        return lambda text: origin(inner(x.strip()) for x in text.split(",") if x.strip())
+    if origin is typing.Literal:  # the dataclass's own validation names the allowed values
+        return str
     return tp
 
 

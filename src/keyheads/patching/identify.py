@@ -26,12 +26,12 @@ def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str
         threshold = PAPER_THRESHOLD
     effects, state = sweep(model, data, config, out=out, progress=progress)
     keys = key_heads(effects, threshold=threshold, top_k=top_k)
-    keys["seconds"] = state["seconds"]
     main = distributed.is_main()
     if main:
         effects.write(out)
-        write_json(out / "key_heads.json", keys)
+        write_json(out / "key_heads.json", keys)  # no timing inside: the same inputs give the same bytes
         draw_heatmap(effects, out / "heatmap.png", key=[(k["layer"], k["head"]) for k in keys["heads"]])
+    keys["seconds"] = state["seconds"]
     if config.method == "attribution":
         from scipy.stats import spearmanr
 

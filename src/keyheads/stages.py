@@ -1,0 +1,205 @@
+"""Stages of a run folder that know when they are stale.
+
+A stage declares its settings (the part of the config its results depend on), its inputs
+(files earlier stages wrote) and the folder it owns. After it runs, `stages/<name>.json`
+records the settings, the sha256 of every input and output, the versions, the time taken and
+the machine. A later run skips the stage only when the signature (settings + input hashes) and
+the outputs still match that record; otherwise it says why and runs it again. Because the
+inputs are hashed, a stage whose upstream results changed re-runs too, and one whose upstream
+re-ran to the same bytes does not.
+
+Interrupted stages resume from their own checkpoints (patching per batch, training per N
+steps, evaluation per item): `stages/<name>.started` holds the signature the partial work
+was made with, and a different signature clears the stage's folder first.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from .io import file_sha256, read_json, write_json
+
+
+@dataclass
+class Stage:
+    """One step of a run.
+
+    Attributes:
+        name: unique in the run ("identify", "finetune/precise-top8", ...); the part before
+            a slash is its group, which --stages and --from also accept.
+        settings: JSON-serialisable settings its results depend on.
+        inputs: run-relative files or folders written by earlier stages.
+        owns: run-relative files or folders it writes; cleared before a re-run with another
+            signature (except `keep`).
+        run: does the work; reads inputs and writes into what it owns.
+        keep: run-relative paths inside `owns` that survive clearing and are not outputs (a
+            per-item cache keyed by its own settings).
+        partial: the stage can run with some inputs missing (the report shows what exists).
+    """
+
+    name: str
+    settings: dict
+    inputs: list[str]
+    owns: list[str]
+    run: Callable[[], object]
+    keep: list[str] = field(default_factory=list)
+    partial: bool = False
+
+    @property
+    def group(self) -> str:
+        return self.name.split("/", 1)[0]
+
+
+def _skipped(rel: str) -> bool:
+    # resume state (checkpoints, partial arrays) is not a result
+    parts = Path(rel).parts
+    return any(p == "checkpoint" or p.startswith(".") for p in parts) or rel.endswith((".partial", ".tmp"))
+
+
+def hash_tree(run: Path, rels: list[str], keep: list[str] = ()) -> dict[str, str]:
+    """{run-relative file: sha256} for every file under `rels`, missing ones as None."""
+    out: dict[str, str | None] = {}
+    kept = [run / k for k in keep]
+    for rel in rels:
+        path = run / rel
+        if path.is_file():
+            out[rel] = file_sha256(path)
+        elif path.is_dir():
+            for p in sorted(path.rglob("*")):
+                r = p.relative_to(run).as_posix()
+                if p.is_file() and not _skipped(r) and not any(p.is_relative_to(k) for k in kept):
+                    out[r] = file_sha256(p)
+        else:
+            out[rel] = None
+    return out
+
+
+def signature(settings: dict, inputs: dict) -> str:
+    text = json.dumps({"settings": settings, "inputs": inputs}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+
+    from . import __version__
+
+    return {"keyheads": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version()}
+
+
+def machine() -> dict:
+    import torch
+
+    return {"system": platform.system(), "arch": platform.machine(), "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def _changes(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Readable differences between two settings dicts: 'top_k 8 -> 10'."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<unset>"), new.get(key, "<unset>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _changes(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key} {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}")
+    return out
+
+
+class Runner:
+    """Runs stages in order into one run folder, skipping the ones that are up to date.
+
+    `selected` (group or stage names) limits what may run; a stale stage that is not selected
+    is reported and left as it is. `force` re-runs the selected stages even when up to date.
+    """
+
+    def __init__(self, run: str | Path, selected: set[str] | None = None, force: bool = False,
+                 say: Callable[[str], None] = print):
+        self.run = Path(run)
+        self.selected, self.force, self.say = selected, force, say
+        self.ran: list[str] = []
+
+    def record_path(self, name: str) -> Path:
+        return self.run / "stages" / f"{name.replace('/', '--')}.json"
+
+    def why_stale(self, stage: Stage, sig: str) -> str | None:
+        """None when up to date, else the reason in words."""
+        path = self.record_path(stage.name)
+        if not path.is_file():
+            return "not run yet"
+        rec = read_json(path)
+        if rec.get("signature") != sig:
+            changed = _changes(rec.get("settings", {}), stage.settings)
+            inputs = hash_tree(self.run, stage.inputs)
+            changed += [f"input {k} changed" for k in sorted(set(inputs) | set(rec.get("inputs", {})))
+                        if inputs.get(k) != rec.get("inputs", {}).get(k)]
+            return "; ".join(changed) or "signature changed"
+        outputs = hash_tree(self.run, stage.owns, stage.keep)
+        if outputs != rec.get("outputs"):
+            bad = sorted(k for k in set(outputs) | set(rec["outputs"]) if outputs.get(k) != rec["outputs"].get(k))
+            return "output(s) missing or modified: " + ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
+        return None
+
+    def __call__(self, stage: Stage) -> bool:
+        """Run `stage` if it is stale and selected; True when it ran."""
+        inputs = hash_tree(self.run, stage.inputs)
+        missing = [k for k, v in inputs.items() if v is None]
+        sig = signature(stage.settings, inputs)
+        reason = "forced" if self.force else self.why_stale(stage, sig)
+        chosen = self.selected is None or stage.name in self.selected or stage.group in self.selected
+        if reason is None:
+            self.say(f"[{stage.name}] up to date")
+            return False
+        if not chosen:
+            self.say(f"[{stage.name}] stale ({reason}) but not selected; left as it is")
+            return False
+        if missing and not stage.partial:
+            raise FileNotFoundError(f"stage {stage.name} needs {', '.join(missing)} in {self.run}: run the stages "
+                                    "that write them first (drop --stages/--from)")
+        self.say(f"[{stage.name}] running ({reason})")
+        self._prepare(stage, sig)
+        t0 = time.perf_counter()
+        stage.run()
+        record = {"stage": stage.name, "signature": sig, "settings": stage.settings, "inputs": inputs,
+                  "outputs": hash_tree(self.run, stage.owns, stage.keep), "versions": versions(),
+                  "seconds": round(time.perf_counter() - t0, 3), "machine": machine(),
+                  "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        write_json(self.record_path(stage.name), record)
+        self.record_path(stage.name).with_suffix(".started").unlink(missing_ok=True)
+        self.ran.append(stage.name)
+        return True
+
+    def _prepare(self, stage: Stage, sig: str) -> None:
+        """Keep partial work made with this signature (resume); clear anything else the stage owns."""
+        started = self.record_path(stage.name).with_suffix(".started")
+        if started.is_file() and read_json(started).get("signature") == sig and not self.force:
+            self.say(f"[{stage.name}] resuming the interrupted run")
+            return
+        self.record_path(stage.name).unlink(missing_ok=True)
+        for rel in stage.owns:
+            _clear(self.run / rel, [self.run / k for k in stage.keep])
+        write_json(started, {"signature": sig})
+
+
+def _clear(path: Path, keep: list[Path]) -> None:
+    if path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        if not any(k.is_relative_to(path) for k in keep):
+            shutil.rmtree(path)
+            return
+        for child in path.iterdir():
+            if child in keep:
+                continue
+            _clear(child, keep)
