@@ -18,7 +18,7 @@ from pydantic.dataclasses import dataclass
 Count = Annotated[int, Field(ge=1, strict=True)]
 NonNegative = Annotated[int, Field(ge=0, strict=True)]
 FINETUNE_VARIANTS = ("precise", "precise+mlp", "random", "full", "lora")
-DATA_BENCHMARKS = ("gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa")
+DATA_BENCHMARKS = ("gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa", "generic-kl")
 
 
 @dataclass(config=ConfigDict(extra="forbid", validate_assignment=True))

@@ -49,9 +49,17 @@ def _batches(items: list, size: int, group: Callable) -> list[list]:
     return batches
 
 
-def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache) -> tuple[list[dict], dict]:
-    """Score every item of `task`, computing only those not in `cache`; -> (rows, timing)."""
+def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache,
+             reference: Prepared | None = None) -> tuple[list[dict], dict]:
+    """Score every item of `task`, computing only those not in `cache`; -> (rows, timing).
+
+    A pairwise task (generic-kl) compares `prepared` with `reference` (default: itself) and
+    installs each one's edits itself.
+    """
     model = prepared.model
+    pairwise = getattr(task, "pairwise", False)
+    if pairwise:
+        task.reference = reference or prepared
     settings = task.settings(model, cfg)
     keys = [item_key(prepared.fingerprint, task.name, it.prompt, settings) for it in task.items]
     pending = [(k, it) for k, it in zip(keys, task.items) if k not in cache and in_shard(k, cfg.shard)]
@@ -65,12 +73,13 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
                    dynamic_ncols=True)
         prefix = PrefixKV(model)
         right = done = 0
-        with model.hooks(edit=prepared.edits):
+        with model.hooks(edit={} if pairwise else prepared.edits):
             for batch in _batches(pending, cfg.batch_size, lambda p: task.group(p[1])):
                 cache.refresh()  # another run sharing the cache may have done some of these
                 todo = [(k, it) for k, it in batch if k not in cache]
                 if todo:
-                    results = task.run(model, [it for _, it in todo], prefix, cfg)
+                    items = [it for _, it in todo]
+                    results = task.run_pair(prepared, items, cfg) if pairwise else task.run(model, items, prefix, cfg)
                     cache.add({"key": k, "variant": prepared.label, **r} for (k, _), r in zip(todo, results))
                     right += sum(bool(task.score(it, r)["correct"]) for (_, it), r in zip(todo, results))
                     done += len(todo)
@@ -90,8 +99,10 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
 
 
 def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
-                      tasks: dict[str, Task] | None = None) -> dict:
-    """Evaluate one prepared variant on cfg.benchmarks; writes its folder; -> its result dict."""
+                      tasks: dict[str, Task] | None = None, reference: Prepared | None = None) -> dict:
+    """Evaluate one prepared variant on cfg.benchmarks; writes its folder; -> its result dict.
+
+    `reference` is the table's first row, against which generic-kl measures drift."""
     out = Path(out)
     tasks = tasks if tasks is not None else {}
     folder = out / slug(prepared.label)
@@ -100,7 +111,7 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
         if name not in tasks:
             tasks[name] = make_task(name, cfg)
         task = tasks[name]
-        rows, timing = run_task(prepared, task, cfg, ResultCache(cache_folder(cfg) / f"{name}.jsonl"))
+        rows, timing = run_task(prepared, task, cfg, ResultCache(cache_folder(cfg) / f"{name}.jsonl"), reference)
         if cfg.shard is not None:
             summaries[name] = {"timing": timing, "shard": list(cfg.shard)}
             continue
@@ -160,11 +171,11 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalConfig, out: str |
         if isinstance(v, Variant):
             prepared.info.setdefault("variant", v.spec())
         ready.append(prepared)
-        results.append(evaluate_prepared(prepared, run_cfg, out, tasks))
+        results.append(evaluate_prepared(prepared, run_cfg, out, tasks, ready[0]))
     if together:
         distributed.barrier()  # every shard is in the cache now
         if distributed.is_main():
-            results = [evaluate_prepared(p, cfg, out, tasks) for p in ready]
+            results = [evaluate_prepared(p, cfg, out, tasks, ready[0]) for p in ready]
             write_table(results, cfg, out)
         distributed.barrier()  # the table exists before any rank moves on
     elif cfg.shard is None:

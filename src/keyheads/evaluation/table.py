@@ -6,7 +6,14 @@ import io
 from typing import Sequence
 
 DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp": "SVAMP",
-           "mmlu": "MMLU", "csqa": "CSQA"}
+           "mmlu": "MMLU", "csqa": "CSQA", "generic-kl": "Generic"}
+DRIFT_NAMES = ("generic-kl",)  # summaries with "kl" and "perplexity" instead of accuracy
+
+
+def _drift_cells(s: dict | None) -> list[str]:
+    if not s:
+        return ["-", "-"]
+    return [f"{s['kl']:.4f}", f"{s['perplexity']:.2f}"]
 
 
 def _pct(x: float | None) -> str:
@@ -23,13 +30,19 @@ def table_rows(results: Sequence[dict], benchmarks: Sequence[str]) -> tuple[list
     """results: [{"label", "info", "benchmarks": {name: {"accuracy", ...}}}]; the first is the reference."""
     header = ["Model", "Train speed", "Tuned params"]
     for b in benchmarks:
-        header += [f"{DISPLAY.get(b, b)} Acc.", f"{DISPLAY.get(b, b)} Δ"]
+        if b in DRIFT_NAMES:
+            header += [f"{DISPLAY.get(b, b)} KL", f"{DISPLAY.get(b, b)} PPL"]
+        else:
+            header += [f"{DISPLAY.get(b, b)} Acc.", f"{DISPLAY.get(b, b)} Δ"]
     ref = results[0]["benchmarks"] if results else {}
     rows = []
     for i, res in enumerate(results):
         info = res.get("info") or {}
         row = [res["label"], str(info.get("train_speed") or "-"), str(info.get("tuned_params") or "-")]
         for b in benchmarks:
+            if b in DRIFT_NAMES:
+                row += _drift_cells(res["benchmarks"].get(b))
+                continue
             acc = res["benchmarks"].get(b, {}).get("accuracy")
             base = ref.get(b, {}).get("accuracy")
             row += [_pct(acc), "-" if i == 0 else _delta(acc, base)]
@@ -42,21 +55,30 @@ def to_markdown(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     detail = ["", "| Model | Benchmark | Split | n | Correct | Acc. % | 95% CI (Wilson) |", "|---|---|---|---|---|---|---|"]
+    drift = ["", "| Model | Drift measure | Texts | n | Tokens | KL from the first row [95% CI] | "
+             "Perplexity [95% CI] |", "|---|---|---|---|---|---|---|"]
     for res in results:
         for b in benchmarks:
             s = res["benchmarks"].get(b)
-            if s:
+            if s and b in DRIFT_NAMES:
+                (kl, kh), (pl, ph) = s["kl_ci95"], s["perplexity_ci95"]
+                drift.append(f"| {res['label']} | {b} | {s['split']} | {s['n']} | {s['tokens']} | {s['kl']:.4f} "
+                             f"[{kl:.4f}-{kh:.4f}] | {s['perplexity']:.2f} [{pl:.2f}-{ph:.2f}] |")
+            elif s:
                 lo, hi = s["ci95"]
                 detail.append(f"| {res['label']} | {DISPLAY.get(b, b)} | {s['split']} | {s['n']} | {s['correct']} | "
                               f"{100 * s['accuracy']:.1f} | {100 * lo:.1f}-{100 * hi:.1f} |")
-    return "\n".join(lines + detail) + "\n"
+    return "\n".join(lines + detail + (drift if len(drift) > 3 else [])) + "\n"
 
 
 def to_csv(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
     """Numbers unrounded: accuracy and delta as fractions, plus n and the CI bounds."""
     header = ["model", "train_speed", "tuned_params"]
     for b in benchmarks:
-        header += [f"{b}_acc", f"{b}_delta", f"{b}_n", f"{b}_ci_low", f"{b}_ci_high"]
+        if b in DRIFT_NAMES:
+            header += [f"{b}_kl", f"{b}_kl_ci_low", f"{b}_kl_ci_high", f"{b}_ppl", f"{b}_n"]
+        else:
+            header += [f"{b}_acc", f"{b}_delta", f"{b}_n", f"{b}_ci_low", f"{b}_ci_high"]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
@@ -68,6 +90,10 @@ def to_csv(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
             s = res["benchmarks"].get(b)
             if not s:
                 row += ["-"] * 5
+                continue
+            if b in DRIFT_NAMES:
+                row += [f"{s['kl']:.6g}", f"{s['kl_ci95'][0]:.6g}", f"{s['kl_ci95'][1]:.6g}", f"{s['perplexity']:.6g}",
+                        s["n"]]
                 continue
             base = ref.get(b, {}).get("accuracy")
             delta = "-" if i == 0 or base is None else f"{s['accuracy'] - base:.6f}"

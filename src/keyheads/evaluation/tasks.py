@@ -17,7 +17,8 @@ MATH = ("gsm8k", "addsub", "singleeq", "svamp")
 CHOICE = ("mmlu", "csqa")
 TABLE_BENCHMARKS = MATH + CHOICE
 ARITH = tuple(ARITH_SETS)  # generated, held out from `--train arith:...`; need no data folder
-BENCHMARKS = TABLE_BENCHMARKS + ARITH
+DRIFT = ("generic-kl",)  # KL from the reference row and perplexity on MMLU/CSQA question texts
+BENCHMARKS = TABLE_BENCHMARKS + ARITH + DRIFT
 DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5,
                  **{name: 4 for name in ARITH}}
 # GSM8K needs several reasoning steps; the other three are one or two operations. An arith answer is
@@ -270,4 +271,8 @@ def make_task(name: str, cfg: EvalConfig) -> Task:
     check_benchmarks([name])
     if name in ARITH:
         return ArithTask(name, cfg)
+    if name in DRIFT:
+        from .drift import DriftTask
+
+        return DriftTask(cfg)
     return MathTask(name, cfg) if name in MATH else ChoiceTask(name, cfg)

@@ -1,0 +1,115 @@
+"""`generic-kl`: how far a variant's next-token distributions drift from the reference model's on
+non-math text.
+
+The bundled models answer MMLU and CSQA at chance, so their accuracies cannot show a loss of
+general ability. This benchmark can: over the MMLU and CommonsenseQA question texts (every
+position, no answer options), the mean KL divergence KL(reference || variant) of the next-token
+distributions, and the variant's perplexity on those texts. The reference is the table's first
+row (the base model), so the base row reads KL 0.
+
+Per item the cache holds sums (KL over positions, negative log-likelihood over next tokens), so
+the summary is exact at any item count; 95% intervals come from a seeded bootstrap over items.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..data.benchmarks import Record, load
+from .tasks import EvalConfig, Item, Task
+
+NAME = "generic-kl"
+SOURCES = ("mmlu", "csqa")
+
+
+def drift_items(cfg: EvalConfig) -> list[Item]:
+    """The distinct question texts of MMLU (round-robin over subjects) and CSQA, alternating, first `limit`."""
+    from .tasks import _round_robin
+
+    lists = [_round_robin(load("mmlu", data_dir=cfg.data_dir)), load("csqa", data_dir=cfg.data_dir)]
+    texts: dict[str, Record] = {}  # a text that occurs twice would only count twice
+    for i in range(max(map(len, lists))):
+        for rs in lists:
+            if i < len(rs):
+                texts.setdefault(rs[i].question.strip(), rs[i])
+    items = [Item(r, text) for text, r in texts.items()]
+    return items[:cfg.limit] if cfg.limit is not None else items
+
+
+@torch.no_grad()
+def log_probs(prepared, ids: list[int]) -> torch.Tensor:
+    """Next-token log-probabilities [T, vocab] in float32 at every position of one text."""
+    model = prepared.model
+    x = torch.tensor([ids], device=model.device)
+    with model.hooks(edit=prepared.edits):
+        logits = model.hf(input_ids=x, use_cache=False).logits[0]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def item_sums(ref: torch.Tensor, var: torch.Tensor, ids: list[int]) -> dict:
+    """KL(ref || var) summed over positions, and the variant's NLL of each next token."""
+    kl = (ref.exp() * (ref - var)).sum(-1)
+    nll = -var[:-1].gather(-1, torch.tensor(ids[1:], device=var.device)[:, None])[:, 0]
+    return {"kl_sum": float(kl.sum()), "positions": len(ids), "nll_sum": float(nll.sum()), "tokens": len(ids) - 1}
+
+
+def bootstrap(values: Sequence[tuple[float, float]], stat, n: int = 1000, seed: int = 0) -> list[float]:
+    """95% interval of stat(sum of numerators, sum of denominators) over items resampled with replacement."""
+    arr = np.asarray(values, dtype=np.float64)
+    if len(arr) < 2:
+        return [float("nan"), float("nan")]
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(arr), size=(n, len(arr)))
+    sums = arr[picks].sum(axis=1)
+    stats = np.sort(stat(sums[:, 0], sums[:, 1]))
+    return [float(stats[int(0.025 * n)]), float(stats[int(0.975 * n) - 1])]
+
+
+class DriftTask(Task):
+    """Scored against a reference variant (the runner sets `reference`), not by correctness."""
+
+    pairwise = True
+
+    def __init__(self, cfg: EvalConfig):
+        self.name, self.split, self.exemplars = NAME, "+".join(SOURCES) + " questions", []
+        self.items = drift_items(cfg)
+        self.reference = None
+
+    def group(self, item):
+        return ""
+
+    def settings(self, model, cfg):
+        return {"type": "drift", "v": 1, "reference": self.reference.fingerprint}
+
+    def run_pair(self, prepared, items, cfg) -> list[dict]:
+        ref_tok, tok = self.reference.model.tokenizer, prepared.model.tokenizer
+        rows = []
+        for it in items:
+            ids = tok(it.prompt)["input_ids"]
+            if ref_tok(it.prompt)["input_ids"] != ids:
+                raise ValueError(f"{NAME}: {prepared.label} and the reference {self.reference.label} tokenise "
+                                 "differently; KL needs one vocabulary")
+            var = log_probs(prepared, ids)
+            ref = var if prepared.fingerprint == self.reference.fingerprint else log_probs(self.reference, ids)
+            rows.append({"id": it.record.id, **item_sums(ref, var, ids)})
+        return rows
+
+    def score(self, item, row):
+        return {**row, "correct": True}  # nothing is wrong: the summary holds the measure
+
+    def summarize(self, items, rows):
+        kl = [(r["kl_sum"], r["positions"]) for r in rows]
+        nll = [(r["nll_sum"], r["tokens"]) for r in rows]
+        positions, tokens = sum(p for _, p in kl), sum(t for _, t in nll)
+        mean_kl = sum(k for k, _ in kl) / positions if positions else 0.0
+        ppl = math.exp(sum(v for v, _ in nll) / tokens) if tokens else float("nan")
+        return {"benchmark": self.name, "split": self.split, "n": len(rows), "kind": "drift",
+                "kl": mean_kl, "kl_ci95": bootstrap(kl, lambda a, b: a / b),
+                "perplexity": ppl, "perplexity_ci95": bootstrap(nll, lambda a, b: np.exp(a / b)),
+                "positions": positions, "tokens": tokens, "reference": self.reference.label}
+
+    def wrong_case(self, item, row):
+        return row

@@ -1,0 +1,95 @@
+"""generic-kl: KL from the reference row and perplexity on MMLU/CSQA texts, against a direct computation."""
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from keyheads.evaluation import EvalConfig, Prepared, Variant, evaluate
+from keyheads.evaluation.drift import bootstrap, drift_items
+from keyheads.models.model import HookedModel
+
+
+def cfg(data, tmp_path, **kw):
+    return EvalConfig(benchmarks=("generic-kl",), data_dir=str(data), limit=6, batch_size=4,
+                      cache_dir=str(tmp_path / "cache"), progress=False, **kw)
+
+
+def perturbed(model, scale=0.05):
+    """A copy of the model with one MLP's weights changed: a stand-in for a fine-tuned variant."""
+    hf = copy.deepcopy(model.hf)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        w = hf.model.layers[1].mlp.down_proj.weight
+        w.add_(scale * torch.randn_like(w))
+    return HookedModel(hf, model.tokenizer, name=model.name + "-tuned", source=model.source)
+
+
+def direct(ref_model, var_model, texts, var_edits=None):
+    """Mean KL(ref || var) per position and the variant's perplexity, one text at a time, by F.kl_div/cross_entropy."""
+    kl = nll = positions = tokens = 0.0
+    for text in texts:
+        ids = torch.tensor([ref_model.tokenizer(text)["input_ids"]])
+        with torch.no_grad():
+            ref = ref_model.hf(input_ids=ids).logits[0].double().log_softmax(-1)
+            with var_model.hooks(edit=var_edits or {}):
+                var = var_model.hf(input_ids=ids).logits[0].double().log_softmax(-1)
+        kl += F.kl_div(var, ref, log_target=True, reduction="sum").item()
+        nll += F.cross_entropy(var[:-1], ids[0, 1:], reduction="sum").item()
+        positions += ids.shape[1]
+        tokens += ids.shape[1] - 1
+    return kl / positions, math.exp(nll / tokens)
+
+
+def test_kl_and_perplexity_match_a_direct_computation(tiny, tiny_data, tmp_path):
+    tuned = perturbed(tiny)
+    rows = evaluate([Prepared.from_model(tiny, label="base"), Prepared.from_model(tuned, label="tuned")],
+                    cfg(tiny_data, tmp_path), tmp_path / "run")
+    texts = [it.prompt for it in drift_items(cfg(tiny_data, tmp_path))]
+    assert len(texts) >= 4 and len(set(texts)) == len(texts)
+    base, var = rows[0]["benchmarks"]["generic-kl"], rows[1]["benchmarks"]["generic-kl"]
+    kl, ppl = direct(tiny, tuned, texts)
+    assert var["kl"] == pytest.approx(kl, rel=1e-4) and kl > 1e-4
+    assert var["perplexity"] == pytest.approx(ppl, rel=1e-5)
+    assert base["kl"] == 0.0  # the reference row against itself
+    assert base["perplexity"] == pytest.approx(direct(tiny, tiny, texts)[1], rel=1e-5)
+    assert var["kl_ci95"][0] <= var["kl"] <= var["kl_ci95"][1]
+    table = (tmp_path / "run" / "table.md").read_text()
+    assert "Generic KL" in table and f"{var['kl']:.4f}" in table
+
+
+def test_knockout_row_drifts_with_its_edits_and_the_reference_without(tiny, tiny_data, tmp_path, pairs_file):
+    from keyheads.evaluation.variants import prepare
+
+    ko = prepare(Variant.make("knockout", "tiny", label="ko", heads=[[1, 0], [2, 1]], data=str(pairs_file)),
+                 lambda name: tiny)
+    rows = evaluate([Prepared.from_model(tiny, label="base"), ko], cfg(tiny_data, tmp_path), tmp_path / "run")
+    texts = [it.prompt for it in drift_items(cfg(tiny_data, tmp_path))]
+    kl, ppl = direct(tiny, tiny, texts, var_edits=ko.edits)
+    got = rows[1]["benchmarks"]["generic-kl"]
+    assert got["kl"] == pytest.approx(kl, rel=1e-4) and kl > 0
+    assert got["perplexity"] == pytest.approx(ppl, rel=1e-5)
+
+
+def test_rerun_is_served_from_the_cache(tiny, tiny_data, tmp_path, monkeypatch):
+    variants = [Prepared.from_model(tiny, label="base"), Prepared.from_model(perturbed(tiny), label="tuned")]
+    first = evaluate(variants, cfg(tiny_data, tmp_path), tmp_path / "a")
+
+    def fail(*a, **k):
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr("keyheads.evaluation.drift.log_probs", fail)
+    second = evaluate(variants, cfg(tiny_data, tmp_path), tmp_path / "b")
+    for a, b in zip(first, second):
+        assert a["benchmarks"]["generic-kl"]["kl"] == b["benchmarks"]["generic-kl"]["kl"]
+        assert b["benchmarks"]["generic-kl"]["timing"]["computed"] == 0
+
+
+def test_bootstrap_interval_covers_the_ratio_and_shrinks_with_more_items():
+    few = [(1.0 + (i % 3), 10.0) for i in range(10)]
+    many = few * 20
+    lo, hi = bootstrap(few, lambda a, b: a / b)
+    lo2, hi2 = bootstrap(many, lambda a, b: a / b)
+    assert lo <= 0.19 <= hi and (hi2 - lo2) < (hi - lo)
+    assert bootstrap(few, lambda a, b: a / b) == [lo, hi]  # seeded: the same interval every time
