@@ -1,6 +1,7 @@
 """keyheads run / demo: every stage into one run folder, stage records, staleness, selection,
 reproducibility and up-front validation of every setting."""
 import json
+import re
 import shutil
 
 import pytest
@@ -110,6 +111,30 @@ def test_stages_and_from_choose_a_subset(run, tiny_data, capsys, monkeypatch):  
         run_pipeline(config(run, tiny_data), stages=["identfy"])
 
 
+def test_finetune_variant_names_choose_heads_and_mlps(run, tiny_data, llama, monkeypatch):  # noqa: F811
+    from keyheads.pipeline import key_head_labels, variant_components
+
+    monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
+    cfg = config(run, tiny_data, finetune=[], eval_benchmarks=[], top_k=3, finetune_mlps=2)
+    run_pipeline(cfg, stages=["data", "identify"])
+    effects = json.loads((run / "identify" / "effects.json").read_text())
+    ranked = [f"{l}.{h}" for _, l, h in sorted((v, l, h) for l, row in enumerate(effects["heads"])
+                                                   for h, v in enumerate(row))]
+    mlps = [l for _, l in sorted((v, l) for l, v in enumerate(effects["mlps"]))]
+
+    def chosen(name):
+        c = variant_components(name, run, llama, cfg)
+        return sorted(c.head_labels()), sorted(c.mlps)
+
+    assert chosen("precise") == (sorted(key_head_labels(run)), [])
+    assert chosen("precise@5") == (sorted(ranked[:5]), [])
+    assert chosen("precise+mlp") == (sorted(key_head_labels(run)), sorted(mlps[:2]))
+    assert chosen("precise@2+mlp1") == (sorted(ranked[:2]), mlps[:1])
+    heads, none = chosen("random@4")
+    assert len(heads) == 4 and none == [] and chosen("random@4") == (heads, [])  # seeded
+    assert len(chosen("random")[0]) == 3
+
+
 def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkeypatch):  # noqa: F811
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
     cfg = config(run, tiny_data, eval_benchmarks=[])
@@ -133,7 +158,9 @@ def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkey
     ({"finetune_lr": 0}, "finetune_lr: 0 given"),
     ({"method": "magic"}, "method: 'magic' given"),
     ({"metric": "accuracy"}, "metric: 'accuracy' given"),
-    ({"finetune": ["precise", "everything"]}, "finetune.1: 'everything' given"),
+    ({"finetune": ["precise", "everything"]}, "unknown variant(s) everything"),
+    ({"finetune": ["random@3+mlp"]}, "unknown variant(s) random@3+mlp"),
+    ({"finetune": ["full", "full"]}, "a variant is listed twice"),
     ({"task": "integration"}, "task: 'integration' given"),
     ({"templates": ["add-eq-99"]}, "add-eq-99"),
     ({"eval_benchmarks": ["gsm9k"]}, "gsm9k"),
@@ -144,7 +171,7 @@ def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkey
     ({"top_kk": 3}, "top_kk"),
 ])
 def test_invalid_settings_are_named_before_anything_runs(values, named, tmp_path):
-    with pytest.raises(ValueError, match=named.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(named)):
         PipelineConfig.make(**{"out": str(tmp_path / "r"), "eval_benchmarks": [], **values})
 
 

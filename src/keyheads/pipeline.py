@@ -54,8 +54,8 @@ def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = Tru
              "lr": cfg.finetune_lr, "batch_size": cfg.finetune_batch_size,
              "micro_batch_size": cfg.finetune_micro_batch_size, "seed": cfg.seed, "data_dir": cfg.data_dir}
     for variant in cfg.finetune:
-        extra = {"mlps": cfg.finetune_mlps} if variant == "precise+mlp" else {}
-        inputs = [KEY_HEADS, EFFECTS] if variant in ("precise", "precise+mlp", "random") else []
+        extra = {"mlps": cfg.finetune_mlps} if variant.endswith("+mlp") else {}
+        inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
                             [f"finetune/{variant}"], lambda v=variant: _finetune(cfg, run, get_model(), v, progress)))
     if cfg.eval_benchmarks:
@@ -183,17 +183,22 @@ def _data_dir(cfg: PipelineConfig) -> str | None:
 
 
 def variant_components(variant: str, run: Path, model, cfg: PipelineConfig):
-    """What a precise-style variant trains: the key heads (+ MLPs), or as many random heads."""
+    """What a precise or random variant trains (see PipelineConfig.finetune for the names)."""
     from .components import Components
+    from .runconfig import VARIANT
 
+    m = VARIANT.fullmatch(variant)
     heads = key_head_labels(run)
-    if variant == "random":
-        return Components.random_heads(len(heads), model.n_layers, model.n_heads, cfg.seed)
-    chosen = Components.explicit(",".join(heads))
-    chosen = Components(chosen.heads, (), f"key heads ({KEY_HEADS})")
-    if variant == "precise+mlp":
-        mlps = Components.top_k(run / EFFECTS, 0, cfg.finetune_mlps, model).mlps
-        chosen = chosen.with_mlps(mlps, f"top-{cfg.finetune_mlps} MLPs")
+    k = int(m["k"]) if m["k"] else len(heads)
+    if m["kind"] == "random":
+        return Components.random_heads(k, model.n_layers, model.n_heads, cfg.seed)
+    if m["k"]:
+        chosen = Components.top_k(run / EFFECTS, k, 0, model)
+    else:  # the key heads themselves, as identify chose them
+        chosen = Components(Components.explicit(",".join(heads)).heads, (), f"key heads ({KEY_HEADS})")
+    if m["mlp"]:
+        n = int(m["m"]) if m["m"] else cfg.finetune_mlps
+        chosen = chosen.with_mlps(Components.top_k(run / EFFECTS, 0, n, model).mlps, f"top-{n} MLPs")
     return chosen.check(model.n_layers, model.n_heads)
 
 
@@ -201,7 +206,7 @@ def _finetune(cfg: PipelineConfig, run: Path, model, variant: str, progress: boo
     from .finetune import FinetuneConfig, describe, finetune, load_examples
     from .models.model import HookedModel
 
-    method = {"random": "precise", "precise+mlp": "precise"}.get(variant, variant)
+    method = "precise" if variant.startswith(("precise", "random")) else variant
     examples = load_examples(cfg.finetune_data, data_dir=_data_dir(cfg), seed=cfg.seed)
     ft = FinetuneConfig(method=method, lr=cfg.finetune_lr, batch_size=cfg.finetune_batch_size,
                         micro_batch_size=cfg.finetune_micro_batch_size, epochs=cfg.finetune_epochs,

@@ -8,6 +8,7 @@ is allowed.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Annotated, Literal, Optional
@@ -17,7 +18,8 @@ from pydantic.dataclasses import dataclass
 
 Count = Annotated[int, Field(ge=1, strict=True)]
 NonNegative = Annotated[int, Field(ge=0, strict=True)]
-FINETUNE_VARIANTS = ("precise", "precise+mlp", "random", "full", "lora")
+# precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs
+VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?|full|lora")
 DATA_BENCHMARKS = ("gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa", "generic-kl")
 
 
@@ -43,8 +45,9 @@ class PipelineConfig:
         seeds: random head orders of the knockout curves.
         transfer_n: prompts per transfer set (other formats, SVAMP/GSM8K first tokens).
         analysis_samples: reference prompts for knockout/attention/MLP (None: all).
-        finetune: variants to train after the analysis: precise (the key heads), precise+mlp
-            (and the top finetune_mlps MLPs), random (as many random heads), full, lora.
+        finetune: variants to train after the analysis: precise (the key heads), precise@K (the top
+            K heads by effect), +mlp or +mlpM after either (also the top finetune_mlps or M MLPs),
+            random or random@K (as many / K seeded random heads: the control), full, lora.
         finetune_data: training data: 'arith:KINDS[:N]', 'trainset' or a JSONL of {prompt, completion}.
         finetune_steps: optimizer steps (None: finetune_epochs over the data).
         finetune_epochs: passes over the data when finetune_steps is None.
@@ -78,7 +81,7 @@ class PipelineConfig:
     seeds: Count = 5
     transfer_n: Optional[Count] = 100
     analysis_samples: Optional[Count] = 300
-    finetune: list[Literal["precise", "precise+mlp", "random", "full", "lora"]] = Field(default_factory=list)
+    finetune: list[str] = Field(default_factory=list)
     finetune_data: str = "arith:multidigit,decimal:2000"
     finetune_steps: Optional[Count] = None
     finetune_epochs: Annotated[float, Field(gt=0)] = 2.0
@@ -123,6 +126,17 @@ class PipelineConfig:
         unknown = [t for t in v if t not in known]
         if unknown:
             raise ValueError(f"unknown template(s) {', '.join(unknown)}; see `keyheads data --list-templates`")
+        return v
+
+    @field_validator("finetune")
+    @classmethod
+    def _finetune(cls, v):
+        bad = [x for x in v if not VARIANT.fullmatch(x) or (x.startswith("random") and "+mlp" in x)]
+        if bad:
+            raise ValueError(f"unknown variant(s) {', '.join(bad)}; use precise, precise@K, precise+mlp, precise@K+mlpM, "
+                             "random, random@K, full or lora")
+        if len(set(v)) != len(v):
+            raise ValueError("a variant is listed twice")
         return v
 
     @field_validator("data_dir")
