@@ -162,3 +162,25 @@ def test_written_atomically(report, run_folder):
     assert not [p for p in run_folder.iterdir() if p.name.startswith(".report.html.")]
     with pytest.raises(FileNotFoundError):
         write_html_report(run_folder / "nowhere")
+
+
+@pytest.mark.parametrize("precise_kl, full_kl, held", [(0.01, 0.20, True), (0.30, 0.05, False)])
+def test_generic_drift_decides_the_generic_claim_when_measured(tmp_path, precise_kl, full_kl, held):
+    """With generic-kl rows, the smaller KL from the base model decides, not the (chance-level) accuracy;
+    generic-kl is not counted as math."""
+    import json
+
+    run = make_run(tmp_path / "run", True)
+    path = run / "eval" / "results.json"
+    data = json.loads(path.read_text())
+    kls = {"base": 0.0, "knockout": 0.1, "precise": precise_kl, "full": full_kl}
+    for v in data["variants"]:
+        kl = kls[v["label"]]
+        v["benchmarks"]["generic-kl"] = {"kind": "drift", "n": 50, "kl": kl, "kl_ci95": [kl * 0.9, kl * 1.1],
+                                         "perplexity": 20.0, "perplexity_ci95": [19.0, 21.0], "tokens": 900}
+    data["config"]["benchmarks"].append("generic-kl")
+    path.write_text(json.dumps(data))
+    claim = next(f for f in findings(run) if f["claim"].startswith("Precise SFT moves generic skills"))
+    assert claim["held"] is held and f"{precise_kl:.4g}" in claim["evidence"]
+    math_claim = next(f for f in findings(run) if f["claim"].startswith("Precise SFT of the key heads improves"))
+    assert math_claim["held"] is True  # unchanged by the KL rows

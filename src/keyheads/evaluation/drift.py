@@ -51,6 +51,7 @@ def log_probs(prepared, ids: list[int]) -> torch.Tensor:
 
 def item_sums(ref: torch.Tensor, var: torch.Tensor, ids: list[int]) -> dict:
     """KL(ref || var) summed over positions, and the variant's NLL of each next token."""
+    ref, var = ref.double(), var.double()  # float32 sums of p (log p - log q) leave -1e-9 where KL is 0
     kl = (ref.exp() * (ref - var)).sum(-1)
     nll = -var[:-1].gather(-1, torch.tensor(ids[1:], device=var.device)[:, None])[:, 0]
     return {"kl_sum": float(kl.sum()), "positions": len(ids), "nll_sum": float(nll.sum()), "tokens": len(ids) - 1}
@@ -82,7 +83,7 @@ class DriftTask(Task):
         return ""
 
     def settings(self, model, cfg):
-        return {"type": "drift", "v": 1, "reference": self.reference.fingerprint}
+        return {"type": "drift", "v": 2, "reference": self.reference.fingerprint}
 
     def run_pair(self, prepared, items, cfg) -> list[dict]:
         ref_tok, tok = self.reference.model.tokenizer, prepared.model.tokenizer

@@ -149,15 +149,28 @@ def precise_sft(run: Path, table: EvalTable | None) -> list[dict]:
         out.append(_claim(claims[0], held, f"math accuracy {points(pm)} points with {p}, {points(fm)} with {f} "
                           f"(rule: gain above 0 and within {100 * LIKE_FULL:.0f} points of full SFT){extra}"))
         pg, fg = table.mean_delta(prow, table.generic()), table.mean_delta(frow, table.generic())
-        held = None if pg is None or fg is None else abs(pg) <= abs(fg)
-        out.append(_claim(claims[1], held, f"generic accuracy {points(pg)} points with {p}, {points(fg)} with {f} "
-                          "(rule: the smaller change)"))
+        dp, df = table.drift(prow), table.drift(frow)
+        if dp and df:  # the drift measure can show a loss where chance-level accuracies cannot
+            overlap = dp["kl_ci95"][1] >= df["kl_ci95"][0] and df["kl_ci95"][1] >= dp["kl_ci95"][0]
+            out.append(_claim(claims[1], dp["kl"] <= df["kl"],
+                              f"KL from the base model on generic text {dp['kl']:.4g} {_ci(dp['kl_ci95'])} with {p}, "
+                              f"{df['kl']:.4g} {_ci(df['kl_ci95'])} with {f}"
+                              + (" (the intervals overlap: within the noise)" if overlap else "")
+                              + f"; generic accuracy {points(pg)} vs {points(fg)} points (rule: the smaller KL)"))
+        else:
+            held = None if pg is None or fg is None else abs(pg) <= abs(fg)
+            out.append(_claim(claims[1], held, f"generic accuracy {points(pg)} points with {p}, {points(fg)} with {f} "
+                              "(rule: the smaller change)"))
     sp, sf = (runs[k].get("train", {}).get("samples_per_second") for k in (p, f))
     tp, tf = runs[p].get("tuned_params"), runs[f].get("tuned_params")
     held = None if not (is_num(sp) and is_num(sf)) else sp > sf and (not is_num(tp) or not is_num(tf) or tp < tf)
     out.append(_claim(claims[2], held, f"{sp:.3g} vs {sf:.3g} samples/s, {human(tp)} vs {human(tf)} tuned parameters "
                       f"({p} vs {f})" if held is not None else "training speed was not recorded"))
     return out
+
+
+def _ci(ci) -> str:
+    return f"[{ci[0]:.3g}-{ci[1]:.3g}]"
 
 
 def _random_note(runs: dict, table: EvalTable, precise_gain) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from .markup import is_num, read_json
 
-GENERIC = ("mmlu", "csqa")  # the paper's generic tasks; every other benchmark is arithmetic
+GENERIC = ("mmlu", "csqa")  # the paper's generic tasks; every other benchmark but DRIFT is arithmetic
+DRIFT = "generic-kl"  # KL from the base row and perplexity on generic text, not an accuracy
 DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp": "SVAMP",
            "mmlu": "MMLU", "csqa": "CSQA"}
 
@@ -82,7 +83,12 @@ class EvalTable:
         return next((r for r in self.rows if name is not None and r.run == name), None)
 
     def math(self) -> list[str]:
-        return [b for b in self.benchmarks if b not in GENERIC]
+        return [b for b in self.benchmarks if b not in GENERIC and b != DRIFT]
+
+    def drift(self, row: EvalRow) -> dict | None:
+        """The row's generic-kl summary ({"kl", "kl_ci95", "perplexity", ...}), when it was measured."""
+        s = row.benchmarks.get(DRIFT)
+        return s if isinstance(s, dict) and is_num(s.get("kl")) else None
 
     def generic(self) -> list[str]:
         return [b for b in self.benchmarks if b in GENERIC]

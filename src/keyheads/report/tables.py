@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .markup import cell, esc, human, is_num, line_svg, not_run, note, num, pct, points, section, table
-from .rundata import EvalRow, EvalTable, display, eval_table, finetune_runs, precise_runs
+from .rundata import DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs, precise_runs
 
 TITLE = "6. Improving the model: precise SFT vs full SFT (tables 1 and 2)"
 
@@ -19,7 +19,17 @@ def _params(info: dict | None):
     return cell(value, human(value))
 
 
+def _drift(row: EvalRow) -> list:
+    s = row.benchmarks.get(DRIFT) or {}
+    kl, ppl = s.get("kl"), s.get("perplexity")
+    lo, hi = (s.get("kl_ci95") or [None, None])[:2]
+    shown = (f"{kl:.4f}" + (f" [{lo:.4f}–{hi:.4f}]" if is_num(lo) and is_num(hi) else "")) if is_num(kl) else "–"
+    return [cell(kl, shown), cell(ppl, f"{ppl:.2f}" if is_num(ppl) else "–")]
+
+
 def _acc(row: EvalRow, base: EvalRow | None, bench: str) -> list:
+    if bench == DRIFT:  # KL from the base row and perplexity, not an accuracy
+        return _drift(row)
     s = row.benchmarks.get(bench) or {}
     acc = row.acc(bench)
     lo, hi = (s.get("ci95") or [None, None])[:2]
@@ -32,7 +42,8 @@ def _acc(row: EvalRow, base: EvalRow | None, bench: str) -> list:
 def table1(t: EvalTable, runs: dict[str, dict]) -> str:
     header = ["Model", "Kind", "Train speed", "Tuned params"]
     for b in t.benchmarks:
-        header += [f"{display(b)} Acc. % [95% CI]", f"{display(b)} Δ"]
+        header += (["Generic KL [95% CI]", "Generic PPL"] if b == DRIFT
+                   else [f"{display(b)} Acc. % [95% CI]", f"{display(b)} Δ"])
     rows = []
     for r in t.rows:
         info = runs.get(r.run) if r.run else None
@@ -65,7 +76,7 @@ def table2(t: EvalTable | None, runs: dict[str, dict]) -> str:
         rows.append(row)
     header = ["Variant", "Precise SFT setting", "Train speed", "Tuned params"]
     for b in benches:
-        header += [f"{display(b)} Acc. %", f"{display(b)} Δ"]
+        header += ["Generic KL", "Generic PPL"] if b == DRIFT else [f"{display(b)} Acc. %", f"{display(b)} Δ"]
     return "<h3>Table 2: ablation over the tuned components</h3>" + table(header, rows, "table2")
 
 

@@ -1,0 +1,108 @@
+"""Tables 1 and 2 of the paper and the math-gain vs generic-drift figure, from a finished run folder.
+
+The run is `keyheads run configs/table1-<model>.yaml` (fine-tuning variants, then one evaluation of
+all of them); this script only reads what it wrote, and writes a section of bench/RESULTS.md and
+bench/figures/table1-<model>.png.
+
+    python bench/table1.py runs/table1-smollm2 [--no-write]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import write_section  # noqa: E402
+
+from keyheads.report.figures import new_figure, save_figure  # noqa: E402
+from keyheads.report.rundata import DRIFT, EvalTable, display, eval_table, finetune_runs  # noqa: E402
+
+FIGURES = Path(__file__).resolve().parent / "figures"
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def cell(t: EvalTable, row, bench: str) -> str:
+    if bench == DRIFT:
+        d = t.drift(row)
+        return "-" if d is None else f"{d['kl']:.4f} [{d['kl_ci95'][0]:.4f}-{d['kl_ci95'][1]:.4f}], ppl {d['perplexity']:.2f}"
+    s = row.benchmarks.get(bench) or {}
+    if row.acc(bench) is None:
+        return "-"
+    lo, hi = s.get("ci95", [None, None])
+    base = t.base.acc(bench) if t.base is not None and t.base is not row else None
+    delta = f" ({100 * (row.acc(bench) - base):+.1f})" if base is not None else ""
+    return f"{pct(row.acc(bench))} [{pct(lo)}-{pct(hi)}]{delta}"
+
+
+def markdown_table(t: EvalTable, rows, runs: dict) -> list[str]:
+    benches = t.math() + t.generic() + ([DRIFT] if DRIFT in t.benchmarks else [])
+    header = ["Variant", "Train speed (samples/s)", "Tuned params"] + [
+        "Generic KL from base, perplexity" if b == DRIFT else f"{display(b)} % [95% CI] (Δ)" for b in benches]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        info = runs.get(r.run) or {}
+        speed = (info.get("train") or {}).get("samples_per_second")
+        tuned = info.get("tuned_params")
+        lines.append("| " + " | ".join([r.label, f"{speed:.2f}" if speed else "-", f"{tuned:,}" if tuned else "-"]
+                                       + [cell(t, r, b) for b in benches]) + " |")
+    return lines
+
+
+def figure(t: EvalTable, out: Path) -> Path | None:
+    points = [(r.label, t.mean_delta(r, t.math()), t.drift(r)) for r in t.rows if r.kind in ("model", "adapter")]
+    points = [(label, gain, d) for label, gain, d in points if gain is not None and d is not None]
+    if not points:
+        return None
+    fig, ax = new_figure(6.5, 4.5)
+    for label, gain, d in points:
+        ax.errorbar(d["kl"], 100 * gain, xerr=[[d["kl"] - d["kl_ci95"][0]], [d["kl_ci95"][1] - d["kl"]]], fmt="o")
+        ax.annotate(label, (d["kl"], 100 * gain), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_xlabel("generic drift: mean KL from the base model on MMLU/CSQA texts")
+    ax.set_ylabel("math gain: mean accuracy change (points)")
+    ax.set_title("Fine-tuning: math gain against generic drift")
+    return save_figure(fig, out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", help="a finished `keyheads run configs/table1-*.yaml` folder")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    args = ap.parse_args()
+    run = Path(args.run)
+    runs, t = finetune_runs(run), eval_table(run)
+    if t is None:
+        raise SystemExit(f"{run}/eval/results.json not found: the eval stage has not finished")
+    config = json.loads((run / "config.json").read_text())
+    model = config["model"]
+    precise = [r for r in t.rows if r.run and (runs.get(r.run) or {}).get("method") == "precise"
+               and not r.run.startswith("random")]
+    # the paper's rows: base, full SFT, LoRA, precise SFT of the key heads; plus the knockout and the control
+    main_rows = ("full", "lora", "precise")
+    table1 = [r for r in t.rows if r.kind in ("model", "knockout")
+              or (r.run or "") in main_rows or (r.run or "").startswith("random")]
+    png = figure(t, FIGURES / f"table1-{model}.png")
+    lines = [f"- date: {datetime.date.today().isoformat()}; commands: `keyheads run {run}/config.json` (the "
+             f"effective config; the run was started from configs/table1-*.yaml), then `python bench/table1.py {run}`; "
+             f"training data `{config['finetune_data']}`, "
+             f"{config['finetune_epochs']} epoch(s), lr {config['finetune_lr']}, batch {config['finetune_batch_size']}; "
+             f"{config['eval_limit']} items per benchmark; key heads = top-{config['top_k']} by path patching",
+             "", "**Table 1** (95% Wilson intervals; Δ in points from the base row)", ""]
+    lines += markdown_table(t, table1, runs)
+    lines += ["", "**Table 2**: precise SFT by what it tunes", ""] + markdown_table(t, precise, runs)
+    if png:
+        lines += ["", f"![math gain vs generic drift](figures/{png.name})"]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        write_section(f"Tables 1 and 2: precise SFT vs full SFT, LoRA and random heads on {model}", text)
+
+
+if __name__ == "__main__":
+    main()
