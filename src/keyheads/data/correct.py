@@ -32,16 +32,17 @@ def predict_next(model, prompts: list[str], batch_size: int = 32, desc: str = "p
     from ..analysis.passes import EndPasses, PromptSet
 
     pred = [0] * len(prompts)
-    right = 0
+    right = done = 0
     with torch.inference_mode(), tqdm(total=len(prompts), desc=desc, unit="prompt", disable=not progress) as bar:
         def record(_, index, logits):
-            nonlocal right
+            nonlocal right, done
             for i, p in zip(index, logits.argmax(-1).tolist()):
                 pred[i] = p
                 right += answers is not None and p == answers[i]
+            done += len(index)  # a disabled bar does not count
             bar.update(len(index))
             if answers is not None:
-                bar.set_postfix(acc=f"{right / bar.n:.0%}")
+                bar.set_postfix(acc=f"{right / done:.0%}")
 
         EndPasses(model, PromptSet(model, prompts, batch_size), None).logits([[]], record)
     return pred
