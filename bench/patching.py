@@ -19,25 +19,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import write_section  # noqa: E402
+from results import matmul_rate, write_section  # noqa: E402
 
 from keyheads.models import load_model  # noqa: E402
 from keyheads.patching.naive import naive_path_patch_batch  # noqa: E402
 from keyheads.patching.path import path_patch_batch  # noqa: E402
 from keyheads.patching.samples import batches, load_samples  # noqa: E402
-
-
-def matmul_rate(d: int, d_ff: int, rows: int = 4096, repeats: int = 10) -> float:
-    """Best-of-`repeats` FLOP/s of the GEMM shape that dominates the fast sweep."""
-    a, w = torch.randn(rows, d), torch.randn(d, d_ff)
-    for _ in range(3):
-        a @ w
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a @ w
-        best = min(best, time.perf_counter() - t)
-    return 2 * rows * d * d_ff / best
 
 
 def flop_floor(model, samples) -> tuple[float, float]:

@@ -11,8 +11,6 @@ import os
 
 from .runconfig import PipelineConfig
 
-ARITH_BENCHMARKS = ["arith-add", "arith-sub", "arith-decimal"]
-
 DEMO = dict(
     out="runs/demo", task="addition", templates=["add-eq-1", "add-eq-2", "add-stmt-1", "add-qa-2"], n=96, few_shot=3,
     shared_prefix=True, top_k=8, knockout_k=12, seeds=5, analysis_samples=None, transfer_n=50,
@@ -28,5 +26,7 @@ def demo_config(overrides: dict) -> PipelineConfig:
     if not data_dir:
         print("note: KEYHEADS_DATA is not set, so the evaluation uses only the built-in arithmetic sets and the "
               "SVAMP/GSM8K transfer is skipped (point it at a folder with gsm8k/, svamp/, addsub/, singleeq/, mmlu/, csqa/)")
-    benchmarks = ARITH_BENCHMARKS + (["gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa"] if data_dir else [])
+    from .evaluation.tasks import ARITH, TABLE_BENCHMARKS
+
+    benchmarks = list(ARITH) + (list(TABLE_BENCHMARKS) if data_dir else [])
     return PipelineConfig.make(**{**DEMO, "eval_benchmarks": benchmarks, "data_dir": data_dir, **overrides})

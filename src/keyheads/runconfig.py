@@ -20,7 +20,12 @@ Count = Annotated[int, Field(ge=1, strict=True)]
 NonNegative = Annotated[int, Field(ge=0, strict=True)]
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs
 VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?|full|lora")
-DATA_BENCHMARKS = ("gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa", "generic-kl")
+
+
+def _table_benchmarks() -> tuple[str, ...]:
+    from .evaluation.tasks import TABLE_BENCHMARKS
+
+    return TABLE_BENCHMARKS
 
 
 @dataclass(config=ConfigDict(extra="forbid", validate_assignment=True))
@@ -89,7 +94,7 @@ class PipelineConfig:
     finetune_batch_size: Count = 128
     finetune_micro_batch_size: Count = 8
     finetune_mlps: Count = 3
-    eval_benchmarks: list[str] = Field(default_factory=lambda: list(DATA_BENCHMARKS))
+    eval_benchmarks: list[str] = Field(default_factory=lambda: list(_table_benchmarks()))
     eval_limit: Optional[Count] = 50
     eval_few_shot: Optional[NonNegative] = None
     data_dir: Optional[str] = None
@@ -149,7 +154,9 @@ class PipelineConfig:
     @model_validator(mode="after")
     def _needs_data(self):
         folder = self.data_dir or os.environ.get("KEYHEADS_DATA")
-        need = [b for b in self.eval_benchmarks if b in DATA_BENCHMARKS]
+        from .evaluation.tasks import ARITH
+
+        need = [b for b in self.eval_benchmarks if b not in ARITH]  # the built-in sets are the only ones without data
         if need and not folder:
             raise ValueError(f"eval_benchmarks {', '.join(need)} read a benchmark folder: set data_dir (or "
                              "$KEYHEADS_DATA), or keep only the built-in arith-* sets")

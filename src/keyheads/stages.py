@@ -133,15 +133,14 @@ class Runner:
     def record_path(self, name: str) -> Path:
         return self.run / "stages" / f"{name.replace('/', '--')}.json"
 
-    def why_stale(self, stage: Stage, sig: str) -> str | None:
-        """None when up to date, else the reason in words."""
+    def why_stale(self, stage: Stage, sig: str, inputs: dict) -> str | None:
+        """None when up to date, else the reason in words (`inputs`: the inputs' hashes now)."""
         path = self.record_path(stage.name)
         if not path.is_file():
             return "not run yet"
         rec = read_json(path)
         if rec.get("signature") != sig:
             changed = _changes(rec.get("settings", {}), stage.settings)
-            inputs = hash_tree(self.run, stage.inputs)
             changed += [f"input {k} changed" for k in sorted(set(inputs) | set(rec.get("inputs", {})))
                         if inputs.get(k) != rec.get("inputs", {}).get(k)]
             return "; ".join(changed) or "signature changed"
@@ -156,7 +155,7 @@ class Runner:
         inputs = hash_tree(self.run, stage.inputs)
         missing = [k for k, v in inputs.items() if v is None]
         sig = signature(stage.settings, inputs)
-        reason = "forced" if self.force else self.why_stale(stage, sig)
+        reason = "forced" if self.force else self.why_stale(stage, sig, inputs)
         chosen = self.selected is None or stage.name in self.selected or stage.group in self.selected
         if reason is None:
             self.say(f"[{stage.name}] up to date")
