@@ -208,3 +208,40 @@ def test_cli_run_flags_override_the_yaml_and_errors_exit_2(tmp_path, capsys):
     assert "missing.yaml" in capsys.readouterr().err
     assert main(["demo", "--device", "cuda:3"]) == 2
     assert "--device" in capsys.readouterr().err
+
+
+def test_training_on_the_trainset_evaluates_only_untrained_items(run, tiny_data, monkeypatch):  # noqa: F811
+    from keyheads.data.trainset import SplitConfig, heldout_splits
+    from keyheads.finetune import load_examples
+
+    monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
+    data = run.parent / "benchmarks"
+    shutil.copytree(tiny_data, data)
+    # distinct questions, so that the trainset (GSM8K train + SVAMP's training part) is not empty
+    (data / "gsm8k" / "train.jsonl").write_text("".join(
+        json.dumps({"question": f"Tom has {a} pens and buys 2 more. How many pens?", "answer": f"#### {a + 2}"}) + "\n"
+        for a in range(3)))
+    (data / "svamp" / "SVAMP.json").write_text(json.dumps(
+        [{"ID": f"chal-{i}", "Body": f"Bob had {i} cards.", "Question": "He lost 1. How many cards now?",
+          "Equation": f"( {i} - 1 )", "Answer": i - 1, "Type": "Subtraction"} for i in range(8)]))
+    cfg = config(run, data, finetune_data="trainset", eval_benchmarks=["svamp"], eval_limit=None, eval_few_shot=0)
+    assert cfg.resolved_eval_split() == "heldout"
+    run_pipeline(cfg, stages=["data", "identify", "finetune", "eval"])
+    res = json.loads((run / "eval" / "results.json").read_text())["variants"][0]["benchmarks"]["svamp"]
+    held = heldout_splits(str(data), SplitConfig())["svamp"][1]
+    trained = {e.prompt for e in load_examples("trainset", data_dir=str(data))}
+    assert res["split"].startswith("heldout") and 0 < res["n"] == len(held) < 8
+    assert not any(r.question in p for r in held for p in trained)
+    # asked for explicitly, or with other training data, the whole set as in the paper
+    assert config(run, data, finetune_data="trainset", eval_split="full").resolved_eval_split() == "full"
+    assert config(run, data).resolved_eval_split() == "full"
+
+
+@pytest.mark.parametrize("command", ["run", "demo"])
+def test_help_prints_every_setting(command, capsys):
+    from keyheads.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert done.value.code == 0 and "-5%" in text and "--eval-split" in text

@@ -60,7 +60,8 @@ def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = Tru
                             [f"finetune/{variant}"], lambda v=variant: _finetune(cfg, run, get_model(), v, progress)))
     if cfg.eval_benchmarks:
         stages.append(Stage("eval", {**model_key, "benchmarks": cfg.eval_benchmarks, "limit": cfg.eval_limit,
-                                     "few_shot": cfg.eval_few_shot, "data_dir": cfg.data_dir, "seed": cfg.seed},
+                                     "few_shot": cfg.eval_few_shot, "split": cfg.resolved_eval_split(),
+                                     "data_dir": cfg.data_dir, "seed": cfg.seed},
                             [PAIRS, KEY_HEADS] + [f"finetune/{v}" for v in cfg.finetune], ["eval"],
                             lambda: _eval(cfg, run, get_model(), progress), keep=["eval/cache"]))
     # the eval folder's per-item cache is not a result; its table is
@@ -234,7 +235,8 @@ def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
         return model if name in (cfg.model, model.name) else load_model(name, device=cfg.device, dtype=cfg.dtype)
 
     evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval_benchmarks), data_dir=_data_dir(cfg),
-                                  limit=cfg.eval_limit, few_shot=cfg.eval_few_shot, batch_size=cfg.batch_size,
+                                  limit=cfg.eval_limit, few_shot=cfg.eval_few_shot, split=cfg.resolved_eval_split(),
+                                  batch_size=cfg.batch_size,
                                   seed=cfg.seed, cache_dir=str(run / "eval" / "cache"), progress=progress),
              run / "eval", loader=loader)
 

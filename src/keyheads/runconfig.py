@@ -64,6 +64,9 @@ class PipelineConfig:
             sets are built in, the others need data_dir.
         eval_limit: items per benchmark (None: all).
         eval_few_shot: exemplars per evaluation prompt (None: each benchmark's default).
+        eval_split: AddSub/SingleEq/SVAMP items evaluated: full (the whole sets, as in the paper),
+            heldout (minus the parts the 'trainset' trains on), or auto (heldout when
+            finetune_data is 'trainset', so that no trained item is ever evaluated; else full).
         data_dir: benchmark folder (default $KEYHEADS_DATA).
         batch_size: prompts per forward pass.
         seed: seeds the pairs, the random orders, the random heads and the training order.
@@ -97,9 +100,15 @@ class PipelineConfig:
     eval_benchmarks: list[str] = Field(default_factory=lambda: list(_table_benchmarks()))
     eval_limit: Optional[Count] = 50
     eval_few_shot: Optional[NonNegative] = None
+    eval_split: Literal["auto", "full", "heldout"] = "auto"
     data_dir: Optional[str] = None
     batch_size: Count = 16
     seed: NonNegative = 0
+
+    def resolved_eval_split(self) -> str:
+        if self.eval_split != "auto":
+            return self.eval_split
+        return "heldout" if self.finetune and self.finetune_data == "trainset" else "full"
 
     @field_validator("device", "dtype", "out", "eval_benchmarks")
     @classmethod

@@ -49,7 +49,8 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ..
             continue
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        help_text = f"{docs.get(f.name, '')} (default: {default})"
+        # argparse %-formats help texts: a literal "-5%" in a docstring must reach it as "-5%%"
+        help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")
         if hints[f.name] is bool:
             group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
