@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
 from keyheads.report.figures import new_figure, save_figure  # noqa: E402
-from keyheads.report.rundata import DRIFT, EvalTable, display, eval_table, finetune_runs  # noqa: E402
+from keyheads.report.rundata import (DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs,  # noqa: E402
+                                     stage_records)
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 
@@ -70,16 +71,42 @@ def figure(t: EvalTable, out: Path) -> Path | None:
     return save_figure(fig, out)
 
 
+def partial_table(run: Path, config: dict, runs: dict) -> tuple[EvalTable, list[tuple[str, str | None]]]:
+    """The rows an interrupted eval stage finished, from its per-variant folders: summary.json, else
+    the benchmarks' own JSONs (a benchmark not reached stays empty). -> (table, (label, finetune run) of each row never evaluated)."""
+    from keyheads.evaluation.runner import slug
+    from keyheads.pipeline import eval_labels
+
+    heads = json.loads((run / "identify" / "key_heads.json").read_text())["heads"]
+    labels = eval_labels(config["model"], len(heads), config["finetune"])
+    kinds = ["model", "knockout"] + ["adapter"] * len(config["finetune"])
+    names = [None, None] + list(config["finetune"])
+    rows, missing = [], []
+    for label, kind, name in zip(labels, kinds, names):
+        folder = run / "eval" / slug(label)
+        benchmarks = {b: json.loads((folder / f"{b}.json").read_text())
+                      for b in config["eval_benchmarks"] if (folder / f"{b}.json").exists()}
+        if not benchmarks:
+            missing.append((label, name))
+            continue
+        rows.append(EvalRow(label, kind, benchmarks, name))
+    return EvalTable(list(config["eval_benchmarks"]), rows), missing
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", help="a finished `keyheads run configs/table1-*.yaml` folder")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--partial", action="store_true",
+                    help="the eval stage did not finish: table the rows it did finish, and name the others")
     args = ap.parse_args()
     run = Path(args.run)
-    runs, t = finetune_runs(run), eval_table(run)
-    if t is None:
-        raise SystemExit(f"{run}/eval/results.json not found: the eval stage has not finished")
     config = json.loads((run / "config.json").read_text())
+    runs, t, missing = finetune_runs(run), eval_table(run), []
+    if t is None and args.partial:
+        t, missing = partial_table(run, config, runs)
+    if t is None:
+        raise SystemExit(f"{run}/eval/results.json not found: the eval stage has not finished (see --partial)")
     model = config["model"]
     precise = [r for r in t.rows if r.run and (runs.get(r.run) or {}).get("method") == "precise"
                and not r.run.startswith("random")]
@@ -87,13 +114,24 @@ def main() -> None:
     main_rows = ("full", "lora", "precise")
     table1 = [r for r in t.rows if r.kind in ("model", "knockout")
               or (r.run or "") in main_rows or (r.run or "").startswith("random")]
-    png = figure(t, FIGURES / f"table1-{model}.png")
+    png = figure(t, FIGURES / f"{run.name}.png")
+    records = stage_records(run)
+    trained_on = next((r.get("machine") or {} for k, r in records.items() if k.startswith("finetune/")), {})
+    where = trained_on.get("gpu") or f"{trained_on.get('torch_threads', '?')} CPU threads"
+    split = next((r.benchmarks[b].get("split") for r in t.rows for b in ("addsub", "singleeq", "svamp")
+                  if b in r.benchmarks), "not evaluated")
     lines = [f"- date: {datetime.date.today().isoformat()}; commands: `keyheads run {run}/config.json` (the "
-             f"effective config; the run was started from configs/table1-*.yaml), then `python bench/table1.py {run}`; "
-             f"training data `{config['finetune_data']}`, "
-             f"{config['finetune_epochs']} epoch(s), lr {config['finetune_lr']}, batch {config['finetune_batch_size']}; "
-             f"{config['eval_limit']} items per benchmark; key heads = top-{config['top_k']} by path patching",
-             "", "**Table 1** (95% Wilson intervals; Δ in points from the base row)", ""]
+             f"effective config; the run was started from configs/{run.name}.yaml), then "
+             f"`python bench/table1.py {run}{' --partial' if missing else ''}`",
+             f"- training data `{config['finetune_data']}`, {config['finetune_epochs']} epoch(s), lr "
+             f"{config['finetune_lr']}, batch {config['finetune_batch_size']}, {config.get('dtype') or 'default dtype'}; "
+             f"trained on {where} (train speed is measured there, each variant in this run); "
+             f"{config['eval_limit'] or 'all'} items per benchmark (AddSub/SingleEq/SVAMP split: {split}); "
+             f"key heads = top-{config['top_k']} by path patching"]
+    if missing:
+        lines.append("- **incomplete**: the eval stage stopped before these rows: " + "; ".join(
+            f"{label} (trained: {_trained(runs.get(name))})" for label, name in missing))
+    lines += ["", "**Table 1** (95% Wilson intervals; Δ in points from the base row)", ""]
     lines += markdown_table(t, table1, runs)
     lines += ["", "**Table 2**: precise SFT by what it tunes", ""] + markdown_table(t, precise, runs)
     if png:
@@ -101,8 +139,15 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        write_section(f"Tables 1 and 2: precise SFT vs full SFT, LoRA and random heads on {model}", text)
+        write_section(f"Tables 1 and 2: precise SFT vs full SFT, LoRA and random heads on {model} ({run.name})", text)
 
+
+def _trained(info: dict | None) -> str:
+    if not info:
+        return "no"
+    train = info.get("train") or {}
+    return (f"{info.get('tuned_params', 0):,} params, {train.get('samples_per_second', 0):.1f} samples/s, "
+            f"final loss {train.get('final_loss', float('nan')):.3f}")
 
 if __name__ == "__main__":
     main()

@@ -245,3 +245,33 @@ def test_help_prints_every_setting(command, capsys):
         main([command, "--help"])
     text = capsys.readouterr().out
     assert done.value.code == 0 and "-5%" in text and "--eval-split" in text
+
+
+def test_keyheads_eval_adapter_reproduces_a_run_row(run, tiny_data, monkeypatch, tmp_path):  # noqa: F811
+    from keyheads.cli import main
+
+    monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
+    cfg = config(run, tiny_data, finetune=["precise", "lora"], eval_benchmarks=["mmlu", "arith-add"], eval_limit=3)
+    run_pipeline(cfg, stages=["data", "identify", "finetune", "eval"])
+    rows = {r["label"]: r for r in json.loads((run / "eval" / "results.json").read_text())["variants"]}
+    for variant in ("precise", "lora"):
+        out, cache = tmp_path / f"again-{variant}", tmp_path / f"cache-{variant}"  # a fresh cache: recomputed
+        assert main(["eval", "--adapter", str(run / "finetune" / variant), "--no-base", "--benchmarks", "mmlu,arith-add",
+                     "--limit", "3", "--few-shot", "1", "--batch-size", "8", "--data-dir", str(tiny_data),
+                     "--out", str(out), "--cache-dir", str(cache), "--quiet"]) == 0
+        again = json.loads((out / "results.json").read_text())["variants"][0]
+        row = rows[f"tiny + {variant} SFT"]
+        for bench in ("mmlu", "arith-add"):
+            assert {k: again["benchmarks"][bench][k] for k in ("accuracy", "n", "ci95")} == \
+                   {k: row["benchmarks"][bench][k] for k in ("accuracy", "n", "ci95")}
+        # item by item: the same scores and generations as the run's own evaluation
+        for bench in ("mmlu", "arith-add"):
+            assert cached(cache / f"{bench}.jsonl") == cached(run / "eval" / "cache" / f"{bench}.jsonl",
+                                                              f"tiny + {variant} SFT")
+
+
+def cached(path, label=None) -> list[str]:
+    """The per-item results of an evaluation cache (of one row label), without key and label."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in ("key", "variant")}, sort_keys=True)
+                  for r in rows if label is None or r["variant"] == label)

@@ -220,16 +220,22 @@ def _finetune(cfg: PipelineConfig, run: Path, model, variant: str, progress: boo
     print(describe(info))
 
 
+def eval_labels(model: str, n_heads: int, finetune: list[str]) -> list[str]:
+    """The eval stage's row labels: base, key-head knockout, then one per fine-tuning variant."""
+    return ([f"{model} (base)", f"{model} - {n_heads} key heads knocked out"]
+            + [f"{model} + {v} SFT" for v in finetune])
+
+
 def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     from .evaluation import EvalConfig, Variant, evaluate
     from .models import load_model
 
     heads = key_head_labels(run)
-    variants = [Variant.make("model", cfg.model, label=f"{cfg.model} (base)"),
-                Variant.make("knockout", cfg.model, label=f"{cfg.model} - {len(heads)} key heads knocked out",
-                             heads=",".join(heads), data=str(run / PAIRS))]
-    variants += [Variant.make("adapter", str(run / "finetune" / v), label=f"{cfg.model} + {v} SFT")
-                 for v in cfg.finetune]
+    labels = eval_labels(cfg.model, len(heads), cfg.finetune)
+    variants = [Variant.make("model", cfg.model, label=labels[0]),
+                Variant.make("knockout", cfg.model, label=labels[1], heads=",".join(heads), data=str(run / PAIRS))]
+    variants += [Variant.make("adapter", str(run / "finetune" / v), label=label)
+                 for v, label in zip(cfg.finetune, labels[2:])]
 
     def loader(name: str):
         return model if name in (cfg.model, model.name) else load_model(name, device=cfg.device, dtype=cfg.dtype)
