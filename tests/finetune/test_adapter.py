@@ -282,3 +282,21 @@ def test_lora_run_refuses_another_base(examples, tmp_path):
     finetune(model, examples, FinetuneConfig(method="lora", **{**SETTINGS, "max_steps": 1}), tmp_path, progress=False)
     with pytest.raises(AdapterMismatch):
         load_finetuned(tmp_path, loader_of("llama", seed=SEED + 1))
+
+
+def test_full_sft_of_a_bf16_model_warns_that_small_updates_are_lost(examples, tmp_path):
+    settings = {**SETTINGS, "lr": 2e-5, "max_steps": 1, "warmup_ratio": 0.0}
+    changed = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        model = tiny_model("llama", SEED)
+        model.hf.to(dtype)
+        before = [p.detach().clone() for p in model.hf.parameters()]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            finetune(model, examples, FinetuneConfig(method="full", **settings), tmp_path / str(dtype), progress=False)
+        warned = [w for w in caught if "updates smaller than the weights' precision are lost" in str(w.message)]
+        assert bool(warned) == (dtype == torch.bfloat16)
+        moved = sum(int((p.detach() != b).sum()) for p, b in zip(model.hf.parameters(), before))
+        changed[dtype] = moved / sum(b.numel() for b in before)
+    # what the warning is about: one Adam step at lr 2e-5 moves almost no bf16 weight
+    assert changed[torch.float32] > 0.9 and changed[torch.bfloat16] < 0.2, changed

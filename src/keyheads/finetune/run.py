@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import platform
 import time
+import warnings
 from pathlib import Path
+
+import torch
 
 from ..components import Components
 from ..io import read_json, write_json
@@ -52,6 +55,13 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, o
                                  "choose another --out, or delete that folder to train again")
         print(f"{out} is finished with these settings; nothing to do")
         return done
+    if cfg.method == "full" and model.dtype in (torch.bfloat16, torch.float16):
+        # bf16 keeps 8 significant bits: near |w| = 0.05 its spacing is 2.4e-4, so an Adam step of
+        # about lr (2e-5) rounds back to the same weight; the adapters keep float32 deltas
+        warnings.warn(f"full SFT of a {str(model.dtype).removeprefix('torch.')} model: updates smaller than "
+                      "the weights' precision are lost, so at small learning rates it hardly trains and is no fair "
+                      "baseline for precise SFT or LoRA (which keep float32 deltas); load the model in float32 "
+                      "(--dtype float32) to compare them", stacklevel=2)
     data = tokenize(model.tokenizer, examples, cfg.max_length)
     total_params = sum(p.numel() for p in model.hf.parameters())
     tuned = make_trainable(model, cfg, components)
