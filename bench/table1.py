@@ -56,17 +56,21 @@ def markdown_table(t: EvalTable, rows, runs: dict) -> list[str]:
 
 
 def figure(t: EvalTable, out: Path) -> Path | None:
-    points = [(r.label, t.mean_delta(r, t.math()), t.drift(r)) for r in t.rows if r.kind in ("model", "adapter")]
+    rows = [r for r in t.rows if r.kind in ("model", "adapter")]
+    # only the math sets every point has, so that the points average the same sets
+    math = [b for b in t.math() if all(r.acc(b) is not None for r in rows)]
+    points = [(r.label, t.mean_delta(r, math), t.drift(r)) for r in rows]
     points = [(label, gain, d) for label, gain, d in points if gain is not None and d is not None]
     if not points:
         return None
     fig, ax = new_figure(6.5, 4.5)
     for label, gain, d in points:
         ax.errorbar(d["kl"], 100 * gain, xerr=[[d["kl"] - d["kl_ci95"][0]], [d["kl_ci95"][1] - d["kl"]]], fmt="o")
-        ax.annotate(label, (d["kl"], 100 * gain), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        short = label.split(" + ", 1)[1] if " + " in label else "base"
+        ax.annotate(short, (d["kl"], 100 * gain), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xlabel("generic drift: mean KL from the base model on MMLU/CSQA texts")
-    ax.set_ylabel("math gain: mean accuracy change (points)")
+    ax.set_ylabel(f"math gain: mean accuracy change (points)\nover {', '.join(display(b) for b in math)}", fontsize=8)
     ax.set_title("Fine-tuning: math gain against generic drift")
     return save_figure(fig, out)
 
