@@ -69,6 +69,9 @@ def figure(t: EvalTable, out: Path) -> Path | None:
         short = label.split(" + ", 1)[1] if " + " in label else "base"
         ax.annotate(short, (d["kl"], 100 * gain), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.axhline(0, color="grey", lw=0.5)
+    # drifts span two orders of magnitude (adapters ~0.01, full SFT ~0.3): linear near 0, log above
+    ax.set_xscale("symlog", linthresh=0.01)
+    ax.set_xlim(left=-0.001)
     ax.set_xlabel("generic drift: mean KL from the base model on MMLU/CSQA texts")
     ax.set_ylabel(f"math gain: mean accuracy change (points)\nover {', '.join(display(b) for b in math)}", fontsize=8)
     ax.set_title("Fine-tuning: math gain against generic drift")
@@ -124,10 +127,11 @@ def main() -> None:
     where = trained_on.get("gpu") or f"{trained_on.get('torch_threads', '?')} CPU threads"
     split = next((r.benchmarks[b].get("split") for r in t.rows for b in ("addsub", "singleeq", "svamp")
                   if b in r.benchmarks), "not evaluated")
-    lines = [f"- date: {datetime.date.today().isoformat()}; commands: `keyheads run {run}/config.json` (the "
-             f"effective config; the run was started from configs/{run.name}.yaml), then "
+    n_train = next(((info.get("data") or {}).get("n") for info in runs.values()), "?")
+    lines = [f"- date: {datetime.date.today().isoformat()}; commands: `keyheads run configs/{run.name}.yaml` (with "
+             f"the flags its header gives; the effective settings are in {run.name}/config.json), then "
              f"`python bench/table1.py {run}{' --partial' if missing else ''}`",
-             f"- training data `{config['finetune_data']}`, {config['finetune_epochs']} epoch(s), lr "
+             f"- training data `{config['finetune_data']}` ({n_train} examples), {config['finetune_epochs']} epoch(s), lr "
              f"{config['finetune_lr']}, batch {config['finetune_batch_size']}, {config.get('dtype') or 'default dtype'}; "
              f"trained on {where} (train speed is measured there, each variant in this run); "
              f"{config['eval_limit'] or 'all'} items per benchmark (AddSub/SingleEq/SVAMP split: {split}); "
