@@ -78,14 +78,14 @@ def figure(t: EvalTable, out: Path) -> Path | None:
     return save_figure(fig, out)
 
 
-def partial_table(run: Path, config: dict, runs: dict) -> tuple[EvalTable, list[tuple[str, str | None]]]:
-    """The rows an interrupted eval stage finished, from its per-variant folders: summary.json, else
-    the benchmarks' own JSONs (a benchmark not reached stays empty). -> (table, (label, finetune run) of each row never evaluated)."""
+def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, str | None]]]:
+    """The rows an interrupted eval stage finished, from the benchmarks' JSONs in its per-variant
+    folders (a benchmark not reached stays empty). -> (table, (label, finetune run) of each row
+    never evaluated)."""
     from keyheads.evaluation.runner import slug
-    from keyheads.pipeline import eval_labels
+    from keyheads.pipeline import eval_labels, key_head_labels
 
-    heads = json.loads((run / "identify" / "key_heads.json").read_text())["heads"]
-    labels = eval_labels(config["model"], len(heads), config["finetune"])
+    labels = eval_labels(config["model"], len(key_head_labels(run)), config["finetune"])
     kinds = ["model", "knockout"] + ["adapter"] * len(config["finetune"])
     names = [None, None] + list(config["finetune"])
     rows, missing = [], []
@@ -111,7 +111,7 @@ def main() -> None:
     config = json.loads((run / "config.json").read_text())
     runs, t, missing = finetune_runs(run), eval_table(run), []
     if t is None and args.partial:
-        t, missing = partial_table(run, config, runs)
+        t, missing = partial_table(run, config)
     if t is None:
         raise SystemExit(f"{run}/eval/results.json not found: the eval stage has not finished (see --partial)")
     model = config["model"]
@@ -156,6 +156,7 @@ def _trained(info: dict | None) -> str:
     train = info.get("train") or {}
     return (f"{info.get('tuned_params', 0):,} params, {train.get('samples_per_second', 0):.1f} samples/s, "
             f"final loss {train.get('final_loss', float('nan')):.3f}")
+
 
 if __name__ == "__main__":
     main()
