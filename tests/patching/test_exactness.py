@@ -1,5 +1,8 @@
 """The fast path patching equals the naive one (one forward per sender), and the other
 methods equal their direct definitions."""
+import itertools
+import random
+
 import pytest
 import torch
 
@@ -7,7 +10,7 @@ from keyheads.patching.activation import activation_patch_batch
 from keyheads.patching.attribution import attribution_patch_batch
 from keyheads.patching.naive import naive_path_patch_batch
 from keyheads.patching.path import path_patch_batch
-from keyheads.patching.samples import Batch, PatchSample, batches
+from keyheads.patching.samples import Batch, PatchSample, _cuts, batches
 from keyheads.testing import TINY_FAMILIES, tiny_model
 
 REF = ["3 + 4 = ", "5 + 2 = ", "1 + 1 = "]
@@ -144,6 +147,7 @@ def test_left_padded_batches_match_one_sample_batches(model, method):
     (batch,) = batches(samples, batch_size=len(samples), device=model.device, pad_id=5)
     assert batch.mask is not None and len({len(s.ref_ids) for s in samples}) == len(samples)
     assert (batch.mask.sum(1).tolist() == [len(samples[i].ref_ids) for i in batch.index])
+    assert len(batch.by_length()) > 1  # the fast method's capture takes several passes here
     padded = method(model, batch, "logit-diff")
     for row, i in enumerate(batch.index):
         s = samples[i]
@@ -177,3 +181,62 @@ def test_batches_are_sorted_by_length_and_padded_on_the_left():
     # samples of one length need no mask: the model keeps its unpadded path
     (same,) = batches([samples[1], samples[1]], batch_size=2, device="cpu")
     assert same.mask is None and same.inputs() == {}
+
+
+def _padding(lengths, cuts):
+    return sum((j - i) * lengths[j - 1] - sum(lengths[i:j]) for i, j in zip(cuts, cuts[1:]))
+
+
+def _every_cut(n, max_size):
+    for k in range(n):
+        for inner in itertools.combinations(range(1, n), k):
+            cuts = [0, *inner, n]
+            if all(0 < j - i <= max_size for i, j in zip(cuts, cuts[1:])):
+                yield cuts
+
+
+def test_batch_cuts_pad_least_against_every_possible_cut():
+    rng = random.Random(0)
+    for _ in range(60):
+        n, size = rng.randint(1, 9), rng.randint(1, 5)
+        lengths = sorted(rng.choice([3, 4, 9, 10, 30]) for _ in range(n))
+        fewest = -(-n // size)
+        got = _cuts(lengths, size, groups=fewest)
+        options = [c for c in _every_cut(n, size) if len(c) - 1 == fewest]
+        assert got in options
+        assert _padding(lengths, got) == min(_padding(lengths, c) for c in options)
+        # free number of groups, each costing `group_cost` padded positions
+        cost = rng.choice([0, 2, 5, 100])
+        got = _cuts(lengths, size, group_cost=cost)
+        total = lambda c: _padding(lengths, c) + cost * (len(c) - 1)  # noqa: E731
+        assert total(got) == min(total(c) for c in _every_cut(n, size))
+
+
+def test_batches_cut_where_lengths_jump():
+    # cutting every 3 rows would pad two 4-token rows to 20; the same two batches can pad none
+    lengths = [4, 4, 20, 20, 20, 20]
+    samples = [PatchSample(i, [7] * n, [8] * n, 1) for i, n in enumerate(lengths)]
+    got = list(batches(samples, batch_size=4, device="cpu"))
+    assert [b.index for b in got] == [[0, 1], [2, 3, 4, 5]]
+    assert all(b.mask is None for b in got)
+    with pytest.raises(ValueError, match="batch_size"):
+        list(batches(samples, batch_size=0, device="cpu"))
+
+
+def test_by_length_splits_a_batch_into_runs_trimmed_to_their_own_width():
+    lengths = [3, 3, 4, 12, 12]
+    samples = [PatchSample(i, list(range(1, n + 1)), list(range(11, n + 11)), i) for i, n in enumerate(lengths)]
+    (batch,) = batches(samples, batch_size=5, device="cpu", pad_id=0)
+    parts = batch.by_length(pass_share=0.1)
+    assert [p.index for p in parts] == [[0, 1, 2], [3, 4]]
+    for part in parts:
+        for row, i in enumerate(part.index):
+            pad = part.ref.shape[1] - lengths[i]
+            assert part.ref[row, pad:].tolist() == samples[i].ref_ids and part.cf[row, pad:].tolist() == samples[i].cf_ids
+            assert part.answer[row] == samples[i].answer_id
+        assert part.ref.shape[1] == max(lengths[i] for i in part.index)
+    assert parts[0].mask.tolist() == [[0, 1, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]]
+    assert parts[1].mask is None  # rows of one length take the unmasked path
+    # a split that saves little is not worth another pass
+    (whole,) = batch.by_length(pass_share=1.0)
+    assert whole is batch

@@ -52,16 +52,25 @@ def _add_mlp(model: HookedModel, layer: int, x: torch.Tensor, chunk: int) -> Non
 
 
 def _capture(model: HookedModel, batch: Batch) -> tuple[dict, dict]:
-    """END values of the reference (r) and counterfactual (c) prompts, from one pass.
+    """END values of the reference (r) and counterfactual (c) prompts.
 
-    Both halves travel in one batch: twice the rows per matrix product run closer to the
+    Both halves travel in one pass: twice the rows per matrix product run closer to the
     machine's peak rate than two passes of half the size. Neither needs the vocabulary.
+    Rows of very different lengths take separate passes, so that short rows are not
+    padded to the longest (the sweep after it still takes the whole batch at once).
     """
     ref_points, cf_points = _points(model)
-    B = batch.ref.shape[0]
-    inputs = {k: torch.cat([v, v]) for k, v in batch.inputs().items()}
-    _, both = forward_end(model, torch.cat([batch.ref, batch.cf]), ref_points, inputs=inputs, logits=False)
-    return {k: v[:B] for k, v in both.items()}, {k: both[k][B:] for k in cf_points}
+    r: dict[str, list] = {k: [] for k in ref_points}
+    c: dict[str, list] = {k: [] for k in cf_points}
+    for part in batch.by_length():
+        B = part.ref.shape[0]
+        inputs = {k: torch.cat([v, v]) for k, v in part.inputs().items()}
+        _, both = forward_end(model, torch.cat([part.ref, part.cf]), ref_points, inputs=inputs, logits=False)
+        for k in ref_points:
+            r[k].append(both[k][:B])
+        for k in cf_points:
+            c[k].append(both[k][B:])
+    return {k: torch.cat(v) for k, v in r.items()}, {k: torch.cat(v) for k, v in c.items()}
 
 
 def _sweep(model: HookedModel, r: dict, c: dict, mlp_chunk: int) -> torch.Tensor:

@@ -52,7 +52,8 @@ class PatchConfig:
         method: path (exact, fast), activation (total effect), attribution (gradient
             estimate), or path-naive (one forward per sender; for checking).
         metric: relative-logit (the paper's), logit-diff, or prob.
-        batch_size: samples per batch (samples of equal token length are batched).
+        batch_size: samples per batch, at most (batches are cut where token lengths jump, and
+            rows are padded on the left to the longest of their batch).
         limit: use only the first N pairs.
         min_abs_logit: relative-logit excludes samples whose original answer logit is
             smaller than this in absolute value (they are counted as n_excluded).
