@@ -320,15 +320,16 @@ class EndPasses:
             per_pass = max(1, self.max_rows // m)
             chunks = [todo[c:c + per_pass] for c in range(0, len(todo), per_pass)]
             starts = {min(_lowest(sets[i], L) for i in chunk) for chunk in chunks}
-            clean = self._clean_pass(g, starts)
-            for i in clean_sets:
-                reduce(i, group.index, clean["logits"])
-            bar.update(m * len(clean_sets))
-            for chunk in chunks:
-                logits = self._knockout_pass(g, [sets[i] for i in chunk], clean)
-                for j, i in enumerate(chunk):
-                    reduce(i, group.index, logits[j * m:(j + 1) * m])
-                bar.update(m * len(chunk))
+            with self.model.grouped_attention():
+                clean = self._clean_pass(g, starts)
+                for i in clean_sets:
+                    reduce(i, group.index, clean["logits"])
+                bar.update(m * len(clean_sets))
+                for chunk in chunks:
+                    logits = self._knockout_pass(g, [sets[i] for i in chunk], clean)
+                    for j, i in enumerate(chunk):
+                        reduce(i, group.index, logits[j * m:(j + 1) * m])
+                    bar.update(m * len(chunk))
         bar.close()
 
     def predict(self, sets: Sequence[Sequence[Head]], answer_ids: Sequence[int], topk: int = 0,
@@ -364,7 +365,8 @@ def clean_passes(model: HookedModel, prompts: PromptSet, edits: dict, progress: 
     """
     for group in tqdm(prompts.groups, desc=desc, disable=not progress, leave=False):
         P, m = len(group.prefix), len(group.index)
-        cache = _run(model, torch.tensor([group.prefix]), 0, want_cache=True)[1] if P else None
-        with model.hooks(edit=edits):
-            _run(model, group.suffixes, P, _rows(cache, m, expand_only=True) if P else None, mask=group.mask)
+        with model.grouped_attention():
+            cache = _run(model, torch.tensor([group.prefix]), 0, want_cache=True)[1] if P else None
+            with model.hooks(edit=edits):
+                _run(model, group.suffixes, P, _rows(cache, m, expand_only=True) if P else None, mask=group.mask)
         yield group
