@@ -94,8 +94,8 @@ class Batch:
         A batch that mixes lengths pads every short row to the longest. A pass over part of
         the rows costs about as much as the rows it computes plus a fixed share of the work
         (hooks, per-layer operations, smaller matrix products), so a part is split off only
-        where it saves more padding than `pass_share` of the batch's real tokens. Rows must
-        be in order of length, as `batches` makes them.
+        where it saves more padding than `pass_share` of the batch's real tokens. Only rows in
+        order of length, as `batches` makes them, are split; any other batch stays one pass.
         """
         lengths = self.lengths()
         if self.mask is None or lengths != sorted(lengths):
