@@ -34,8 +34,7 @@ from keyheads.patching.results import Effects  # noqa: E402
 
 def demo_data(folder: Path) -> Path:
     """The pairs the demo makes (same templates, n, few-shot prefix, seed), and their effects."""
-    cfg = demo_config(argparse.Namespace(model="smollm2-135m", out=str(folder), device="cpu", dtype="float32",
-                                         eval_limit=None))
+    cfg = demo_config({"model": "smollm2-135m", "out": str(folder), "device": "cpu", "dtype": "float32"})
     data = folder / "pairs.jsonl"
     args = ["data", "--task", cfg.task, "--n", str(cfg.n), "--few-shot", str(cfg.few_shot), "--keep-correct",
             "--single-token-answer", "--seed", str(cfg.seed), "--out", str(data)]
