@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from .errors import UserError
+
 COMMAND_MODULES = (
     "keyheads.commands.models",
     "keyheads.commands.data",
@@ -15,10 +17,6 @@ COMMAND_MODULES = (
     "keyheads.commands.finetune",
     "keyheads.commands.study",
 )
-
-
-class UserError(Exception):
-    """An error caused by the input: printed without a traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,9 +8,42 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
-Head = tuple[int, int]
+from .errors import UserError
+
+class Head(NamedTuple):
+    """One attention head: the paper's central object, and the one type for it everywhere.
+
+    A tuple, so it sorts by layer then head and unpacks as `layer, head = h`. "L.H" text appears
+    only where people type or read it (flags, YAML, tables): `Head.parse` and `str(head)`.
+    In JSON files a head is {"layer": L, "head": H}.
+    """
+
+    layer: int
+    head: int
+
+    def __str__(self) -> str:
+        return f"{self.layer}.{self.head}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Head":
+        """'14.2' -> Head(14, 2), with an error naming the bad text."""
+        layer, dot, head = text.strip().partition(".")
+        if not dot or not layer.isdigit() or not head.isdigit():
+            raise UserError(f"head {text.strip()!r} is not of the form LAYER.HEAD (for example 14.2)")
+        return cls(int(layer), int(head))
+
+    def to_json(self) -> dict:
+        return {"layer": self.layer, "head": self.head}
+
+    @classmethod
+    def from_json(cls, data) -> "Head":
+        """{"layer": L, "head": H} (or a [L, H] pair)."""
+        if isinstance(data, dict):
+            return cls(int(data["layer"]), int(data["head"]))
+        layer, head = data
+        return cls(int(layer), int(head))
 
 
 def parse_head_list(spec: str) -> list[Head]:

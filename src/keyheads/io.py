@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from .errors import MalformedLine
+
 
 def file_sha256(path: str | Path) -> str:
     """sha256 of a file, read in blocks (model weights can be large)."""
@@ -59,8 +61,6 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
-class MalformedLine(ValueError):
-    pass
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:

@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from .errors import SettingError
+
 # The dtype names load_model accepts (keyheads.models.loading uses this table): name -> torch attribute.
 DTYPES = {
     "float32": "float32", "fp32": "float32",
@@ -31,20 +33,6 @@ _NAMES = tuple(dict.fromkeys(DTYPES.values()))
 DTYPE_HELP = (f"{', '.join(_NAMES[:-1])} or {_NAMES[-1]} "  # float32, bfloat16, float16 or float64 (or fp32, ...)
               f"(or {', '.join(alias for alias in DTYPES if alias not in _NAMES)})")
 DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto"
-
-
-class SettingError(ValueError):
-    """A setting that cannot work: `SettingError(key, value, why)`, or `SettingError(message)`."""
-
-    def __init__(self, key: str, value: object = None, why: str | None = None):
-        self.key, self.value, self.why = key, value, why
-        if why is None:
-            message = key
-        elif key.startswith("-"):
-            message = f"{key} {value}: {why}"  # as it was typed
-        else:
-            message = f"{key}: {value!r} given; {why}"
-        super().__init__(message)
 
 
 # ---- devices and dtypes -------------------------------------------------------------------------

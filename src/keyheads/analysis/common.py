@@ -9,12 +9,11 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from ..errors import AnalysisError
 from ..knockout import Head, Knockout
 from ..models.model import HookedModel
 
 
-class AnalysisError(ValueError):
-    """Bad input to an analysis: printed to the user without a traceback."""
 
 
 @dataclass

@@ -36,7 +36,7 @@ def _user_errors(fn):
     """Analysis input errors become the CLI's plain error messages."""
     def wrapped(args):
         from ..analysis.common import AnalysisError
-        from ..cli import UserError
+        from ..errors import UserError
 
         try:
             return fn(args)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
+from ..errors import CounterfactualError
 from .correct import NothingCorrect, format_scores, predict_correct, score_table
 from .pairs import POSITION_KEYS, Pair, answer_continuation, encode_with_offsets, span_tokens
 from .templates import OPERANDS, Slot, Template, TemplateError, TemplateSet, operator_pool
@@ -192,8 +193,6 @@ def draw_fillers(template: Template, pools: dict, rng: random.Random) -> dict[st
     return values
 
 
-class CounterfactualError(ValueError):
-    """No counterfactual with the reference's token count could be drawn."""
 
 
 class _SameLength:

@@ -32,6 +32,8 @@ from typing import Iterable
 
 import yaml
 
+from ..errors import TemplateError
+
 TASKS = ("addition", "subtraction", "multiplication", "division", "exponentiation")
 OPERANDS = ("A", "B")
 ANSWER = "C"
@@ -42,8 +44,6 @@ _SLOT_BODY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(~?)(?::(.*))?$", re.S)
 _NUMBERED = re.compile(r"^(.*?[A-Za-z_])(\d+)$")
 
 
-class TemplateError(ValueError):
-    """A template or pool that cannot be used; the message names the template and the slot."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import MissingPackage, ModelNotFound
 from ..io import file_sha256
 from ..settings import check_dtype
 from .bundled import BUNDLED, DEFAULT_MODEL
@@ -25,12 +26,6 @@ from .model import HookedModel
 MANIFEST = "keyheads-manifest.json"
 
 
-class ModelNotFound(ValueError):
-    pass
-
-
-class MissingPackage(ImportError):
-    pass
 
 
 def cache_root() -> Path:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import gemma3, gpt2, gpt_neox, llama, mistral, qwen2
+from ...errors import UnsupportedArchitecture
 from .base import Family
 
 FAMILIES: tuple[Family, ...] = tuple(
@@ -9,8 +10,6 @@ FAMILIES: tuple[Family, ...] = tuple(
 )
 
 
-class UnsupportedArchitecture(ValueError):
-    pass
 
 
 def family_for(model_type: str) -> Family:
