@@ -29,7 +29,7 @@ from keyheads.cli import main as cli  # noqa: E402
 from keyheads.demo import demo_config  # noqa: E402
 from keyheads.knockout import compute_means  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
-from keyheads.patching.results import Effects  # noqa: E402
+from keyheads.effects import Effects  # noqa: E402
 
 
 def demo_data(folder: Path) -> Path:

@@ -54,9 +54,10 @@ def build_model(args):
 
 def components(args, model):
     from keyheads.components import Components
+    from keyheads.effects import Effects
 
     if args.effects:
-        return Components.top_k(args.effects, args.heads, 3, model)
+        return Components.select(Effects.load(args.effects, model), top_k=args.heads, n_mlps=3)
     import random
 
     # Random heads drawn from --from-layer up (where key heads sit); MLPs the three top layers of that range.

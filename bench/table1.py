@@ -83,9 +83,9 @@ def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, s
     folders (a benchmark not reached stays empty). -> (table, (label, finetune run) of each row
     never evaluated)."""
     from keyheads.evaluation.runner import slug
-    from keyheads.pipeline import eval_labels, key_head_labels
+    from keyheads.pipeline import eval_labels, key_heads
 
-    labels = eval_labels(config["model"], len(key_head_labels(run)), config["finetune"])
+    labels = eval_labels(config["model"], len(key_heads(run).heads), config["finetune"])
     kinds = ["model", "knockout"] + ["adapter"] * len(config["finetune"])
     names = [None, None] + list(config["finetune"])
     rows, missing = [], []

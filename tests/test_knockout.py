@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from keyheads.knockout import Knockout, compute_means, parse_heads
+from keyheads.heads import parse_heads
+from keyheads.knockout import Knockout, compute_means
 from keyheads.testing import tiny_model
 
 CF = ["3 @ 4 = ", "5 < 2 = ", "7 > 1 = ", "2 # 9 = "]

@@ -62,7 +62,7 @@ def test_every_stage_writes_its_outputs_and_record(run, tiny_data, capsys, monke
     knock = json.loads((run / "knockout" / "knockout.json").read_text())
     assert knock["key_heads"]["heads"] == [k["label"] for k in keys["heads"]]
     ft = json.loads((run / "finetune" / "precise" / "finetune.json").read_text())
-    assert sorted(ft["components"]["heads"]) == sorted(k["label"] for k in keys["heads"])
+    assert sorted((h["layer"], h["head"]) for h in ft["components"]["heads"]) == sorted((k["layer"], k["head"]) for k in keys["heads"])
     rows = json.loads((run / "eval" / "results.json").read_text())["variants"]
     assert len(rows) == 3 and any("precise SFT" in r["label"] for r in rows)
     assert any((run / "eval" / "cache").iterdir())  # the evaluation cache lives in the run folder
@@ -112,23 +112,23 @@ def test_stages_and_from_choose_a_subset(run, tiny_data, capsys, monkeypatch):  
 
 
 def test_finetune_variant_names_choose_heads_and_mlps(run, tiny_data, llama, monkeypatch):  # noqa: F811
-    from keyheads.pipeline import key_head_labels, variant_components
+    from keyheads.pipeline import key_heads, variant_components
 
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
     cfg = config(run, tiny_data, finetune=[], eval_benchmarks=[], top_k=3, finetune_mlps=2)
     run_pipeline(cfg, stages=["data", "identify"])
     effects = json.loads((run / "identify" / "effects.json").read_text())
-    ranked = [f"{l}.{h}" for _, l, h in sorted((v, l, h) for l, row in enumerate(effects["heads"])
-                                                   for h, v in enumerate(row))]
+    ranked = [(l, h) for _, l, h in sorted((v, l, h) for l, row in enumerate(effects["heads"])
+                                               for h, v in enumerate(row))]
     mlps = [l for _, l in sorted((v, l) for l, v in enumerate(effects["mlps"]))]
 
     def chosen(name):
         c = variant_components(name, run, llama, cfg)
-        return sorted(c.head_labels()), sorted(c.mlps)
+        return sorted(c.heads), sorted(c.mlps)
 
-    assert chosen("precise") == (sorted(key_head_labels(run)), [])
+    assert chosen("precise") == (sorted(key_heads(run).heads), [])
     assert chosen("precise@5") == (sorted(ranked[:5]), [])
-    assert chosen("precise+mlp") == (sorted(key_head_labels(run)), sorted(mlps[:2]))
+    assert chosen("precise+mlp") == (sorted(key_heads(run).heads), sorted(mlps[:2]))
     assert chosen("precise@2+mlp1") == (sorted(ranked[:2]), mlps[:1])
     heads, none = chosen("random@4")
     assert len(heads) == 4 and none == [] and chosen("random@4") == (heads, [])  # seeded

@@ -1,74 +1,51 @@
-"""Which heads and MLP layers a stage works on: one small type, passed between stages as data.
+"""Which heads and MLP layers a stage works on, and the one rule that chooses them from effects.
 
-A `Components` is built from key heads (effects.json / key_heads.json), an explicit list, or a
-seeded random draw, and checked against a model once; later code never parses "L.H" strings.
+A `Components` is built in one of four ways, each a classmethod: from effects (`select`: the key
+heads, the top K, the top MLPs), from the key_heads.json that identify wrote (`read_key_heads`), from
+an explicit list (`explicit`), or as a seeded random draw (`random_heads`). It is checked against a
+model once and travels between stages as data: {"heads": [{"layer", "head"}], "mlps": [...]}.
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Iterable
 
-from .errors import UserError
+from .effects import PAPER_THRESHOLD, Effects
+from .errors import BadFile, MissingFile, UserError
+from .heads import Head, heads_of, parse_heads, parse_layers
+from .io import read_json
 
-class Head(NamedTuple):
-    """One attention head: the paper's central object, and the one type for it everywhere.
-
-    A tuple, so it sorts by layer then head and unpacks as `layer, head = h`. "L.H" text appears
-    only where people type or read it (flags, YAML, tables): `Head.parse` and `str(head)`.
-    In JSON files a head is {"layer": L, "head": H}.
-    """
-
-    layer: int
-    head: int
-
-    def __str__(self) -> str:
-        return f"{self.layer}.{self.head}"
-
-    @classmethod
-    def parse(cls, text: str) -> "Head":
-        """'14.2' -> Head(14, 2), with an error naming the bad text."""
-        layer, dot, head = text.strip().partition(".")
-        if not dot or not layer.isdigit() or not head.isdigit():
-            raise UserError(f"head {text.strip()!r} is not of the form LAYER.HEAD (for example 14.2)")
-        return cls(int(layer), int(head))
-
-    def to_json(self) -> dict:
-        return {"layer": self.layer, "head": self.head}
-
-    @classmethod
-    def from_json(cls, data) -> "Head":
-        """{"layer": L, "head": H} (or a [L, H] pair)."""
-        if isinstance(data, dict):
-            return cls(int(data["layer"]), int(data["head"]))
-        layer, head = data
-        return cls(int(layer), int(head))
+__all__ = ["Components", "Head", "key_heads_record", "rank_heads"]
 
 
-def parse_head_list(spec: str) -> list[Head]:
-    """'14.2,21.2' -> [(14, 2), (21, 2)], with an error naming the bad item."""
-    heads = []
-    for item in (s.strip() for s in spec.split(",")):
-        if not item:
-            continue
-        layer, dot, head = item.partition(".")
-        if not dot or not layer.isdigit() or not head.isdigit():
-            raise ValueError(f"head {item!r} is not of the form LAYER.HEAD (for example 14.2)")
-        heads.append((int(layer), int(head)))
-    return heads
+def rank_heads(effects: Effects, threshold: float | None = None, top_k: int | None = None) -> list[Head]:
+    """The selection rule: heads most negative first, below `threshold` (None: no cut), at most
+    `top_k` (None: no limit); an unmeasured (NaN) head is never chosen."""
+    ranked = [h for h in effects.ranked() if not math.isnan(effects.effect(h))]
+    return [h for h in ranked if threshold is None or effects.effect(h) < threshold][:top_k]
 
 
-def parse_layer_list(spec: str) -> list[int]:
-    """'19,24' -> [19, 24]."""
-    layers = []
-    for item in (s.strip() for s in spec.split(",")):
-        if not item:
-            continue
-        if not item.isdigit():
-            raise ValueError(f"layer {item!r} is not a non-negative integer")
-        layers.append(int(item))
-    return layers
+def _ranked_mlps(effects: Effects, threshold: float | None = None) -> list[int]:
+    ranked = sorted((v, layer) for layer, v in enumerate(effects.mlps) if not math.isnan(v))
+    return [layer for v, layer in ranked if threshold is None or v < threshold]
+
+
+def key_heads_record(effects: Effects, threshold: float | None = None, top_k: int | None = None) -> dict:
+    """The key_heads.json record. With neither `threshold` nor `top_k` the paper's -5% applies; with
+    both, the top K of those below the threshold. It may be empty: it then records the threshold that
+    gave nothing. The "label" of each head is for people reading the file; code reads layer and head."""
+    if threshold is None and top_k is None:
+        threshold = PAPER_THRESHOLD
+    chosen = rank_heads(effects, threshold, top_k)
+    return {
+        "metric": effects.metric, "threshold": threshold, "top_k": top_k,
+        "n_heads_total": sum(len(r) for r in effects.heads),
+        "heads": [{**h.to_json(), "label": str(h), "effect": effects.effect(h)} for h in chosen],
+        "mlps": [{"layer": layer, "effect": effects.mlps[layer]} for layer in _ranked_mlps(effects, threshold)],
+    }
 
 
 @dataclass(frozen=True)
@@ -76,9 +53,9 @@ class Components:
     """Attention heads and whole MLP layers.
 
     Attributes:
-        heads: (layer, head) pairs in selection order (most important first when ranked).
+        heads: heads in selection order (most important first when ranked).
         mlps: MLP layers in selection order.
-        source: how they were chosen, for reports ("top-32 of effects.json", "random 32, seed 0", ...).
+        source: how they were chosen, for reports ("top-32 heads of effects.json", "random 32 heads, seed 0").
     """
 
     heads: tuple[Head, ...] = ()
@@ -86,15 +63,12 @@ class Components:
     source: str = "explicit"
 
     def __post_init__(self):
-        object.__setattr__(self, "heads", tuple((int(l), int(h)) for l, h in self.heads))
+        object.__setattr__(self, "heads", tuple(Head(int(l), int(h)) for l, h in self.heads))
         object.__setattr__(self, "mlps", tuple(int(m) for m in self.mlps))
         if len(set(self.heads)) != len(self.heads):
-            raise ValueError(f"a head is listed twice in {self.head_labels()}")
+            raise UserError(f"a head is listed twice in {', '.join(map(str, self.heads))}")
         if len(set(self.mlps)) != len(self.mlps):
-            raise ValueError(f"an MLP layer is listed twice in {list(self.mlps)}")
-
-    def head_labels(self) -> list[str]:
-        return [f"{l}.{h}" for l, h in self.heads]
+            raise UserError(f"an MLP layer is listed twice in {list(self.mlps)}")
 
     def heads_by_layer(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -103,13 +77,14 @@ class Components:
         return out
 
     def check(self, n_layers: int, n_heads: int) -> "Components":
+        """Itself, if every head and MLP exists in a model of this shape."""
         for layer, head in self.heads:
             if not (0 <= layer < n_layers and 0 <= head < n_heads):
-                raise ValueError(f"head {layer}.{head} does not exist: the model has {n_layers} layers x {n_heads} "
-                                 f"heads (layers 0..{n_layers - 1}, heads 0..{n_heads - 1})")
+                raise UserError(f"head {layer}.{head} does not exist: the model has {n_layers} layers x {n_heads} "
+                                f"heads (layers 0..{n_layers - 1}, heads 0..{n_heads - 1})")
         for layer in self.mlps:
             if not 0 <= layer < n_layers:
-                raise ValueError(f"MLP layer {layer} does not exist: the model has layers 0..{n_layers - 1}")
+                raise UserError(f"MLP layer {layer} does not exist: the model has layers 0..{n_layers - 1}")
         return self
 
     def lowest_layer(self) -> int | None:
@@ -120,39 +95,65 @@ class Components:
         return Components(self.heads, tuple(mlps), " + ".join(s for s in (self.source, source) if s))
 
     def to_json(self) -> dict:
-        return {"heads": self.head_labels(), "mlps": list(self.mlps), "source": self.source}
+        return {"heads": [h.to_json() for h in self.heads], "mlps": list(self.mlps), "source": self.source}
 
     @classmethod
     def from_json(cls, data: dict) -> "Components":
-        return cls(tuple(parse_head_list(",".join(data.get("heads", [])))), tuple(data.get("mlps", [])),
-                   data.get("source", "explicit"))
+        return cls(tuple(heads_of(data.get("heads", []))), tuple(data.get("mlps", [])), data.get("source", "explicit"))
 
-    # ---- ways to choose --------------------------------------------------------------------
+    # ---- the ways to choose ---------------------------------------------------------------------
     @classmethod
     def explicit(cls, heads: str = "", mlps: str = "") -> "Components":
-        return cls(tuple(parse_head_list(heads)), tuple(parse_layer_list(mlps)), "explicit")
+        """From the command line: 'L.H,...' and 'L,...'."""
+        return cls(tuple(parse_heads(heads)), tuple(parse_layers(mlps)), "explicit")
 
     @classmethod
-    def top_k(cls, effects_path: str | Path, k: int, n_mlps: int = 0, model=None) -> "Components":
-        """The k most negative heads (and the n_mlps most negative MLPs) of an effects.json."""
-        from .patching.results import Effects
+    def select(cls, effects: Effects, threshold: float | None = None, top_k: int | None = None,
+               n_mlps: int = 0, name: str = "effects.json") -> "Components":
+        """The key heads of `effects` by `rank_heads`, and its `n_mlps` most negative MLPs.
 
-        if k < 0 or n_mlps < 0:
-            raise ValueError(f"--top-k and --mlps must be >= 0, got {k} and {n_mlps}")
-        effects = Effects.load(effects_path, model)
-        heads = [h for h in effects.ranked() if effects.effect(h) == effects.effect(h)][:k]  # NaN never chosen
-        if len(heads) < k:
-            raise ValueError(f"{effects_path} has only {len(heads)} measured heads; asked for the top {k}")
-        ranked_mlps = sorted((v, l) for l, v in enumerate(effects.mlps) if v == v)
-        if n_mlps > len(ranked_mlps):
-            raise ValueError(f"{effects_path} has only {len(ranked_mlps)} measured MLPs; asked for the top {n_mlps}")
-        return cls(tuple(heads), tuple(l for _, l in ranked_mlps[:n_mlps]),
-                   f"top-{k} heads" + (f" + top-{n_mlps} MLPs" if n_mlps else "") + f" of {Path(effects_path).name}")
+        With neither threshold nor top_k the paper's -5% applies. An empty choice is an error that
+        names the threshold and the best head, since every later stage would be meaningless; so is
+        asking for more heads or MLPs than were measured.
+        """
+        if n_mlps < 0:
+            raise UserError(f"--mlps must be >= 0, got {n_mlps}")
+        if top_k is not None and (top_k < 0 or (top_k == 0 and not n_mlps)):
+            raise UserError(f"--top-k must be positive, got {top_k}")
+        cut = PAPER_THRESHOLD if threshold is None and top_k is None else threshold
+        heads = rank_heads(effects, cut, top_k)
+        measured = rank_heads(effects)
+        if top_k and cut is None and len(heads) < top_k:
+            raise UserError(f"{name} has only {len(measured)} measured heads; asked for the top {top_k}")
+        if not heads and top_k != 0:
+            best = f" (the most negative is {measured[0]} at {effects.effect(measured[0]):+.4f})" if measured else ""
+            raise UserError(f"no head has an effect below the threshold {cut:+g}{best}; "
+                            "lower it with --threshold or choose the number of heads with --top-k")
+        mlps = _ranked_mlps(effects)
+        if n_mlps > len(mlps):
+            raise UserError(f"{name} has only {len(mlps)} measured MLPs; asked for the top {n_mlps}")
+        what = f"top-{top_k} heads" if cut is None else f"heads below {cut:+g}" + (f", top {top_k}" if top_k else "")
+        return cls(tuple(heads), tuple(mlps[:n_mlps]),
+                   what + (f" + top-{n_mlps} MLPs" if n_mlps else "") + f" of {name}")
+
+    @classmethod
+    def read_key_heads(cls, path: str | Path) -> "Components":
+        """The key heads that identify chose, from its key_heads.json (its heads only, in its order)."""
+        path = Path(path)
+        if not path.is_file():
+            raise MissingFile(f"{path} does not exist (identify writes it: `keyheads patch` or the identify stage)")
+        record = read_json(path)
+        if not isinstance(record, dict) or not isinstance(record.get("heads"), list):
+            raise BadFile(f"{path}: no 'heads' list (expected the key_heads.json written by `keyheads patch`)")
+        if not record["heads"]:
+            raise UserError(f"no key heads in {path}: no head passed threshold {record.get('threshold')}; "
+                            "set top_k in the config")
+        return cls(tuple(heads_of(record["heads"])), (), f"key heads ({path.parent.name}/{path.name})")
 
     @classmethod
     def random_heads(cls, k: int, n_layers: int, n_heads: int, seed: int = 0) -> "Components":
         """k heads drawn uniformly without replacement (the control for key heads)."""
-        every = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+        every = [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
         if not 1 <= k <= len(every):
-            raise ValueError(f"--random-heads must be between 1 and {len(every)} (the model's heads), got {k}")
+            raise UserError(f"--random-heads must be between 1 and {len(every)} (the model's heads), got {k}")
         return cls(tuple(random.Random(seed).sample(every, k)), (), f"random {k} heads, seed {seed}")

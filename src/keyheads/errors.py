@@ -29,6 +29,10 @@ class BadFile(UserError):
     """A file that is missing, truncated or not of the expected format; the message names it."""
 
 
+class MissingFile(BadFile, FileNotFoundError):
+    """A file the input names that does not exist."""
+
+
 class MalformedLine(BadFile):
     """A line of a JSONL file that is not a JSON object of the expected keys."""
 

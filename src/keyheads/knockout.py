@@ -11,34 +11,13 @@ records whether that happened, so reports can say it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from .components import Components, Head
 from .models.model import HookedModel
-
-Head = tuple[int, int]
-
-
-def parse_heads(spec: str | Iterable) -> list[Head]:
-    """'12.3,14.2' or [[12, 3], ...] or [(12, 3)] -> [(12, 3), (14, 2)]."""
-    if isinstance(spec, str):
-        from .components import parse_head_list
-
-        return parse_head_list(spec.replace(" ", ""))
-    return [(int(l), int(h)) for l, h in spec]
-
-
-def check_components(model: HookedModel, heads: Sequence[Head], mlps: Sequence[int]) -> None:
-    for layer, head in heads:
-        if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
-            raise ValueError(f"head {layer}.{head} does not exist: the model has {model.n_layers} layers "
-                             f"x {model.n_heads} heads")
-    for layer in mlps:
-        if not 0 <= layer < model.n_layers:
-            raise ValueError(f"MLP {layer} does not exist: the model has {model.n_layers} layers")
-
 
 @dataclass
 class Knockout:
@@ -114,7 +93,7 @@ class Knockout:
 
     @classmethod
     def from_state(cls, heads, mlps, state: dict[str, torch.Tensor], mode: str = "aligned") -> "Knockout":
-        ko = cls(parse_heads(heads), [int(m) for m in mlps], mode=mode)
+        ko = cls([Head(*h) for h in heads], [int(m) for m in mlps], mode=mode)
         for key, t in state.items():
             name, layer = key.rsplit(".", 1)
             getattr(ko, name)[int(layer)] = t
@@ -129,8 +108,8 @@ def compute_means(model: HookedModel, prompts: Sequence[str], heads: Sequence[He
         raise ValueError(f"unknown knockout mode {mode!r}: use 'aligned' or 'global'")
     if not prompts:
         raise ValueError("mean ablation needs at least one counterfactual prompt")
-    heads, mlps = parse_heads(heads), sorted({int(m) for m in mlps})
-    check_components(model, heads, mlps)
+    heads, mlps = [Head(*h) for h in heads], sorted({int(m) for m in mlps})
+    Components(tuple(heads), tuple(mlps)).check(model.n_layers, model.n_heads)
     head_layers = sorted({l for l, _ in heads})
     points = [f"{l}.head_out" for l in head_layers] + [f"{l}.mlp_write" for l in mlps]
     max_len = max(len(model.encode([p]).input_ids[0]) for p in prompts)

@@ -15,7 +15,8 @@ import os
 from functools import cache
 from pathlib import Path
 
-from .io import read_json, write_json
+from .components import Components
+from .io import write_json
 from .runconfig import PipelineConfig
 from .stages import Runner, Stage
 
@@ -25,12 +26,9 @@ EFFECTS = "identify/effects.json"
 PAIRS = "pairs.jsonl"
 
 
-def key_head_labels(run: Path) -> list[str]:
+def key_heads(run: Path) -> Components:
     """The key heads, from the one file that defines them."""
-    heads = [k["label"] for k in read_json(run / KEY_HEADS)["heads"]]
-    if not heads:
-        raise ValueError(f"no key heads in {run / KEY_HEADS}: set top_k in the config")
-    return heads
+    return Components.read_key_heads(run / KEY_HEADS)
 
 
 def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = True) -> list[Stage]:
@@ -152,7 +150,7 @@ def _identify(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> N
 def _selection(run: Path):
     from .analysis.run import Selection
 
-    return Selection(heads=",".join(key_head_labels(run)), effects=str(run / EFFECTS))
+    return Selection(heads=key_heads(run).heads, effects=str(run / EFFECTS))
 
 
 def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
@@ -183,23 +181,21 @@ def _data_dir(cfg: PipelineConfig) -> str | None:
     return cfg.data_dir or os.environ.get("KEYHEADS_DATA")
 
 
-def variant_components(variant: str, run: Path, model, cfg: PipelineConfig):
+def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> Components:
     """What a precise or random variant trains (see PipelineConfig.finetune for the names)."""
-    from .components import Components
+    from .effects import Effects
     from .runconfig import VARIANT
 
     m = VARIANT.fullmatch(variant)
-    heads = key_head_labels(run)
-    k = int(m["k"]) if m["k"] else len(heads)
+    keys = key_heads(run)
+    k = int(m["k"]) if m["k"] else len(keys.heads)
     if m["kind"] == "random":
         return Components.random_heads(k, model.n_layers, model.n_heads, cfg.seed)
-    if m["k"]:
-        chosen = Components.top_k(run / EFFECTS, k, 0, model)
-    else:  # the key heads themselves, as identify chose them
-        chosen = Components(Components.explicit(",".join(heads)).heads, (), f"key heads ({KEY_HEADS})")
+    effects = Effects.load(run / EFFECTS, model)
+    chosen = Components.select(effects, top_k=k, ) if m["k"] else keys  # else: as identify chose them
     if m["mlp"]:
         n = int(m["m"]) if m["m"] else cfg.finetune_mlps
-        chosen = chosen.with_mlps(Components.top_k(run / EFFECTS, 0, n, model).mlps, f"top-{n} MLPs")
+        chosen = chosen.with_mlps(Components.select(effects, top_k=0, n_mlps=n).mlps, f"top-{n} MLPs")
     return chosen.check(model.n_layers, model.n_heads)
 
 
@@ -230,10 +226,11 @@ def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     from .evaluation import EvalConfig, Variant, evaluate
     from .models import load_model
 
-    heads = key_head_labels(run)
+    heads = key_heads(run).heads
     labels = eval_labels(cfg.model, len(heads), cfg.finetune)
     variants = [Variant.make("model", cfg.model, label=labels[0]),
-                Variant.make("knockout", cfg.model, label=labels[1], heads=",".join(heads), data=str(run / PAIRS))]
+                Variant.make("knockout", cfg.model, label=labels[1], heads=[h.to_json() for h in heads],
+                              data=str(run / PAIRS))]
     variants += [Variant.make("adapter", str(run / "finetune" / v), label=label)
                  for v, label in zip(cfg.finetune, labels[2:])]
 

@@ -7,7 +7,8 @@ import pytest
 
 from keyheads.data.benchmarks import DataNotFound, question_key
 from keyheads.data.trainset import SplitConfig, build_trainset
-from keyheads.evaluation import EvalConfig, Prepared, Variant, evaluate, prepare, read_heads
+from keyheads.evaluation import EvalConfig, Prepared, Variant, evaluate, prepare
+from keyheads.heads import read_heads
 from keyheads.evaluation import tasks as tasks_module
 from keyheads.evaluation.cache import ResultCache
 from keyheads.evaluation.table import to_csv, to_markdown

@@ -102,7 +102,8 @@ def test_finetune_methods(tiny_folder, train_file, effects, tmp_path, capsys, ex
     if heads is None:
         assert record["components"] is None
     else:
-        assert record["components"]["heads"] == heads and record["components"]["mlps"] == mlps
+        assert [f"{h['layer']}.{h['head']}" for h in record["components"]["heads"]] == heads
+        assert record["components"]["mlps"] == mlps
     assert record["tuned_params"] == (record["total_params"] if tuned == "all" else tuned)
     assert record["train"]["steps"] == 2 and len(record["train"]["losses"]) == 2
     assert record["data"]["n"] == 8 and record["config"]["batch_size"] == 4
@@ -131,7 +132,7 @@ def test_random_heads_follow_the_seed(tiny_folder, train_file, tmp_path):
     assert len(first) == 3
     assert heads("1", "b") == first
     assert heads("2", "c") != first
-    assert first == Components.random_heads(3, 3, 4, seed=1).head_labels()
+    assert first == [h.to_json() for h in Components.random_heads(3, 3, 4, seed=1).heads]
 
 
 def test_finished_run_is_not_redone(adapter_run, tiny_folder, train_file, effects, capsys):
@@ -310,7 +311,7 @@ def test_bundled_model_each_method(tmp_path, capsys):
             assert f"{record['tuned_params']:,} tuned parameters" in capsys.readouterr().out
     finally:
         torch.set_num_threads(threads)
-    assert info(tmp_path / "precise")["components"]["heads"] == ["14.2", "23.3"]
+    assert info(tmp_path / "precise")["components"]["heads"] == [{"layer": 14, "head": 2}, {"layer": 23, "head": 3}]
     assert len(info(tmp_path / "random")["components"]["heads"]) == 4
     assert info(tmp_path / "full")["tuned_params"] == info(tmp_path / "full")["total_params"]
 

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from keyheads.patching.results import Effects, key_heads, select_heads
+from keyheads.components import Components, key_heads_record
+from keyheads.effects import Effects
 from keyheads.testing import tiny_model
 
 
@@ -18,23 +19,23 @@ def test_ranking_is_most_negative_first_with_nan_last(tmp_path):
     heads = [[0.01, -0.2, float("nan")], [-0.06, 0.0, -0.5]]
     eff = Effects.load(write_effects(tmp_path / "e.json", heads))
     assert eff.ranked() == [(1, 2), (0, 1), (1, 0), (1, 1), (0, 0), (0, 2)]
-    assert select_heads(eff) == [(1, 2), (0, 1), (1, 0)]
-    assert select_heads(eff, threshold=-0.1) == [(1, 2), (0, 1)]
-    assert select_heads(eff, threshold=None, top_k=4) == [(1, 2), (0, 1), (1, 0), (1, 1)]
-    assert select_heads(eff, threshold=-0.05, top_k=2) == [(1, 2), (0, 1)]
+    assert list(Components.select(eff).heads) == [(1, 2), (0, 1), (1, 0)]
+    assert list(Components.select(eff, threshold=-0.1).heads) == [(1, 2), (0, 1)]
+    assert list(Components.select(eff, threshold=None, top_k=4).heads) == [(1, 2), (0, 1), (1, 0), (1, 1)]
+    assert list(Components.select(eff, threshold=-0.05, top_k=2).heads) == [(1, 2), (0, 1)]
     # the key_heads.json record makes the same choice, and never lists an unmeasured head
-    record = key_heads(eff, threshold=None, top_k=10)
+    record = key_heads_record(eff, threshold=None, top_k=10)
     assert [(r["layer"], r["head"]) for r in record["heads"]] == [(1, 2), (0, 1), (1, 0), (1, 1), (0, 0)]
 
 
 def test_empty_selection_names_the_threshold_and_suggests_top_k(tmp_path):
     eff = Effects.load(write_effects(tmp_path / "e.json", [[-0.01, 0.02], [0.0, -0.03]]))
     with pytest.raises(ValueError) as err:
-        select_heads(eff, threshold=-0.05)
+        list(Components.select(eff, threshold=-0.05).heads)
     assert "-0.05" in str(err.value) and "--top-k" in str(err.value) and "1.1" in str(err.value)
-    assert key_heads(eff)["heads"] == []  # the record may be empty; it carries the threshold that gave nothing
+    assert key_heads_record(eff)["heads"] == []  # the record may be empty; it carries the threshold that gave nothing
     with pytest.raises(ValueError, match="positive"):
-        select_heads(eff, top_k=0)
+        list(Components.select(eff, top_k=0).heads)
 
 
 def test_shape_must_match_the_model(tmp_path):

@@ -4,7 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from keyheads.patching import BadSample, Effects, PatchConfig, draw_heatmap, key_heads, sweep
+from keyheads.components import key_heads_record
+from keyheads.effects import Effects
+from keyheads.patching import BadSample, PatchConfig, draw_heatmap, sweep
 from keyheads.patching import run as run_module
 from keyheads.testing import tiny_model
 
@@ -53,10 +55,10 @@ def test_outputs_and_key_heads(model, tmp_path):
     rows = (tmp_path / "effects.csv").read_text().splitlines()
     assert len(rows) == 1 + model.n_layers * model.n_heads + model.n_layers
     flat = sorted((v, l, h) for l, r in enumerate(effects.heads) for h, v in enumerate(r))
-    top3 = key_heads(effects, threshold=None, top_k=3)
+    top3 = key_heads_record(effects, threshold=None, top_k=3)
     assert [(k["layer"], k["head"]) for k in top3["heads"]] == [(l, h) for _, l, h in flat[:3]]
     cut = flat[4][0]
-    below = key_heads(effects, threshold=cut)
+    below = key_heads_record(effects, threshold=cut)
     assert len(below["heads"]) == 4 and all(k["effect"] < cut for k in below["heads"])
     png = draw_heatmap(effects, tmp_path / "heatmap.png", key=[(1, 2)])
     assert png.read_bytes()[:4] == b"\x89PNG"

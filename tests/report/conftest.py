@@ -61,6 +61,8 @@ def run_folder(tmp_path_factory, tiny_data):  # noqa: F811
     from keyheads.analysis.run import (AttentionRun, KnockoutRun, MLPRun, Selection, run_attention, run_knockout,
                                        run_mlp)
     from keyheads.components import Components
+    from keyheads.effects import Effects
+    from keyheads.heads import heads_of
     from keyheads.evaluation import EvalConfig, Variant, evaluate
     from keyheads.finetune import Example, FinetuneConfig, finetune
     from keyheads.finetune.adapter import base_fingerprint
@@ -85,7 +87,7 @@ def run_folder(tmp_path_factory, tiny_data):  # noqa: F811
         t = time.perf_counter()
         _, keys = identify(model, pairs, PatchConfig(batch_size=8), out / "identify", top_k=3, progress=False)
         _record(out, "identify", time.perf_counter() - t, ["identify/effects.json", "identify/key_heads.json"], config)
-        heads, effects = ",".join(k["label"] for k in keys["heads"]), str(out / "identify" / "effects.json")
+        heads, effects = tuple(heads_of(keys["heads"])), str(out / "identify" / "effects.json")
         sel = Selection(heads=heads, effects=effects)
         for stage, call in (
                 ("knockout", lambda: run_knockout(model, KnockoutRun(
@@ -103,7 +105,7 @@ def run_folder(tmp_path_factory, tiny_data):  # noqa: F811
         examples = [Example(r["reference"], r["answer"]) for r in make_rows(4)]
         for name, (method, k, mlps) in FINETUNES.items():
             t = time.perf_counter()
-            comps = Components.top_k(effects, k, mlps) if method == "precise" else None
+            comps = Components.select(Effects.load(effects), top_k=k, n_mlps=mlps) if method == "precise" else None
             cfg = FinetuneConfig(method=method, max_steps=2, batch_size=2, micro_batch_size=2, save_every=0, lr=1e-2)
             finetune(tiny_model("llama"), examples, cfg, out / "finetune" / name, comps, data_name="tiny",
                      progress=False)

@@ -20,9 +20,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..knockout import Head
+from ..components import Head
 from ..models.model import HookedModel
-from .common import AnalysisError, Sample, fmt_head
+from .common import AnalysisError, Sample
 from .passes import PromptSet, clean_passes
 
 ROLES = ("A", "B", "operator", "other", "first")
@@ -115,7 +115,7 @@ class HeadLabel:
     first: float
 
     def as_dict(self) -> dict:
-        return {"head": fmt_head(self.head), "label": self.label, "lean": self.lean, "operand_A_plus_B": self.operand,
+        return {"head": str(self.head), "label": self.label, "lean": self.lean, "operand_A_plus_B": self.operand,
                 "operator": self.operator, "other_words": self.text, "first_token": self.first}
 
 
@@ -145,7 +145,7 @@ def plot_by_role(per_task: dict[str, np.ndarray], counts: dict[str, int], heads:
     for ax, task in zip(axes[:, 0], tasks):
         for r, role in enumerate(ROLES):
             ax.bar(x + (r - 2) * width, per_task[task][:, r], width, color=ROLE_COLOURS[role], label=ROLE_NAMES[role])
-        ax.set_xticks(x, [fmt_head(h) for h in heads])
+        ax.set_xticks(x, [str(h) for h in heads])
         for tick, lab in zip(ax.get_xticklabels(), labels):
             tick.set_color(LABEL_COLOURS[lab.label])
             tick.set_fontweight("bold")
@@ -172,7 +172,7 @@ def plot_cases(model: HookedModel, cases: Sequence[tuple[str, str]], end_rows: S
         im = ax.imshow(row[:, shown], aspect="auto", cmap="Reds", vmin=0, vmax=1)
         ax.set_xticks(range(len(ids[shown])), [token_label(model.tokenizer.decode([t])) for t in ids[shown]],
                       rotation=90, fontsize=8)
-        ax.set_yticks(range(len(heads)), [fmt_head(h) for h in heads], fontsize=8)
+        ax.set_yticks(range(len(heads)), [str(h) for h in heads], fontsize=8)
         cut = " (last tokens)" if shown.start else ""
         ax.set_title(f"{name}: attention from END to each token{cut}", fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
@@ -206,7 +206,7 @@ def plot_patterns(model: HookedModel, cases: Sequence[tuple[str, str]], patterns
         ax.set_xlabel("key")
         ax.set_ylabel("query")
         ax.set_title(name, fontsize=8)
-    fig.suptitle(f"attention pattern of head {fmt_head(head)} ({label}-attending)" +
+    fig.suptitle(f"attention pattern of head {str(head)} ({label}-attending)" +
                  (f", last {max_tokens} tokens" if any(len(model.tokens(p, add_special_tokens=True)) > max_tokens
                                                        for _, p in cases) else ""), fontsize=10)
     save_figure(fig, path)

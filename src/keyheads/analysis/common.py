@@ -10,7 +10,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import AnalysisError
-from ..knockout import Head, Knockout
+from ..components import Head
+from ..knockout import Knockout
 from ..models.model import HookedModel
 
 
@@ -150,14 +151,14 @@ def predict(model: HookedModel, batches: Batches, answer_ids: Sequence[int], edi
 # ---- knockout ----------------------------------------------------------------------------
 
 def all_heads(model: HookedModel) -> list[Head]:
-    return [(l, h) for l in range(model.n_layers) for h in range(model.n_heads)]
+    return [Head(l, h) for l in range(model.n_layers) for h in range(model.n_heads)]
 
 
 def knockout_subset(full: Knockout, heads: Sequence[Head]) -> Knockout:
     """A Knockout of `heads` that shares the means already computed for all candidate heads."""
     missing = [h for h in heads if h[0] not in full.head_means]
     if missing:
-        raise AnalysisError(f"no means computed for heads {fmt_heads(missing)}")
+        raise AnalysisError(f"no means computed for heads {', '.join(map(str, missing))}")
     return Knockout(heads=list(heads), mlps=[], head_means=full.head_means, head_global=full.head_global,
                     mode=full.mode)
 
@@ -198,11 +199,3 @@ def alignment_warning(model: HookedModel, cf_prompts: Sequence[str]) -> str:
             "END-aligned per-position means mix different templates' tokens at the same offset "
             "(positions beyond the shortest are averaged over fewer prompts); pass --mean-mode global "
             "to use one mean over all positions instead")
-
-
-def fmt_head(head: Head) -> str:
-    return f"{head[0]}.{head[1]}"
-
-
-def fmt_heads(heads: Sequence[Head]) -> str:
-    return ",".join(fmt_head(h) for h in heads)

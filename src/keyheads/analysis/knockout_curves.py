@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..knockout import Head, Knockout
+from ..components import Head
+from ..knockout import Knockout
 from ..models.model import HookedModel
 from .common import Batches, knockout_subset, predict
 from .passes import EndPasses, PromptSet

@@ -27,7 +27,8 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from ..knockout import Head, Knockout
+from ..components import Head
+from ..knockout import Knockout
 from ..models.model import HookedModel
 from .common import Predictions
 

@@ -11,14 +11,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..io import write_json
-from ..knockout import check_components, compute_means, parse_heads
+from ..components import Components, Head
+from ..effects import Effects
+from ..knockout import compute_means
 from ..models.model import HookedModel
-from ..patching.results import PAPER_THRESHOLD, Effects, select_heads
 from . import attention as att
 from . import mlp as mlpmod
 from . import transfer as tr
-from .common import (AnalysisError, Batches, alignment_warning, all_heads, answer_token, fallback_note, fmt_head,
-                     fmt_heads, knockout_subset, load_samples, read_pair_rows)
+from .common import (AnalysisError, Batches, alignment_warning, all_heads, answer_token, fallback_note, knockout_subset, load_samples, read_pair_rows)
 from ..distributed import is_main, map_sharded
 from .knockout_curves import CurveConfig, knockout_curves, plot_curves, random_order, set_accuracies
 from .passes import PromptSet
@@ -35,29 +35,23 @@ class Notes(list):
 
 @dataclass
 class Selection:
-    """How key heads are chosen. heads: explicit 'L.H,...' list (wins); effects: effects.json path;
-    threshold: effect below this; top_k: the K most negative (among those below the threshold
-    only if a threshold is also given)."""
+    """How key heads are chosen: explicit `heads` win; else `Components.select` over `effects` (an
+    effects.json path) with `threshold` and `top_k` (neither: the paper's -5%)."""
 
-    heads: str | None = None
+    heads: tuple[Head, ...] = ()
     effects: str | None = None
     threshold: float | None = None
     top_k: int | None = None
 
 
-def choose_heads(model: HookedModel, sel: Selection):
-    """(key heads, Effects or None): explicit heads, else threshold / top-k over the effects."""
+def choose_heads(model: HookedModel, sel: Selection) -> tuple[list[Head], Effects | None]:
+    """(key heads, Effects or None)."""
     effects = Effects.load(sel.effects, model) if sel.effects else None
     if sel.heads:
-        heads = parse_heads(sel.heads)
-        check_components(model, heads, [])
-        return heads, effects
+        return list(Components(tuple(sel.heads)).check(model.n_layers, model.n_heads).heads), effects
     if effects is None:
         raise AnalysisError("say which heads: --effects effects.json (from `keyheads patch`) or --heads L.H,...")
-    threshold = sel.threshold
-    if threshold is None and sel.top_k is None:
-        threshold = PAPER_THRESHOLD
-    return select_heads(effects, threshold=threshold, top_k=sel.top_k), effects
+    return list(Components.select(effects, sel.threshold, sel.top_k, name=Path(sel.effects).name).heads), effects
 
 
 # ---- knockout ------------------------------------------------------------------------------
@@ -126,17 +120,17 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
         base, after = curves.effect[0], curves.extra[0]
         result["curves"] = {"k": curves.ks, "effect_rank": curves.effect, "random_rank": curves.random,
                             "random_mean": curves.random_mean.tolist(), "random_std": curves.random_std.tolist(),
-                            "effect_order": [fmt_head(h) for h in curves.effect_order],
-                            "random_orders": [[fmt_head(h) for h in o] for o in curves.random_orders]}
+                            "effect_order": [str(h) for h in curves.effect_order],
+                            "random_orders": [[str(h) for h in o] for o in curves.random_orders]}
         if is_main():
             _write_curves(out, curves, model.name)
             print(_format_curves(curves))
     else:
         base, after = set_accuracies(model, prompts, answers, full, [[], key_heads])
     rel = (after - base) / base if base else float("nan")
-    result["key_heads"] = {"heads": [fmt_head(h) for h in key_heads], "accuracy_before": base,
+    result["key_heads"] = {"heads": [str(h) for h in key_heads], "accuracy_before": base,
                            "accuracy_after": after, "relative_change": rel}
-    print(f"knockout of {len(key_heads)} heads [{fmt_heads(key_heads)}]: accuracy {base:.1%} -> {after:.1%} "
+    print(f"knockout of {len(key_heads)} heads [{','.join(map(str, key_heads))}]: accuracy {base:.1%} -> {after:.1%} "
           + (f"({rel:+.1%} relative)" if base else "(none right before: no relative change)"))
 
     if cfg.transfer:
@@ -158,7 +152,7 @@ def _write_curves(out: Path, curves, model_name: str) -> None:
              [f"random_seed{s}" for s in range(seeds)]
     rows = []
     for i, k in enumerate(curves.ks):
-        head = fmt_head(curves.effect_order[k - 1]) if k else ""
+        head = str(curves.effect_order[k - 1]) if k else ""
         rows.append([k, head, curves.effect[i], float(curves.random_mean[i]), float(curves.random_std[i])]
                     + [r[i] for r in curves.random])
     write_csv(out / "knockout_curves.csv", header, rows)
@@ -169,7 +163,7 @@ def _write_curves(out: Path, curves, model_name: str) -> None:
 def _format_curves(curves) -> str:
     lines = ["   k  head    effect-rank  random-rank (mean ± std)"]
     for i, k in enumerate(curves.ks):
-        head = fmt_head(curves.effect_order[k - 1]) if k else "-"
+        head = str(curves.effect_order[k - 1]) if k else "-"
         lines.append(f"{k:>4}  {head:<6}  {curves.effect[i]:>10.1%}  {curves.random_mean[i]:>10.1%} ± "
                      f"{curves.random_std[i]:.1%}")
     return "\n".join(lines)
@@ -208,17 +202,17 @@ def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: P
     if not is_main():
         return {}
     table = tr.format_table(rows)
-    print(f"\ntransfer: knocking out {len(key_heads)} key heads [{fmt_heads(key_heads)}]\n{table}\n")
+    print(f"\ntransfer: knocking out {len(key_heads)} key heads [{','.join(map(str, key_heads))}]\n{table}\n")
     case_text = "\n\n".join(c.text() for c in cases)
     print(case_text)
     write_csv(out / "transfer.csv", ["set", "n", "accuracy_before", "accuracy_after", "relative_change",
                                      "accuracy_random_heads", "relative_change_random_heads", "note"],
               [[r.name, r.n, r.before, r.after, r.relative_drop, "" if r.control is None else r.control,
                 r.control_drop, "; ".join(x for x in (r.note, r.fallback) if x)] for r in rows])
-    header = f"knocked out: {fmt_heads(key_heads)}" + (f"\nrandom control: {fmt_heads(control_heads)}" if control else "")
+    header = f"knocked out: {','.join(map(str, key_heads))}" + (f"\nrandom control: {','.join(map(str, control_heads))}" if control else "")
     atomic_write_text(out / "transfer_cases.txt", f"{header}\n\n{table}\n\n{case_text}\n")
-    return {"heads": [fmt_head(h) for h in key_heads],
-            "random_heads": [fmt_head(h) for h in control_heads] if control else None,
+    return {"heads": [str(h) for h in key_heads],
+            "random_heads": [str(h) for h in control_heads] if control else None,
             "rows": [r.as_dict() for r in rows],
             "cases": [asdict(c) for c in cases]}
 
@@ -275,7 +269,7 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
             continue
         task_cases = cases[:4]
         pats = att.full_patterns(model, [p for _, p in task_cases], best.head)
-        name = f"attention_pattern_{fmt_head(best.head)}.png"
+        name = f"attention_pattern_{str(best.head)}.png"
         att.plot_patterns(model, task_cases, pats, best.head, kind, out / name)
         drawn.append(name)
 
@@ -283,20 +277,20 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
     for t in tasks + ["all"]:
         m = roles.mean(0) if t == "all" else per_task[t]
         for h, lab, vals in zip(heads, labels, m):
-            csv_rows.append([t, fmt_head(h), lab.label, *[float(v) for v in vals]])
+            csv_rows.append([t, str(h), lab.label, *[float(v) for v in vals]])
     write_csv(out / "attention_by_role.csv", ["task", "head", "label", *att.ROLES], csv_rows)
-    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "heads": [fmt_head(h) for h in heads],
+    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "heads": [str(h) for h in heads],
               "roles": list(att.ROLES), "per_task": {t: per_task[t].tolist() for t in tasks}, "counts": counts,
               "all": roles.mean(0).tolist(),
               "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
-              "effects": {fmt_head(h): effects.effect(h) for h in heads} if effects else None, "notes": list(notes)}
+              "effects": {str(h): effects.effect(h) for h in heads} if effects else None, "notes": list(notes)}
     write_json(out / "attention.json", result)
     print(f"{model.name}: END-token attention of {len(heads)} key heads over {len(samples)} reference prompts "
           f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")
     print(f"{'head':<7} {'label':<9} {'lean':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES)
           + "  most-attended other tokens")
     for lab, vals, top in zip(labels, roles.mean(0), top_other):
-        print(f"{fmt_head(lab.head):<7} {lab.label:<9} {lab.lean:<9} " + " ".join(f"{v:>11.3f}" for v in vals) + "  "
+        print(f"{str(lab.head):<7} {lab.label:<9} {lab.lean:<9} " + " ".join(f"{v:>11.3f}" for v in vals) + "  "
               + ", ".join(f"{t} {v:.2f}" for t, v in top))
     print(f"wrote {out}/attention.json, attention_by_role.csv, attention_by_role.png, attention_cases.png, "
           "attention_transfer_cases.png"

@@ -12,8 +12,10 @@ def _limit(value: int) -> int | None:
 
 def _selection(args):
     from ..analysis.run import Selection
+    from ..heads import parse_heads
 
-    return Selection(heads=args.heads, effects=args.effects, threshold=args.threshold, top_k=args.top_k)
+    return Selection(heads=tuple(parse_heads(args.heads or "")), effects=args.effects, threshold=args.threshold,
+                     top_k=args.top_k)
 
 
 def _check(args) -> None:

@@ -14,7 +14,8 @@ def _list(text: str | None) -> list[str]:
 
 
 def variants_from_args(args):
-    from ..evaluation import Variant, read_heads
+    from ..evaluation import Variant
+    from ..heads import read_heads
 
     variants = []
     if args.baseline:
@@ -32,7 +33,7 @@ def variants_from_args(args):
                              "over its counterfactual prompts")
         what = ", ".join([f"{len(heads)} heads"] * bool(heads) + [f"MLPs {','.join(map(str, mlps))}"] * bool(mlps))
         variants.append(Variant.make("knockout", args.model, label=f"{args.model} - knockout ({what})",
-                                     heads=[list(h) for h in heads], mlps=mlps, data=str(args.knockout_data)))
+                                     heads=[h.to_json() for h in heads], mlps=mlps, data=str(args.knockout_data)))
     for folder in adapters:
         variants.append(Variant.make("adapter", str(folder)))
     for spec in args.variant or []:  # any registered kind, without a dedicated option

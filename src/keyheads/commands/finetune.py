@@ -11,7 +11,7 @@ COMPONENT_FLAGS = ("effects", "top_k", "heads", "random_heads", "mlps", "mlp_lay
 
 def check_component_args(args, method: str = "precise") -> None:
     """What can be said about the component flags before any model loads (the model's size comes later)."""
-    from ..components import parse_head_list, parse_layer_list
+    from ..heads import parse_heads, parse_layers
 
     given = ["--" + k.replace("_", "-") for k in COMPONENT_FLAGS if getattr(args, k, None) not in (None, "")]
     if method != "precise":
@@ -32,9 +32,9 @@ def check_component_args(args, method: str = "precise") -> None:
         if value is not None and value < least:
             raise ValueError(f"{flag} must be >= {least}, got {value}")
     if args.heads:
-        parse_head_list(args.heads)  # a malformed item is named here
+        parse_heads(args.heads)  # a malformed item is named here
     if args.mlp_layers:
-        parse_layer_list(args.mlp_layers)
+        parse_layers(args.mlp_layers)
     if not (args.heads or args.random_heads is not None or args.top_k or args.mlps or args.mlp_layers):
         raise ValueError("precise SFT needs heads or MLPs: --effects F --top-k K, --heads L.H,..., "
                          "--random-heads K, and/or --mlps M / --mlp-layers L,...")
@@ -44,22 +44,26 @@ def check_component_args(args, method: str = "precise") -> None:
 
 def components_from_args(args, model, seed: int = 0):
     """Heads (top-k of effects, explicit, or random) and MLPs (top-m of effects, or explicit)."""
-    from ..components import Components, parse_layer_list
+    from ..components import Components
+    from ..effects import Effects
+    from ..heads import parse_layers
 
     check_component_args(args, "precise")
+    effects = Effects.load(args.effects, model) if args.effects else None
+    name = Path(args.effects).name if args.effects else ""
     if args.heads:
         chosen = Components.explicit(args.heads)
     elif args.random_heads is not None:
         chosen = Components.random_heads(args.random_heads, model.n_layers, model.n_heads, seed)
-    elif args.top_k is not None:
-        chosen = Components.top_k(args.effects, args.top_k, 0, model)
+    elif args.top_k:
+        chosen = Components.select(effects, top_k=args.top_k, name=name)
     else:
         chosen = Components((), (), "no heads")
     if args.mlps:
-        ranked = Components.top_k(args.effects, 0, args.mlps, model)
+        ranked = Components.select(effects, top_k=0, n_mlps=args.mlps, name=name)
         chosen = chosen.with_mlps(ranked.mlps, f"top-{args.mlps} MLPs")
     elif args.mlp_layers:
-        chosen = chosen.with_mlps(parse_layer_list(args.mlp_layers), f"MLPs {args.mlp_layers}")
+        chosen = chosen.with_mlps(parse_layers(args.mlp_layers), f"MLPs {args.mlp_layers}")
     if not chosen.heads and not chosen.mlps:
         raise ValueError("precise SFT needs heads or MLPs: --effects F --top-k K, --heads L.H,..., "
                          "--random-heads K, and/or --mlps M / --mlp-layers L,...")
@@ -82,7 +86,7 @@ def cmd_finetune(args) -> int:
     model = load_from_args(args)
     components = components_from_args(args, model, cfg.seed) if cfg.method == "precise" else None
     if components is not None:
-        print(f"training {len(components.heads)} heads {', '.join(components.head_labels())}"
+        print(f"training {len(components.heads)} heads {', '.join(map(str, components.heads))}"
               + (f" and MLPs {list(components.mlps)}" if components.mlps else "") + f" ({components.source})")
     info = finetune(model, examples, cfg, args.out, components, data_name=args.train, progress=not args.quiet)
     print(describe(info))

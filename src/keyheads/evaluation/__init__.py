@@ -7,9 +7,9 @@ plus generated arithmetic sets (`arith-*`, held out from the arithmetic training
 from .extract import extract_answer, numbers_match, wilson
 from .runner import evaluate, evaluate_prepared
 from .tasks import ARITH, BENCHMARKS, CHOICE, DEFAULT_SHOTS, MATH, TABLE_BENCHMARKS, EvalConfig
-from .variants import VARIANT_KINDS, Prepared, Variant, prepare, read_heads, register_kind
+from .variants import VARIANT_KINDS, Prepared, Variant, prepare, register_kind
 
 __all__ = ["extract_answer", "numbers_match", "wilson", "evaluate", "evaluate_prepared", "ARITH", "BENCHMARKS",
            "CHOICE", "DEFAULT_SHOTS",
            "MATH", "TABLE_BENCHMARKS", "EvalConfig", "VARIANT_KINDS", "Prepared", "Variant", "prepare",
-           "read_heads", "register_kind"]
+           "register_kind"]

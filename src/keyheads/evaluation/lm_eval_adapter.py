@@ -24,7 +24,8 @@ try:
 except ImportError as err:  # keep the message actionable
     raise MissingPackage("the lm-eval adapter needs lm-evaluation-harness: `pip install lm_eval[hf]`") from err
 
-from .variants import Variant, prepare, read_heads
+from ..heads import read_heads
+from .variants import Variant, prepare
 
 
 def variant_from_args(model: str, knockout: str | None = None, knockout_mlps: str | None = None,

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import torch
 
 from ..io import file_sha256
-from ..knockout import Head, compute_means, parse_heads
+from ..heads import heads_of
+from ..knockout import compute_means
 from ..models.model import HookedModel
 
 
@@ -135,7 +136,7 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
     The "global" mean is used at every position: generation feeds one token at a time.
     """
     model = loader(variant.model)
-    heads, mlps = parse_heads(variant.opt("heads", [])), [int(m) for m in variant.opt("mlps", [])]
+    heads, mlps = heads_of(variant.opt("heads", [])), [int(m) for m in variant.opt("mlps", [])]
     if not heads and not mlps:
         raise ValueError("a knockout variant needs at least one head or MLP")
     data = variant.opt("data")
@@ -157,48 +158,6 @@ def read_counterfactuals(path: str | Path) -> list[str]:
     from ..data.pairs import read_pairs
 
     return [pair.counterfactual for pair in read_pairs(path)]
-
-
-def read_heads(spec: str) -> list[Head]:
-    """'12.3,14.2', or a JSON/CSV file of key heads (in file order).
-
-    JSON: a list of "12.3" strings, [layer, head] pairs or {"layer", "head"} objects, or an
-    object with such a list under "heads". CSV: columns layer and head, or one column of "12.3".
-    """
-    path = Path(spec)
-    if path.suffix.lower() not in (".json", ".csv"):
-        return parse_heads(spec)
-    if not path.is_file():
-        raise FileNotFoundError(f"key-head file {path} does not exist")
-    if path.suffix.lower() == ".json":
-        data = json.loads(path.read_text())
-        if isinstance(data, dict):
-            data = data.get("heads", data.get("key_heads"))
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a list of heads or an object with a 'heads' list")
-        return [_one_head(x, path) for x in data]
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if rows and {"layer", "head"} <= set(rows[0]):
-        return [(int(r["layer"]), int(r["head"])) for r in rows]
-    if rows and len(rows[0]) >= 1:
-        column = next(iter(rows[0]))
-        heads = [_one_head(r[column], path) for r in rows]
-        try:  # no header: the first head was read as the column name
-            return parse_heads(column) + heads
-        except ValueError:
-            return heads
-    raise ValueError(f"{path}: expected CSV columns layer,head or a column of LAYER.HEAD")
-
-
-def _one_head(x, path) -> Head:
-    if isinstance(x, str):
-        return parse_heads(x)[0]
-    if isinstance(x, dict):
-        return int(x["layer"]), int(x["head"])
-    if isinstance(x, (list, tuple)) and len(x) == 2:
-        return int(x[0]), int(x[1])
-    raise ValueError(f"{path}: cannot read a head from {x!r}")
 
 
 @register_kind("adapter")

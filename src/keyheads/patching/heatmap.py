@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_write_bytes
-from .results import Effects
+from ..effects import Effects
 
 UNITS = {"relative-logit": ("relative change of the answer logit", 100.0, "%"),
          "logit-diff": ("change of the answer logit", 1.0, ""),

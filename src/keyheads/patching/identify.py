@@ -5,10 +5,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import distributed
+from ..components import key_heads_record
+from ..effects import Effects
+from ..heads import Head, heads_of
 from ..io import write_json
 from ..models.model import HookedModel
 from .heatmap import draw_heatmap
-from .results import PAPER_THRESHOLD, Effects, key_heads
 from .run import PatchConfig, sweep
 
 
@@ -22,15 +24,13 @@ def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str
     one writes, and all return once the files are there.
     """
     out = Path(out)
-    if threshold is None and top_k is None:
-        threshold = PAPER_THRESHOLD
     effects, state = sweep(model, data, config, out=out, progress=progress)
-    keys = key_heads(effects, threshold=threshold, top_k=top_k)
+    keys = key_heads_record(effects, threshold=threshold, top_k=top_k)
     main = distributed.is_main()
     if main:
         effects.write(out)
         write_json(out / "key_heads.json", keys)  # no timing inside: the same inputs give the same bytes
-        draw_heatmap(effects, out / "heatmap.png", key=[(k["layer"], k["head"]) for k in keys["heads"]])
+        draw_heatmap(effects, out / "heatmap.png", key=heads_of(keys["heads"]))
     keys["seconds"] = state["seconds"]
     if config.method == "attribution":
         from scipy.stats import spearmanr
@@ -50,13 +50,13 @@ def describe(effects: Effects, keys: dict) -> str:
     fmt = (lambda v: f"{v:+.1%}") if pct else (lambda v: f"{v:+.3g}")
     lines = [f"{effects.method} patching, metric {effects.metric}: {effects.n_samples} samples "
              f"({effects.n_excluded} excluded), {keys.get('seconds', 0.0):.1f} s"]
-    shown = ", ".join(f"{k['label']} ({fmt(k['effect'])})" for k in keys["heads"][:15])
+    shown = ", ".join(f"{Head.from_json(k)} ({fmt(k['effect'])})" for k in keys["heads"][:15])
     lines.append(f"key heads ({len(keys['heads'])} of {keys['n_heads_total']}; threshold {keys['threshold']}, "
                  f"top-k {keys['top_k']}): {shown or 'none'}")
     if not keys["heads"]:
-        best = key_heads(effects, threshold=None, top_k=3)["heads"]
+        best = key_heads_record(effects, threshold=None, top_k=3)["heads"]
         lines.append("no head passed the threshold; the most negative are "
-                     + ", ".join(f"{k['label']} ({fmt(k['effect'])})" for k in best)
+                     + ", ".join(f"{Head.from_json(k)} ({fmt(k['effect'])})" for k in best)
                      + ". Small models spread the work thinly: pick key heads with --top-k K")
     if "spearman_vs_path" in keys:
         lines.append(f"attribution vs exact path patching: Spearman rank correlation over heads = "

@@ -27,7 +27,8 @@ from .attribution import attribution_patch_batch
 from .metrics import check_metric
 from .naive import naive_path_patch_batch
 from .path import path_patch_batch
-from .results import Effects
+from ..effects import Effects
+from .results import aggregate
 from .samples import batches, load_samples
 
 METHODS = {
@@ -115,7 +116,7 @@ def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path |
             state[k][idx] = row[k]
         state["done"][idx] = True
     state["seconds"] = time.perf_counter() - start
-    effects = Effects.aggregate(config.metric, config.method, model.name, signature["data_sha256"],
+    effects = aggregate(config.metric, config.method, model.name, signature["data_sha256"],
                                 state["original"], state["heads"], state["mlps"], config.min_abs_logit)
     return effects, state
 

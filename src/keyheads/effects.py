@@ -1,0 +1,87 @@
+"""Effects: what path patching measured for every head and MLP, as stored in effects.json.
+
+The data type lives below the patching code that computes it, so that choosing heads
+(keyheads.components), the analyses and the report read it without importing the patching machinery.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import BadFile, MissingFile
+from .heads import Head
+from .io import atomic_write_text, read_json, write_json
+
+PAPER_THRESHOLD = -0.05  # the paper's key heads: "logit change exceeding -5%"
+
+
+@dataclass
+class Effects:
+    """Mean effect of patching each head and MLP, over the samples that count.
+
+    heads: [layers][heads] mean effects; mlps: [layers]; *_sem: standard errors.
+    """
+
+    metric: str
+    method: str
+    model: str
+    n_samples: int
+    n_excluded: int
+    data_sha256: str
+    heads: list[list[float]]
+    mlps: list[float]
+    heads_sem: list[list[float]]
+    mlps_sem: list[float]
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def load(cls, path, model=None) -> "Effects":
+        """Read an effects.json; with `model`, check that its layers x heads match the model's."""
+        path = Path(path)
+        if not path.is_file():
+            raise MissingFile(f"{path} does not exist (it is written by `keyheads patch`)")
+        data = read_json(path)
+        for key in ("heads", "mlps", "metric"):
+            if key not in data:
+                raise BadFile(f"{path}: no {key!r} field (expected the effects.json written by `keyheads patch`)")
+        shape = np.shape(data["heads"])
+        if len(shape) != 2:
+            raise BadFile(f"{path}: 'heads' must be a list of per-layer lists of numbers, got shape {shape}")
+        if model is not None and shape != (model.n_layers, model.n_heads):
+            raise BadFile(f"{path}: effects are for {shape[0]} layers x {shape[1]} heads but {model.name} has "
+                             f"{model.n_layers} x {model.n_heads}; was it made with another model "
+                             f"(its 'model' field says {data.get('model')!r})?")
+        data.setdefault("heads_sem", [[0.0] * shape[1] for _ in range(shape[0])])
+        data.setdefault("mlps_sem", [0.0] * len(data["mlps"]))
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+
+    def effect(self, head: Head) -> float:
+        return float(self.heads[head[0]][head[1]])
+
+    def ranked(self) -> list[Head]:
+        """Every (layer, head), most negative effect first; unmeasured (NaN) last; ties by position."""
+        def key(lh):
+            v = self.effect(lh)
+            return (math.isnan(v), 0.0 if math.isnan(v) else v, lh)
+        return sorted((Head(l, h) for l, row in enumerate(self.heads) for h in range(len(row))), key=key)
+
+    def write(self, folder) -> None:
+        write_json(folder / "effects.json", self.to_json())
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["component", "layer", "head", "label", "effect", "sem", "metric", "method"])
+        for layer, row in enumerate(self.heads):
+            for head, value in enumerate(row):
+                w.writerow(["head", layer, head, f"{layer}.{head}", f"{value:.8g}",
+                            f"{self.heads_sem[layer][head]:.8g}", self.metric, self.method])
+        for layer, value in enumerate(self.mlps):
+            w.writerow(["mlp", layer, "", f"mlp{layer}", f"{value:.8g}", f"{self.mlps_sem[layer]:.8g}",
+                        self.metric, self.method])
+        atomic_write_text(folder / "effects.csv", buf.getvalue())
