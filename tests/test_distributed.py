@@ -15,6 +15,7 @@ import torch.distributed
 
 from keyheads import distributed
 from keyheads.cli import main
+from keyheads.evaluation.cache import read_rows
 from keyheads.testing import tiny_model
 
 WORKER = Path(__file__).with_name("dist_worker.py")
@@ -188,8 +189,7 @@ def test_two_processes_give_the_same_table(runs):
     assert two["config"]["shard"] is None
 
     def rows(cache):
-        lines = (root / cache / "addsub.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines]
+        return read_rows(root / cache / "addsub.sqlite")
 
     rows1, rows2 = rows("cache1"), rows("cache2")
     assert len({r["key"] for r in rows2}) == len(rows2) == 2 * len(ADDSUB)  # every item once, by one rank
