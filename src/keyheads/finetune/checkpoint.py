@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..io import read_json, write_json
+from ..provenance import changed_settings, flatten
 from .config import FinetuneConfig
 
 
@@ -23,25 +24,14 @@ class ResumeMismatch(ValueError):
     pass
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def differing_keys(old: dict, new: dict) -> list[str]:
     """Keys whose values differ, except settings that do not change what is computed."""
-    a, b = _flatten(old), _flatten(new)
-    skip = {f"config.{k}" for k in FinetuneConfig.RESUMABLE_CHANGES}
-    return sorted(k for k in set(a) | set(b) if k not in skip and a.get(k) != b.get(k))
+    skip = [f"config.{k}" for k in FinetuneConfig.RESUMABLE_CHANGES]
+    return [key for key, _, _ in changed_settings(old, new, skip)]
 
 
 def describe_differences(old: dict, new: dict, keys: list[str], what: str) -> str:
-    a, b = _flatten(old), _flatten(new)
+    a, b = flatten(old), flatten(new)
     return "; ".join(f"{k}: {what} {a.get(k)!r}, now {b.get(k)!r}" for k in keys[:8])
 
 

@@ -68,15 +68,6 @@ def num(x: Any, fmt: str = ".4g") -> str:
     return format(x, fmt) if is_num(x) else "–"
 
 
-def human(n: Any) -> str:
-    if not is_num(n):
-        return "–"
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return str(int(n))
-
-
 def png(data: bytes, alt: str, caption: str) -> Markup:
     """PNG bytes inline as a data URI (the page needs no other file)."""
     return MACROS.figure(base64.b64encode(data).decode("ascii"), alt, caption)

@@ -5,8 +5,9 @@ from pathlib import Path
 
 from markupsafe import Markup
 
+from ..numbers import human
 from .figures import loss_curves, png_bytes
-from .markup import MACROS, cell, heading, human, is_num, join, not_run, note, num, pct, png, points, section, table
+from .markup import MACROS, cell, heading, is_num, join, not_run, note, num, pct, png, points, section, table
 from .rundata import DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs, precise_runs
 
 TITLE = "6. Improving the model: precise SFT vs full SFT (tables 1 and 2)"
