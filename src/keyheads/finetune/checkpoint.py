@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..io import read_json, write_json
+from ..log import logger
 from ..provenance import changed_settings, flatten
 from .config import FinetuneConfig
 
@@ -106,5 +107,5 @@ def load_checkpoint(folder: Path, record: dict, tuned, optimizer, scheduler) -> 
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
-    print(f"resuming from {folder} at step {stored['step']}")
+    logger.info("resuming from %s at step %s", folder, stored["step"])
     return int(stored["step"]), list(stored["losses"])
