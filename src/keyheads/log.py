@@ -41,4 +41,3 @@ def configure(quiet: bool = False) -> None:
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
     if _handler not in logger.handlers:
         logger.addHandler(_handler)
-    logger.propagate = False  # shown once, here, not again by a root handler the caller set up
