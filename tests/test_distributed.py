@@ -86,10 +86,10 @@ def runs(tmp_path_factory):
 
 def batch_indices(inputs) -> list[list[int]]:
     from keyheads.models import load_model
-    from keyheads.patching.samples import batches, load_samples
+    from keyheads.patching.samples import batches, load_patch_samples
 
     model = load_model(str(inputs["model"]), device="cpu")
-    return [list(b.index) for b in batches(load_samples(model, inputs["pairs"]), BATCH, "cpu")]
+    return [list(b.index) for b in batches(load_patch_samples(model, inputs["pairs"]), BATCH, "cpu")]
 
 
 def test_distributed_helpers_on_two_ranks(runs):

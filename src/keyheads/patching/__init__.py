@@ -4,7 +4,7 @@ from .identify import describe, identify
 from .metrics import METRICS
 from .results import PAPER_THRESHOLD, Effects, key_heads, select_heads
 from .run import METHODS, PatchConfig, sweep
-from .samples import BadSample, load_samples
+from .samples import BadSample, load_patch_samples
 
 __all__ = ["METHODS", "METRICS", "PAPER_THRESHOLD", "BadSample", "Effects", "PatchConfig", "describe", "draw_heatmap", "identify", "key_heads",
-           "load_samples", "select_heads", "sweep"]
+           "load_patch_samples", "select_heads", "sweep"]
