@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: figures are files in the run folder
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..io import atomic_write_bytes, atomic_write_text  # noqa: E402
 
@@ -60,6 +61,7 @@ def loss_curves(series: dict[str, Sequence[float]], xlabel: str = "optimizer ste
     fig, ax = new_figure(7.0, 2.8)
     for name, values in series.items():
         ax.plot(range(1, len(values) + 1), values, label=name, linewidth=1.6)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
