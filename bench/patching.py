@@ -24,7 +24,7 @@ from results import matmul_rate, write_section  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.patching.naive import naive_path_patch_batch  # noqa: E402
 from keyheads.patching.path import path_patch_batch  # noqa: E402
-from keyheads.patching.samples import batches, load_samples  # noqa: E402
+from keyheads.patching.samples import batches, load_patch_samples  # noqa: E402
 
 
 def flop_floor(model, samples) -> tuple[float, float]:
@@ -82,7 +82,7 @@ def main() -> None:
                     "--single-token-answer", "--seed", "0", "--out", data])
         if code:
             raise SystemExit("could not make the benchmark data")
-    samples = load_samples(model, data, limit=args.n)
+    samples = load_patch_samples(model, data, limit=args.n)
     if len(samples) < 24:
         raise SystemExit(f"only {len(samples)} pairs; the benchmark needs at least 24")
     work = list(batches(samples, args.batch_size, model.device))

@@ -15,6 +15,7 @@ import torch.distributed
 
 from keyheads import distributed
 from keyheads.cli import main
+from keyheads.evaluation.cache import read_rows
 from keyheads.testing import tiny_model
 
 WORKER = Path(__file__).with_name("dist_worker.py")
@@ -85,10 +86,10 @@ def runs(tmp_path_factory):
 
 def batch_indices(inputs) -> list[list[int]]:
     from keyheads.models import load_model
-    from keyheads.patching.samples import batches, load_samples
+    from keyheads.patching.samples import batches, load_patch_samples
 
     model = load_model(str(inputs["model"]), device="cpu")
-    return [list(b.index) for b in batches(load_samples(model, inputs["pairs"]), BATCH, "cpu")]
+    return [list(b.index) for b in batches(load_patch_samples(model, inputs["pairs"]), BATCH, "cpu")]
 
 
 def test_distributed_helpers_on_two_ranks(runs):
@@ -188,8 +189,7 @@ def test_two_processes_give_the_same_table(runs):
     assert two["config"]["shard"] is None
 
     def rows(cache):
-        lines = (root / cache / "addsub.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines]
+        return read_rows(root / cache / "addsub.sqlite")
 
     rows1, rows2 = rows("cache1"), rows("cache2")
     assert len({r["key"] for r in rows2}) == len(rows2) == 2 * len(ADDSUB)  # every item once, by one rank

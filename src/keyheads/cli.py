@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from .errors import UserError
+from .log import configure as configure_log
 
 COMMAND_MODULES = (
     "keyheads.commands.models",
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_log(quiet=getattr(args, "quiet", False))
     try:
         return int(args.func(args) or 0)
     except (UserError, MissingPackage, ModelNotFound, UnsupportedArchitecture, MalformedLine,

@@ -7,8 +7,7 @@ held-out arithmetic sets (plus the benchmark sets when $KEYHEADS_DATA points at 
 """
 from __future__ import annotations
 
-import os
-
+from .data.benchmarks import data_dir_from
 from .runconfig import PipelineConfig
 
 DEMO = dict(
@@ -22,7 +21,8 @@ DEMO = dict(
 
 def demo_config(overrides: dict) -> PipelineConfig:
     """The demo's settings, with any flag the user gave on top."""
-    data_dir = overrides.get("data_dir") or os.environ.get("KEYHEADS_DATA")
+    folder = data_dir_from(overrides.get("data_dir") or None)
+    data_dir = str(folder) if folder else None
     if not data_dir:
         print("note: KEYHEADS_DATA is not set, so the evaluation uses only the built-in arithmetic sets and the "
               "SVAMP/GSM8K transfer is skipped (point it at a folder with gsm8k/, svamp/, addsub/, singleeq/, mmlu/, csqa/)")

@@ -4,7 +4,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -26,23 +28,69 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write to a temporary file in the same folder, fsync, then rename over `path`."""
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary file name beside `path`, for a writer that takes a file name (safetensors):
+    renamed over `path` when the block ends without an error, removed otherwise."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield Path(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are for sharing, like any file
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
-    return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write to a temporary file in the same folder, fsync, then rename over `path`."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
+
+
+def set_aside(path: Path) -> Path:
+    """Where `atomic_folder(..., replace=True)` keeps the folder it replaces while it swaps."""
+    return path.parent / f".old-{path.name}"
+
+
+@contextmanager
+def atomic_folder(path: str | Path, replace: bool = False) -> Iterator[Path]:
+    """A temporary folder beside `path`, renamed to `path` when the block ends without an error
+    (deleted otherwise), so a crash never leaves half a folder. An existing `path` raises
+    FileExistsError, or with `replace` is first renamed to `set_aside(path)` and deleted after
+    the swap; a crash between the two renames leaves it there for `restore_set_aside`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield tmp
+        old = set_aside(path)
+        if path.exists():
+            if not replace:
+                raise FileExistsError(f"{path} exists")
+            # a crash after an earlier swap's renames left `old`; renaming onto a non-empty folder fails
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def restore_set_aside(path: Path) -> None:
+    """Undo a swap that a crash cut between its two renames: `path` is missing, its old copy is aside."""
+    old = set_aside(path)
+    if not path.exists() and old.exists():
+        try:
+            os.replace(old, path)
+        except FileNotFoundError:  # another process of the same run restored it first
+            pass
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -59,8 +107,6 @@ def read_json(path: str | Path) -> Any:
 
 def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-
-
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:

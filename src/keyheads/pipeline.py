@@ -11,11 +11,11 @@ whose settings or inputs changed. `keyheads demo` runs it on the bundled model w
 from __future__ import annotations
 
 import copy
-import os
 from functools import cache
 from pathlib import Path
 
 from .components import Components
+from .data.benchmarks import data_dir_from
 from .io import write_json
 from .runconfig import PipelineConfig
 from .stages import Runner, Stage
@@ -178,7 +178,8 @@ def _mlp(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
 
 
 def _data_dir(cfg: PipelineConfig) -> str | None:
-    return cfg.data_dir or os.environ.get("KEYHEADS_DATA")
+    folder = data_dir_from(cfg.data_dir or None)
+    return str(folder) if folder else None
 
 
 def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> Components:

@@ -7,7 +7,6 @@ is allowed.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -15,6 +14,8 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.dataclasses import dataclass
+
+from .data.benchmarks import data_dir_from
 
 Count = Annotated[int, Field(ge=1, strict=True)]
 NonNegative = Annotated[int, Field(ge=0, strict=True)]
@@ -162,7 +163,7 @@ class PipelineConfig:
 
     @model_validator(mode="after")
     def _needs_data(self):
-        folder = self.data_dir or os.environ.get("KEYHEADS_DATA")
+        folder = data_dir_from(self.data_dir or None)
         from .evaluation.tasks import ARITH
 
         need = [b for b in self.eval_benchmarks if b not in ARITH]  # the built-in sets are the only ones without data

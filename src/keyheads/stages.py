@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from .io import file_sha256, read_json, write_json
+from .provenance import changed_settings, machine, versions
 
 
 @dataclass
@@ -87,34 +86,10 @@ def signature(settings: dict, inputs: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def versions() -> dict:
-    import torch
-    import transformers
-
-    from . import __version__
-
-    return {"keyheads": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version()}
-
-
-def machine() -> dict:
-    import torch
-
-    return {"system": platform.system(), "arch": platform.machine(), "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-
-
-def _changes(old: dict, new: dict, prefix: str = "") -> list[str]:
+def _changes(old: dict, new: dict) -> list[str]:
     """Readable differences between two settings dicts: 'top_k 8 -> 10'."""
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key, "<unset>"), new.get(key, "<unset>")
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _changes(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key} {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}")
-    return out
+    return [f"{key} {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}"
+            for key, a, b in changed_settings(old, new, missing="<unset>")]
 
 
 class Runner:

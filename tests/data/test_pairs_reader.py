@@ -7,7 +7,7 @@ from keyheads.data import pairs as pairs_module
 from keyheads.data.pairs import NoPairs, Pair, read_pairs
 from keyheads.evaluation.variants import read_counterfactuals
 from keyheads.io import MalformedLine
-from keyheads.patching.samples import BadSample, load_samples
+from keyheads.patching.samples import BadSample, load_patch_samples
 from keyheads.testing.tiny import tiny_model
 
 GOOD = '{"reference": "1 + 2 = ", "counterfactual": "1 @ 2 = ", "answer": "3"}'
@@ -20,7 +20,7 @@ class NoTokenizer:
 READERS = {
     "read_pairs": read_pairs,
     "analysis": read_pair_rows,
-    "patching": lambda path: load_samples(NoTokenizer(), path),
+    "patching": lambda path: load_patch_samples(NoTokenizer(), path),
     "evaluation": read_counterfactuals,
 }
 
@@ -75,7 +75,7 @@ def test_every_reader_goes_through_read_pairs(tmp_path, monkeypatch):
     monkeypatch.setattr("keyheads.patching.samples.read_pairs", spy)
     assert read_pair_rows(path)[0]["answer"] == "3"
     assert read_counterfactuals(path) == ["1 @ 2 = "]
-    assert len(load_samples(tiny_model("llama"), path, first_token_only=True)) == 1
+    assert len(load_patch_samples(tiny_model("llama"), path, first_token_only=True)) == 1
     assert calls == [path] * 3
 
 
@@ -88,5 +88,5 @@ def test_line_numbers_and_numeric_answers(tmp_path):
     assert [p.answer for p in pairs] == ["3", "2.5", "8"]
     assert pairs[2] == Pair("3 + 5 = ", "3 @ 5 = ", "8")  # the line number is not part of the pair
     assert "line" not in pairs[0].to_dict()
-    samples = load_samples(tiny_model("llama"), path, first_token_only=True)
+    samples = load_patch_samples(tiny_model("llama"), path, first_token_only=True)
     assert [s.line for s in samples] == [2, 3, 4]

@@ -16,6 +16,7 @@ from keyheads.evaluation import ARITH, EvalConfig, Prepared, evaluate
 from keyheads.evaluation import tasks as tasks_module
 from keyheads.evaluation.arith import (ARITH_SETS, N_ITEMS, N_POOL, arith_items, check_heldout,
                                        heldout_templates)
+from keyheads.evaluation.cache import read_rows
 from keyheads.evaluation.extract import NUMBER
 from keyheads.evaluation.tasks import check_benchmarks, make_task
 from keyheads.finetune.data import ARITH_KINDS, arithmetic_examples
@@ -147,7 +148,7 @@ def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_d
         assert (s["n"], s["split"], s["few_shot"], s["max_new_tokens"]) == (5, "generated", 1, 8)
         assert f"| tiny | {name} | generated | 5 | {s['correct']} |" in table
         assert s["timing"]["computed"] == 5
-        rows = [json.loads(x) for x in (tmp_path / "cache" / f"{name}.jsonl").read_text().split("\n") if x]
+        rows = read_rows(tmp_path / "cache" / f"{name}.sqlite")
         assert len(rows) == 5 and all(r["finish"] in ("stop", "eos", "length") for r in rows)
         assert all("\n" not in r["output"] for r in rows)  # cut at the end of the answer's line
         wrong = [x for x in (tmp_path / "run" / "tiny" / f"{name}.wrong.jsonl").read_text().split("\n") if x]

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from keyheads.cli import main
+from keyheads.evaluation.cache import read_rows
 
 
 @pytest.fixture(scope="module")
@@ -81,5 +82,5 @@ def test_bundled_model_few_items(shared_data, tmp_path, capsys):
     for name in ("svamp", "csqa"):
         summary = json.loads((out / "smollm2-135m" / f"{name}.json").read_text())
         assert summary["n"] == 2 and summary["timing"]["computed"] == 2
-    cache = [json.loads(x) for x in (tmp_path / "cache" / "svamp.jsonl").read_text().split("\n") if x]
+    cache = read_rows(tmp_path / "cache" / "svamp.sqlite")
     assert all(row["finish"] in ("stop", "eos", "length") for row in cache)

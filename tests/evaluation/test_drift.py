@@ -2,6 +2,7 @@
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -93,3 +94,16 @@ def test_bootstrap_interval_covers_the_ratio_and_shrinks_with_more_items():
     lo2, hi2 = bootstrap(many, lambda a, b: a / b)
     assert lo <= 0.19 <= hi and (hi2 - lo2) < (hi - lo)
     assert bootstrap(few, lambda a, b: a / b) == [lo, hi]  # seeded: the same interval every time
+
+
+def test_bootstrap_is_the_percentile_interval_of_seeded_item_resamples():
+    """Against a direct computation: n rows of item indices drawn from default_rng(seed), the ratio of
+    the resampled sums, and the 2.5th and 97.5th percentiles (linear between order statistics)."""
+    rng = np.random.default_rng(7)
+    values = np.stack([rng.random(23), rng.integers(5, 20, 23).astype(float)], axis=1)
+    picks = np.random.default_rng(3).integers(0, len(values), size=(500, len(values)))
+    sums = values[picks].sum(axis=1)
+    direct = np.percentile(np.exp(sums[:, 0] / sums[:, 1]), [2.5, 97.5])
+    got = bootstrap([tuple(v) for v in values], lambda a, b: np.exp(a / b), n=500, seed=3)
+    assert got == pytest.approx(direct, rel=1e-12)
+    assert all(math.isnan(x) for x in bootstrap([(1.0, 2.0)], lambda a, b: a / b))  # one item: no interval

@@ -1,6 +1,7 @@
 """Answer extraction on real GSM8K and SVAMP answers, numeric matching, Wilson intervals."""
 import json
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -64,7 +65,7 @@ def test_numeric_tolerance():
 
 @pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (57, 1319), (1, 1)])
 def test_wilson_is_the_root_pair_of_its_quadratic(k, n):
-    z, p = 1.959964, k / n
+    z, p = NormalDist().inv_cdf(0.975), k / n  # the exact 95% quantile (1.95996398...)
     # (p - q)^2 = z^2 q (1 - q) / n  <=>  (1 + z^2/n) q^2 - (2p + z^2/n) q + p^2 = 0
     roots = sorted(np.roots([1 + z * z / n, -(2 * p + z * z / n), p * p]).real)
     lo, hi = wilson(k, n)

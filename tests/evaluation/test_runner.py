@@ -2,6 +2,8 @@
 import csv
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -10,7 +12,7 @@ from keyheads.data.trainset import SplitConfig, build_trainset
 from keyheads.evaluation import EvalConfig, Prepared, Variant, evaluate, prepare
 from keyheads.heads import read_heads
 from keyheads.evaluation import tasks as tasks_module
-from keyheads.evaluation.cache import ResultCache
+from keyheads.evaluation.cache import ResultCache, read_rows
 from keyheads.evaluation.table import to_csv, to_markdown
 from keyheads.evaluation.tasks import TABLE_BENCHMARKS, check_benchmarks, make_task
 
@@ -49,10 +51,9 @@ def test_second_run_is_served_from_the_cache(tiny, tiny_data, tmp_path):
     for name in TABLE_BENCHMARKS:
         a, b = first[0]["benchmarks"][name], second[0]["benchmarks"][name]
         assert (a["n"], a["correct"]) == (b["n"], b["correct"]) and b["timing"]["computed"] == 0
-    # a cache line per item and benchmark
+    # a cache row per item and benchmark
     for name in TABLE_BENCHMARKS:
-        lines = (tmp_path / "cache" / f"{name}.jsonl").read_text().strip().split("\n")
-        assert len(lines) == first[0]["benchmarks"][name]["n"]
+        assert len(read_rows(tmp_path / "cache" / f"{name}.sqlite")) == first[0]["benchmarks"][name]["n"]
 
 
 def test_interrupted_run_resumes_and_matches_a_clean_run(tiny, tiny_data, tmp_path, monkeypatch):
@@ -69,10 +70,9 @@ def test_interrupted_run_resumes_and_matches_a_clean_run(tiny, tiny_data, tmp_pa
     monkeypatch.setattr(tasks_module.MathTask, "run", flaky)
     with pytest.raises(KeyboardInterrupt):
         evaluate([Prepared.from_model(tiny)], cfg, tmp_path / "run")
-    cache_file = tmp_path / "cache" / "gsm8k.jsonl"
-    assert len(cache_file.read_text().strip().split("\n")) == 2  # the first batch was kept
-    with open(cache_file, "a") as f:  # and a crash mid-write leaves a torn line
-        f.write('{"key": "abc", "output": "The ans')
+    cache_file = tmp_path / "cache" / "gsm8k.sqlite"
+    assert len(read_rows(cache_file)) == 2  # the first batch was kept
+    crash_mid_write(cache_file)
     monkeypatch.setattr(tasks_module.MathTask, "run", real_run)
 
     counter = Counter(tiny)
@@ -81,8 +81,8 @@ def test_interrupted_run_resumes_and_matches_a_clean_run(tiny, tiny_data, tmp_pa
     finally:
         counter.close()
     assert resumed["timing"] == {**resumed["timing"], "computed": 4, "cached": 2}
-    lines = cache_file.read_text().split("\n")
-    assert lines[-1] == "" and all(json.loads(line) for line in lines[:-1])  # the torn line is gone
+    rows = read_rows(cache_file)
+    assert len(rows) == 6 and "abc" not in {r["key"] for r in rows}  # the half-written batch is gone
     clean = evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path / "clean", benchmarks=("gsm8k",)),
                      tmp_path / "clean")[0]["benchmarks"]["gsm8k"]
     assert (clean["n"], clean["correct"]) == (resumed["n"], resumed["correct"])
@@ -91,8 +91,16 @@ def test_interrupted_run_resumes_and_matches_a_clean_run(tiny, tiny_data, tmp_pa
         wrong(tmp_path / "clean" / "tiny-llama" / "gsm8k.wrong.jsonl")
 
 
+def crash_mid_write(path):
+    """A process killed inside a batch's transaction (after the insert, before the commit)."""
+    code = ("import os, sqlite3, sys; db = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "db.execute('BEGIN IMMEDIATE'); db.execute(\"INSERT INTO rows (key, row) VALUES ('abc', '{}')\"); "
+            "os._exit(3)")
+    assert subprocess.run([sys.executable, "-c", code, str(path)]).returncode == 3
+
+
 def test_cache_reads_lines_other_runs_append(tmp_path):
-    a, b = ResultCache(tmp_path / "c.jsonl"), ResultCache(tmp_path / "c.jsonl")
+    a, b = ResultCache(tmp_path / "c.sqlite"), ResultCache(tmp_path / "c.sqlite")
     a.add([{"key": "k1", "x": 1}])
     assert "k1" not in b
     b.refresh()
@@ -115,17 +123,13 @@ def test_knockout_variant_changes_the_outputs(tiny, tiny_data, tmp_path, pairs_f
     assert [r["label"] for r in results] == ["tiny", "tiny - knockout"]
     assert results[1]["info"]["knockout"]["counterfactual_prompts"] == 4
     scores = {}
-    for line in (tmp_path / "cache" / "mmlu.jsonl").read_text().split("\n"):
-        if line:
-            row = json.loads(line)
-            scores.setdefault(row["variant"], {})[row["id"]] = row["scores"]
+    for row in read_rows(tmp_path / "cache" / "mmlu.sqlite"):
+        scores.setdefault(row["variant"], {})[row["id"]] = row["scores"]
     base, ko = scores["tiny"], scores["tiny - knockout"]
     assert base.keys() == ko.keys() and any(base[k] != ko[k] for k in base)
     outputs = {}
-    for line in (tmp_path / "cache" / "addsub.jsonl").read_text().split("\n"):
-        if line:
-            row = json.loads(line)
-            outputs.setdefault(row["variant"], []).append(row["output"])
+    for row in read_rows(tmp_path / "cache" / "addsub.sqlite"):
+        outputs.setdefault(row["variant"], []).append(row["output"])
     assert outputs["tiny"] != outputs["tiny - knockout"]
     # hooks are removed after evaluation: the plain model is unchanged
     again = evaluate([Variant.make("model", "tiny")], _cfg(tiny_data, tmp_path / "again", benchmarks=("mmlu",)),

@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from keyheads.components import Components
-from keyheads.evaluation.variants import Variant, _human, prepare
+from keyheads.evaluation.variants import Variant, prepare
 from keyheads.finetune import FinetuneConfig, apply_adapter, export_peft, finetune, load_finetuned, merge
 from keyheads.finetune.adapter import ADAPTER, AdapterMismatch, base_fingerprint, read_adapter
 from keyheads.finetune.layer import ATTR, in_out
 from keyheads.finetune.model import slice_plan
 from keyheads.models.model import HookedModel
+from keyheads.numbers import human
 from keyheads.testing import TINY_FAMILIES, tiny_model
 
 # Two heads in layer 1 (sharing a K/V group where there are groups), one in layer 2, and MLP 2.
@@ -244,7 +245,7 @@ def test_adapter_variant(runs, family):
     assert torch.equal(logits(prepared.model), run.trained)
     assert not has_deltas(shared) and torch.equal(logits(shared), run.base)  # the shared base is untouched
     assert prepared.info["train_speed"].endswith("sam./s")
-    assert prepared.info["tuned_params"] == _human(run.info["tuned_params"])
+    assert prepared.info["tuned_params"] == human(run.info["tuned_params"])
     assert prepared.info["finetune"] == {"method": "precise", "components": COMPONENTS.to_json()}
     again = prepare(Variant.make("adapter", "ignored", path=str(run.folder)), loader)
     assert again.fingerprint == prepared.fingerprint

@@ -1,6 +1,7 @@
 """Checkpoints and resume: a run killed part-way and started again on a fresh model ends bit-identical
 to one that was never interrupted; a resume with other settings is refused, naming them; a finished
 folder is returned as it is; checkpoint writes are atomic and leave no temporaries behind."""
+import logging
 import os
 import sys
 import re
@@ -97,17 +98,17 @@ def assert_same_as(uninterrupted, out: Path, info: dict, model) -> None:
     (5, 4, replace(CFG, save_every=3)),  # a setting a resume may change
 ])
 def test_killed_run_resumes_bit_identical(at, saved, resume_cfg, examples, uninterrupted, tmp_path, monkeypatch,
-                                          capsys):
+                                          caplog):
     out = tmp_path / "run"
     killed_run(monkeypatch, examples, out, at)
     assert read_json(out / "checkpoint" / "record.json")["step"] == saved
     assert not (out / INFO).exists() and not (out / ADAPTER).exists()
     assert temporaries(out) == []
 
-    capsys.readouterr()
+    caplog.set_level(logging.INFO, logger="keyheads")
     model = tiny_model("llama", seed=0)  # a fresh model, as a new process would have
     info = finetune(model, examples, resume_cfg, out, COMPONENTS, progress=False)
-    assert f"at step {saved}" in capsys.readouterr().out
+    assert f"at step {saved}" in caplog.text
     assert info["train"]["steps_this_run"] == CFG.max_steps - saved  # resumed, not restarted
     assert_same_as(uninterrupted, out, info, model)
     assert temporaries(out) == []
@@ -206,7 +207,7 @@ def test_finished_folder_is_not_trained_again(examples, uninterrupted, monkeypat
     assert temporaries(out) == []
 
 
-def test_ctrl_c_keeps_every_finished_step(examples, uninterrupted, tmp_path, monkeypatch, capsys):
+def test_ctrl_c_keeps_every_finished_step(examples, uninterrupted, tmp_path, monkeypatch, caplog):
     """Ctrl-C in the 4th step's forward pass: steps 1-3 are saved (the periodic checkpoint has only 2)."""
     out = tmp_path / "run"
     real, calls = train_mod.collate, [0]
@@ -223,10 +224,11 @@ def test_ctrl_c_keeps_every_finished_step(examples, uninterrupted, tmp_path, mon
     monkeypatch.undo()
     assert read_json(out / "checkpoint" / "record.json")["step"] == 3
     assert temporaries(out) == []
-    capsys.readouterr()
+    caplog.set_level(logging.INFO, logger="keyheads")
+    caplog.clear()
     model = tiny_model("llama", seed=0)
     info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
-    assert "at step 3" in capsys.readouterr().out
+    assert "at step 3" in caplog.text
     assert_same_as(uninterrupted, out, info, model)
 
 

@@ -117,3 +117,64 @@ def test_checker_sees_a_broken_image_and_a_script_error(browser, report, tmp_pat
     got = load(browser, path)
     assert [im["index"] for im in got["broken"]] == [0]
     assert any("notDefinedAnywhere" in e["message"] for e in got["errors"]), got["errors"]
+
+
+VIEWPORT = 1280  # the width the report must be read at without sideways scrolling of the page
+
+# What sticks out at the right: the page's own scroll width, every table's box, and any element
+# that reaches past the viewport without a scrolling table box around it.
+WIDTHS = """var vw = window.innerWidth;
+function scrolls(box) { return ["auto", "scroll"].indexOf(getComputedStyle(box).overflowX) >= 0; }
+function boxed(el) { var b = el.closest(".table-box"); return b !== null && b !== el && scrolls(b); }
+function name(el) { return el.tagName.toLowerCase() + (el.className ? "." + String(el.className).split(" ").join(".") : ""); }
+return {
+  inner: vw, scroll: document.documentElement.scrollWidth,
+  boxes: Array.from(document.querySelectorAll("table")).map(function (t) {
+    var box = t.parentElement, r = box.getBoundingClientRect();
+    return {table: t.className, wrapped: box.classList.contains("table-box") && scrolls(box), left: r.left, right: r.right,
+            scrolls: box.scrollWidth > box.clientWidth};
+  }),
+  outside: Array.from(document.querySelectorAll("body *")).filter(function (el) {
+    var r = el.getBoundingClientRect();
+    return !boxed(el) && (r.right > vw + 0.5 || r.left < -0.5);
+  }).map(name)
+};"""
+
+
+def widths(driver, path) -> dict:
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": VIEWPORT, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+    driver.get(path.resolve().as_uri())
+    driver.execute_script("return document.readyState")
+    return driver.execute_script(WIDTHS)
+
+
+def fits(got: dict) -> list[str]:
+    """What is wrong with the page's width, in words (empty when every table fits or scrolls in its box)."""
+    wrong = [] if got["scroll"] <= got["inner"] else [f"page scrolls sideways: {got['scroll']} > {got['inner']} px"]
+    wrong += [f"table {b['table']} is not in a scrolling box" for b in got["boxes"] if not b["wrapped"]]
+    wrong += [f"box of table {b['table']} spans {b['left']:.0f}..{b['right']:.0f} px" for b in got["boxes"]
+              if b["left"] < -0.5 or b["right"] > got["inner"] + 0.5]
+    return wrong + [f"{el} reaches past the viewport" for el in got["outside"]]
+
+
+def test_every_table_fits_or_scrolls_in_its_own_box_at_1280px(browser, report):
+    got = widths(browser, report)
+    assert got["inner"] == VIEWPORT
+    assert len(got["boxes"]) >= 10 and "sortable table1" in [b["table"] for b in got["boxes"]]
+    assert fits(got) == []
+
+
+def test_width_checker_sees_a_page_that_runs_off_the_right_edge(browser, report, tmp_path):
+    page = report.read_text()
+    # table 1 made far wider than the page (a header that cannot wrap): its box scrolls, the page does not
+    wide = page.replace("<th>Model</th>", "<th>" + "Model " * 300 + "</th>", 1)
+    path = tmp_path / "wide.html"
+    path.write_text(wide)
+    got = widths(browser, path)
+    assert fits(got) == [] and next(b for b in got["boxes"] if b["table"] == "sortable table1")["scrolls"]
+    # the same without the scrolling box: the checker must see the overflow
+    unboxed = wide.replace("overflow-x:auto", "overflow-x:visible")
+    path.write_text(unboxed)
+    wrong = fits(widths(browser, path))
+    assert any(w.startswith("page scrolls sideways") for w in wrong) and any("reaches past" in w for w in wrong), wrong

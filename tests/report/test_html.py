@@ -37,11 +37,15 @@ def test_sections_in_the_papers_order(report):
 def test_every_image_is_an_inline_png_and_nothing_is_fetched(report, run_folder):
     page = report.read_text()
     sources = re.findall(r'<img[^>]*\ssrc="([^"]*)"', page)
-    pngs = sorted(run_folder.rglob("*.png"))
-    assert len(sources) == len(pngs) >= 8  # heatmap, curves, 3+ attention, 3 MLP figures: all of them
     for src in sources:
         assert src.startswith("data:image/png;base64,"), src[:80]
         assert base64.b64decode(src.split(",", 1)[1], validate=True).startswith(PNG_SIGNATURE)
+    # the loss chart is drawn by the report from finetune.json's numbers; every other figure is a file
+    drawn = re.findall(r'<img src="([^"]*)" alt="training loss per optimizer step', page)
+    assert len(drawn) == 1
+    sources = [s for s in sources if s not in drawn]
+    pngs = sorted(run_folder.rglob("*.png"))
+    assert len(sources) == len(pngs) >= 8  # heatmap, curves, 3+ attention, 3 MLP figures: all of them
     embedded = {base64.b64decode(s.split(",", 1)[1]) for s in sources}
     assert embedded == {p.read_bytes() for p in pngs}
     assert not re.search(r"https?://", page, re.I) and "file:/" not in page
@@ -91,7 +95,7 @@ def test_numbers_shown_are_the_json_numbers(report, run_folder):
 def test_table2_only_when_the_ablation_ran(report, run_folder, tmp_path):
     rows = table_rows(report.read_text(), "table2")
     assert [r[0][1] for r in rows] == ["precise-top1-mlp", "precise-top3"]
-    assert "Training loss" in report.read_text() and "<polyline" in report.read_text()
+    assert "Training loss" in report.read_text() and 'alt="training loss per optimizer step' in report.read_text()
     copy = shutil.copytree(run_folder, tmp_path / "run")
     shutil.rmtree(copy / "finetune" / "precise-top1-mlp")
     assert "Table 2" not in render(copy) and "Table 1" in render(copy)
@@ -184,3 +188,20 @@ def test_generic_drift_decides_the_generic_claim_when_measured(tmp_path, precise
     assert claim["held"] is held and f"{precise_kl:.4g}" in claim["evidence"]
     math_claim = next(f for f in findings(run) if f["claim"].startswith("Precise SFT of the key heads improves"))
     assert math_claim["held"] is True  # unchanged by the KL rows
+
+
+def test_text_from_the_data_is_escaped_everywhere(tmp_path):
+    """Autoescape: a model name, a head label and a claim's evidence with markup in them stay text."""
+    import json
+
+    run = make_run(tmp_path / "run", True)
+    evil = '<img src=x onerror="alert(1)"> & see https://example.org'
+    (run / "config.json").write_text(json.dumps({"model": evil, "seed": 0}))
+    keys = json.loads((run / "identify" / "key_heads.json").read_text())
+    keys["heads"][0]["label"] = "<b>0.0</b>"
+    (run / "identify" / "key_heads.json").write_text(json.dumps(keys))
+    page = render(run)
+    assert "<img src=x" not in page and "<b>0.0</b>" not in page and "https://" not in page
+    assert "<h1>keyheads run: &lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; see https&#58;//example.org</h1>" in page
+    assert [r[1][1] for r in table_rows(page, "key-heads")][0] == "<b>0.0</b>"  # shown as the text it is
+    assert page.count('<div class="table-box"><table class="sortable') == page.count("<table")

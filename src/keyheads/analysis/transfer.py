@@ -18,6 +18,7 @@ from typing import Sequence
 
 from ..knockout import Knockout
 from ..models.model import HookedModel
+from ..numbers import format_number
 from .common import AnalysisError, answer_token, fallback_note, read_pair_rows
 from .passes import EndPasses, PromptSet
 
@@ -65,11 +66,6 @@ def _finish(model: HookedModel, name: str, prompts: Sequence[str], answers: Sequ
     if dropped:
         note = (note + "; " if note else "") + f"{dropped} left out (answer merges with the prompt's last token)"
     return TransferSet(name, kept_p, kept_a, ids, max(case, 0), note)
-
-
-def format_number(value: float) -> str:
-    """51.0 -> '51', 2.5 -> '2.5' (how an answer is written after 'The answer is')."""
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 # ---- generated sets (the paper's figure 4 case first) -------------------------------------

@@ -14,10 +14,11 @@ import importlib.util
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from ..log import logger
 
 DATA_ENV = "KEYHEADS_DATA"
 LETTERS = "ABCDEFGHIJ"
@@ -288,7 +289,7 @@ def load(name: str, split: str | None = None, data_dir: str | Path | None = None
     if source == "local" or bench.hub is None or not hub_possible():
         raise _missing(bench, split, path)
     if path is not None:
-        print(f"[keyheads] {path} not found; loading {name}/{split} from the hub ({bench.hub[0]})", file=sys.stderr)
+        logger.warning("%s not found; loading %s/%s from the hub (%s)", path, name, split, bench.hub[0])
     return _load_hub(bench, split)
 
 

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..io import write_json, write_jsonl
+from ..numbers import format_number
 from .benchmarks import Record, data_dir_from, load, question_key
 
 HELDOUT = ("addsub", "singleeq", "svamp")
@@ -73,10 +74,6 @@ def target_text(record: Record) -> str:
     if record.source.startswith("gsm8k") and record.solution:
         return " ".join(record.solution.split("\n")) + f" The answer is {answer}."
     return f"The answer is {answer}."
-
-
-def format_number(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def build_trainset(data_dir: str | Path | None = None, cfg: SplitConfig = SplitConfig()

@@ -1,21 +1,27 @@
-"""Per-item result cache: an append-only JSONL file per benchmark.
+"""Per-item result cache: one SQLite database (WAL mode) per benchmark.
 
-Every finished batch is appended and flushed to disk, so an interrupted run loses at most
-the batch in flight and a re-run only computes what is missing. A line cut short by a
-crash (the last one) is dropped and cut from the file before anything is appended.
-Several runs may share a cache folder at once: appends and the cut hold an exclusive
-lock, each batch is one write, and `refresh` picks up what other runs appended.
+Every finished batch is committed in one transaction, so an interrupted run loses at most the
+batch in flight and a re-run only computes what is missing. Several runs (and processes of one
+distributed run) may share a cache folder at once: SQLite serialises the writers, readers never
+block them, and `refresh` picks up what other runs committed since the last read.
+
+Rows are only ever appended, in commit order (`seq`); the latest row of a key wins, as it did in
+the JSONL files earlier versions wrote (a `<benchmark>.jsonl` beside a new database is imported
+once, so those caches keep serving).
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
-import sys
-from contextlib import contextmanager
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Iterable
+
+from ..log import logger
+
+SCHEMA = "CREATE TABLE IF NOT EXISTS rows (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, row TEXT NOT NULL)"
+BUSY_SECONDS = 600.0  # how long a writer waits for another one (a batch commit takes milliseconds)
 
 
 def item_key(fingerprint: str, benchmark: str, prompt: str, settings: dict) -> str:
@@ -25,46 +31,55 @@ def item_key(fingerprint: str, benchmark: str, prompt: str, settings: dict) -> s
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE takes the write lock up front)
+    db = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")  # a committed batch survives a power cut, as the fsync'd lines did
+    return db
+
+
 class ResultCache:
-    """key -> result row, backed by `path` (one JSON object per line, each with a "key")."""
+    """key -> result row (a dict with a "key"), backed by the SQLite database at `path`."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.rows: dict[str, dict] = {}
-        self.offset = 0  # bytes of the file already read
+        self.seq = 0  # the last row already read
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._locked() as fd:
-            self._read(fd, cut_torn=True)
+        with closing(_connect(self.path)) as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(SCHEMA)
+            if db.execute("SELECT seq FROM rows LIMIT 1").fetchone() is None:
+                self._import_jsonl(db, self.path.with_suffix(".jsonl"))
+            db.execute("COMMIT")
+            self._read(db)
 
-    @contextmanager
-    def _locked(self):
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield fd
-        finally:
-            os.close(fd)  # closing releases the lock
-
-    def _read(self, fd: int, cut_torn: bool) -> None:
-        size = os.fstat(fd).st_size
-        data = os.pread(fd, size - self.offset, self.offset) if size > self.offset else b""
-        end = data.rfind(b"\n") + 1  # only complete lines; a torn tail has no newline yet
-        for number, line in enumerate(data[:end].split(b"\n")):
-            if not line.strip():
-                continue
+    def _import_jsonl(self, db: sqlite3.Connection, legacy: Path) -> None:
+        if not legacy.is_file() or legacy == self.path:
+            return
+        rows = []
+        for line in legacy.read_bytes().split(b"\n"):
             try:
                 row = json.loads(line)
-                self.rows[row["key"]] = row
-            except (ValueError, KeyError, TypeError):
-                print(f"[keyheads] {self.path}: skipping a malformed cache line", file=sys.stderr)
-        self.offset += end
-        if cut_torn and end < len(data):  # we hold the lock, so no writer is mid-line: a crash left it
-            os.ftruncate(fd, self.offset)
+                rows.append((row["key"], json.dumps(row, ensure_ascii=False)))
+            except (ValueError, KeyError, TypeError):  # an empty, torn or malformed line
+                continue
+        db.executemany("INSERT INTO rows (key, row) VALUES (?, ?)", rows)
+        logger.info("%s: imported %d cached rows from %s", self.path, len(rows), legacy.name)
+
+    def _read(self, db: sqlite3.Connection) -> None:
+        for seq, key, row in db.execute("SELECT seq, key, row FROM rows WHERE seq > ? ORDER BY seq", (self.seq,)):
+            try:
+                self.rows[key] = json.loads(row)
+            except ValueError:
+                logger.warning("%s: skipping a malformed cache row", self.path)
+            self.seq = seq
 
     def refresh(self) -> None:
-        """Read lines other runs appended since the last read."""
-        with self._locked() as fd:
-            self._read(fd, cut_torn=False)
+        """Read the rows other runs committed since the last read."""
+        with closing(_connect(self.path)) as db:
+            self._read(db)
 
     def get(self, key: str) -> dict | None:
         return self.rows.get(key)
@@ -76,16 +91,26 @@ class ResultCache:
         return len(self.rows)
 
     def add(self, rows: Iterable[dict]) -> None:
+        """Append `rows` in one transaction (all or none of them are kept)."""
         rows = list(rows)
         if not rows:
             return
-        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
-        with self._locked() as fd:
-            self._read(fd, cut_torn=True)  # catch up (and drop a torn tail) before appending
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-            self.offset += len(data)
-        for r in rows:
-            self.rows[r["key"]] = r
+        values = [(r["key"], json.dumps(r, ensure_ascii=False)) for r in rows]
+        with closing(_connect(self.path)) as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("INSERT INTO rows (key, row) VALUES (?, ?)", values)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._read(db)  # our rows and whatever others committed before them
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Every row ever added to the cache at `path`, in commit order (a key added twice is there twice)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    with closing(sqlite3.connect(path, timeout=BUSY_SECONDS)) as db:
+        return [json.loads(row) for (row,) in db.execute("SELECT row FROM rows ORDER BY seq")]

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from scipy import stats
 
 from ..data.benchmarks import Record, load
 from .tasks import EvalConfig, Item, Task
@@ -58,15 +59,14 @@ def item_sums(ref: torch.Tensor, var: torch.Tensor, ids: list[int]) -> dict:
 
 
 def bootstrap(values: Sequence[tuple[float, float]], stat, n: int = 1000, seed: int = 0) -> list[float]:
-    """95% interval of stat(sum of numerators, sum of denominators) over items resampled with replacement."""
+    """95% percentile interval of stat(sum of numerators, sum of denominators) over items resampled
+    with replacement (paired: an item's numerator and denominator stay together); seeded."""
     arr = np.asarray(values, dtype=np.float64)
     if len(arr) < 2:
         return [float("nan"), float("nan")]
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(arr), size=(n, len(arr)))
-    sums = arr[picks].sum(axis=1)
-    stats = np.sort(stat(sums[:, 0], sums[:, 1]))
-    return [float(stats[int(0.025 * n)]), float(stats[int(0.975 * n) - 1])]
+    ci = stats.bootstrap((arr[:, 0], arr[:, 1]), lambda a, b, axis: stat(a.sum(axis), b.sum(axis)), paired=True,
+                         vectorized=True, n_resamples=n, method="percentile", rng=np.random.default_rng(seed))
+    return [float(ci.confidence_interval.low), float(ci.confidence_interval.high)]
 
 
 class DriftTask(Task):

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 import re
 
+from scipy import stats
+
 # A number: thousands with commas (1,234,567.5), or plain digits (1234.5, .5); optional minus.
 NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
 _NUMBER_RE = re.compile(NUMBER)
@@ -64,14 +66,9 @@ def numbers_match(pred: float | None, gold: float, pred_text: str | None = None,
     return d >= min_decimals and math.isclose(round(gold, d), pred, abs_tol=10 ** -(d + 3))
 
 
-def wilson(correct: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """95% Wilson score interval for a proportion (stays inside [0, 1], sane at 0 and n)."""
-    if n == 0:
+def wilson(correct: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a proportion (stays inside [0, 1], exactly 0 or 1 at 0 and n)."""
+    if n == 0:  # no items: nothing is known (scipy refuses n = 0)
         return 0.0, 1.0
-    p = correct / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
-    # at 0 and n one bound is exactly 0 or 1; keep float rounding from putting p outside
-    return (0.0 if correct == 0 else lo), (1.0 if correct == n else hi)
+    ci = stats.binomtest(correct, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..data.benchmarks import LETTERS, Record
-from ..data.trainset import format_number
+from ..numbers import format_number
 from .extract import NUMBER
 
 STOPS = ("\n\n", "Question:")  # the model starts the next exemplar: its answer is over

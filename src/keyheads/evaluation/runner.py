@@ -1,6 +1,6 @@
 """Run the benchmarks for one or more variants, with a per-item cache, and write the table.
 
-Per-item results go to ``<cache_dir>/<benchmark>.jsonl`` (append-only, resumable, shared
+Per-item results go to ``<cache_dir>/<benchmark>.sqlite`` (append-only, resumable, shared
 by runs; default $KEYHEADS_CACHE/eval). Run folder layout (``out``):
     <variant>/<benchmark>.json       accuracy, 95% CI, settings (MMLU: per subject)
     <variant>/<benchmark>.wrong.jsonl the wrong cases, for inspection
@@ -111,7 +111,7 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
         if name not in tasks:
             tasks[name] = make_task(name, cfg)
         task = tasks[name]
-        rows, timing = run_task(prepared, task, cfg, ResultCache(cache_folder(cfg) / f"{name}.jsonl"), reference)
+        rows, timing = run_task(prepared, task, cfg, ResultCache(cache_folder(cfg) / f"{name}.sqlite"), reference)
         if cfg.shard is not None:
             summaries[name] = {"timing": timing, "shard": list(cfg.shard)}
             continue

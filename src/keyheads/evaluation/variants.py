@@ -20,6 +20,7 @@ from ..io import file_sha256
 from ..heads import heads_of
 from ..knockout import compute_means
 from ..models.model import HookedModel
+from ..numbers import human
 
 
 @dataclass(frozen=True)
@@ -182,13 +183,6 @@ def _adapter(variant: Variant, loader: Loader) -> Prepared:
     weights = sorted(p for p in folder.rglob("*.safetensors") if "checkpoint" not in p.parts)
     fp = _sha(info["base_fingerprint"] + "".join(file_sha256(p) for p in weights))
     extras = {"train_speed": f"{info['train']['samples_per_second']:.1f} sam./s",
-              "tuned_params": _human(info["tuned_params"]), "finetune": {k: info[k] for k in ("method", "components")
+              "tuned_params": human(info["tuned_params"]), "finetune": {k: info[k] for k in ("method", "components")
                                                                           if k in info}}
     return Prepared(model, {}, fp, variant.label or f"{info['base_model']} + {info['method']} SFT", extras)
-
-
-def _human(n: int) -> str:
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return str(n)

@@ -11,9 +11,6 @@ Every run folder has `finetune.json` (the same metadata plus the training figure
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -22,7 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..components import Components
-from ..io import read_json
+from ..io import atomic_folder, atomic_path, read_json
 from ..models.model import HookedModel
 from .model import Tuned, precise
 
@@ -45,15 +42,8 @@ def base_fingerprint(model: HookedModel) -> str:
 
 def save_adapter(tuned: Tuned, folder: str | Path, meta: dict) -> Path:
     path = Path(folder) / ADAPTER
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{ADAPTER}.", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tuned.adapter_tensors(), tmp, metadata={"keyheads": json.dumps(meta, sort_keys=True)})
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp:
+        save_file(tuned.adapter_tensors(), str(tmp), metadata={"keyheads": json.dumps(meta, sort_keys=True)})
     return path
 
 
@@ -120,19 +110,13 @@ def merge(model: HookedModel, folder: str | Path, out: str | Path) -> Path:
         raise FileExistsError(f"{out} exists; choose a new --out")
     tuned = apply_adapter(model, folder)
     merge_adapter(tuned)
-    out.parent.mkdir(parents=True, exist_ok=True)
     # Written next to `out` and renamed into place: a crash leaves no half-written model folder.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         model.hf.save_pretrained(tmp, safe_serialization=True)
         if model.tokenizer is not None:
             model.tokenizer.save_pretrained(tmp)
-        if out.exists():
+        if out.exists():  # made while we saved
             raise FileExistsError(f"{out} exists; choose a new --out")
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return out
 
 

@@ -6,16 +6,16 @@ model fingerprint, components, data hash) with the new run's and refuses when th
 """
 from __future__ import annotations
 
-import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..io import read_json, write_json
+from ..io import atomic_folder, read_json, restore_set_aside, write_json
+from ..log import logger
+from ..provenance import changed_settings, flatten
 from .config import FinetuneConfig
 
 
@@ -23,25 +23,14 @@ class ResumeMismatch(ValueError):
     pass
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def differing_keys(old: dict, new: dict) -> list[str]:
     """Keys whose values differ, except settings that do not change what is computed."""
-    a, b = _flatten(old), _flatten(new)
-    skip = {f"config.{k}" for k in FinetuneConfig.RESUMABLE_CHANGES}
-    return sorted(k for k in set(a) | set(b) if k not in skip and a.get(k) != b.get(k))
+    skip = [f"config.{k}" for k in FinetuneConfig.RESUMABLE_CHANGES]
+    return [key for key, _, _ in changed_settings(old, new, skip)]
 
 
 def describe_differences(old: dict, new: dict, keys: list[str], what: str) -> str:
-    a, b = _flatten(old), _flatten(new)
+    a, b = flatten(old), flatten(new)
     return "; ".join(f"{k}: {what} {a.get(k)!r}, now {b.get(k)!r}" for k in keys[:8])
 
 
@@ -64,39 +53,21 @@ def save_checkpoint(folder: Path, record: dict, step: int, losses: list[float], 
     """Write the checkpoint of `step` (main process only; every process holds the same state)."""
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        prefix = f".{folder.name}."
-        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=folder.parent))
-        try:
+        with atomic_folder(folder, replace=True) as tmp:
             save_file({n: p.detach().contiguous().cpu() for n, p in tuned.named_trainable()}, str(tmp / "trainable.safetensors"))
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()},
                        tmp / "state.pt")
             write_json(tmp / "record.json", {**record, "step": step, "losses": losses})
-            old = folder.parent / f".old-{folder.name}"
-            if folder.exists():
-                # A run killed after the last rename of an earlier save left `old` beside `folder`;
-                # renaming a folder onto a non-empty one fails, so clear it first.
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(folder, old)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-            # Temporaries of earlier saves killed hard (no `finally` ran): only this process writes here.
-            for stale in folder.parent.glob(f"{prefix}*"):
-                if stale.is_dir() and stale != tmp:
-                    shutil.rmtree(stale, ignore_errors=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        # Temporaries of earlier saves killed hard (no cleanup ran): only this process writes here.
+        for stale in folder.parent.glob(f".{folder.name}.*"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
     accelerator.wait_for_everyone()
 
 
 def load_checkpoint(folder: Path, record: dict, tuned, optimizer, scheduler) -> tuple[int, list[float]]:
     """Restore a checkpoint into the live objects; -> (step to continue from, losses so far)."""
-    old = folder.parent / f".old-{folder.name}"
-    if not folder.exists() and old.exists():  # killed between the two renames
-        try:
-            os.replace(old, folder)
-        except FileNotFoundError:  # every process of the run gets here; another one renamed it first
-            pass
+    restore_set_aside(folder)  # killed between the two renames of a save
     if not (folder / "record.json").is_file():
         return 0, []
     stored = read_json(folder / "record.json")
@@ -116,5 +87,5 @@ def load_checkpoint(folder: Path, record: dict, tuned, optimizer, scheduler) -> 
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
-    print(f"resuming from {folder} at step {stored['step']}")
+    logger.info("resuming from %s at step %s", folder, stored["step"])
     return int(stored["step"]), list(stored["losses"])

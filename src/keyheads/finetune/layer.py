@@ -36,21 +36,45 @@ def _as_linear(module: nn.Module) -> torch.Tensor:
     return module.weight.T if is_conv1d(module) else module.weight
 
 
-class RowDelta(nn.Module):
-    """Trains output features `index` of a projection (rows of W, entries of its bias)."""
+class _SliceDelta(nn.Module):
+    """A zero-initialised delta for the features `index` of `module`'s weight (fp32 for half bases)."""
 
-    kind = "rows"
+    kind = ""
+    trains_bias = False
 
     def __init__(self, module: nn.Module, index: list[int], layer: int):
         super().__init__()
-        d_in, _ = in_out(module)
+        device, dtype = module.weight.device, delta_dtype(module)
+        d_in, d_out = in_out(module)
         self.layer = layer
-        self.register_buffer("index", torch.tensor(index, dtype=torch.long, device=module.weight.device))
-        self.weight = nn.Parameter(torch.zeros(len(index), d_in, device=module.weight.device, dtype=delta_dtype(module)))
-        has_bias = getattr(module, "bias", None) is not None
-        self.bias = nn.Parameter(torch.zeros(len(index), device=module.weight.device, dtype=delta_dtype(module))) if has_bias else None
+        self.register_buffer("index", torch.tensor(index, dtype=torch.long, device=device))
+        self.weight = nn.Parameter(torch.zeros(self.shape(len(index), d_in, d_out), device=device, dtype=dtype))
+        has_bias = self.trains_bias and getattr(module, "bias", None) is not None
+        self.bias = nn.Parameter(torch.zeros(len(index), device=device, dtype=dtype)) if has_bias else None
         # W0's trained entries, for weight decay that acts on W0 + delta.
-        self.register_buffer("base", _as_linear(module).detach()[self.index].to(delta_dtype(module)).clone(), persistent=False)
+        self.register_buffer("base", self.entries(_as_linear(module).detach()).to(dtype).clone(), persistent=False)
+
+    @staticmethod
+    def shape(n: int, d_in: int, d_out: int) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def entries(self, w: torch.Tensor) -> torch.Tensor:
+        """The trained entries of a [out, in] weight."""
+        raise NotImplementedError
+
+
+class RowDelta(_SliceDelta):
+    """Trains output features `index` of a projection (rows of W, entries of its bias)."""
+
+    kind = "rows"
+    trains_bias = True
+
+    @staticmethod
+    def shape(n: int, d_in: int, d_out: int) -> tuple[int, int]:
+        return n, d_in
+
+    def entries(self, w: torch.Tensor) -> torch.Tensor:
+        return w[self.index]
 
     def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(out.dtype)
@@ -64,19 +88,17 @@ class RowDelta(nn.Module):
             module.bias[self.index] += self.bias.to(module.bias.dtype)
 
 
-class ColDelta(nn.Module):
+class ColDelta(_SliceDelta):
     """Trains input features `index` of a projection (columns of W_O); its bias is shared, not trained."""
 
     kind = "cols"
 
-    def __init__(self, module: nn.Module, index: list[int], layer: int):
-        super().__init__()
-        _, d_out = in_out(module)
-        self.layer = layer
-        self.bias = None
-        self.register_buffer("index", torch.tensor(index, dtype=torch.long, device=module.weight.device))
-        self.weight = nn.Parameter(torch.zeros(d_out, len(index), device=module.weight.device, dtype=delta_dtype(module)))
-        self.register_buffer("base", _as_linear(module).detach()[:, self.index].to(delta_dtype(module)).clone(), persistent=False)
+    @staticmethod
+    def shape(n: int, d_in: int, d_out: int) -> tuple[int, int]:
+        return d_out, n
+
+    def entries(self, w: torch.Tensor) -> torch.Tensor:
+        return w[:, self.index]
 
     def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         return out + F.linear(x.index_select(-1, self.index), self.weight.to(x.dtype)).to(out.dtype)

@@ -1,7 +1,6 @@
 """One fine-tuning run into one folder: train, then write the adapter (or model) and finetune.json."""
 from __future__ import annotations
 
-import platform
 import time
 import warnings
 from pathlib import Path
@@ -11,22 +10,13 @@ import torch
 from ..components import Components
 from ..io import read_json, write_json
 from ..models.model import HookedModel
+from ..provenance import versions
 from .adapter import ADAPTER, INFO, base_fingerprint, save_adapter
 from .checkpoint import ResumeMismatch, describe_differences, differing_keys
 from .config import FinetuneConfig
 from .data import Example, examples_sha256, tokenize
 from .model import make_trainable
 from .train import make_accelerator, train
-
-
-def versions() -> dict:
-    import torch
-    import transformers
-
-    from .. import __version__
-
-    return {"keyheads": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version()}
 
 
 def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, out: str | Path,

@@ -10,14 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from ..errors import MissingPackage, ModelNotFound
-from ..io import file_sha256
+from ..io import atomic_folder, file_sha256
 from ..settings import check_dtype
 from .bundled import BUNDLED, DEFAULT_MODEL
 from .families import family_for
@@ -64,19 +62,11 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     model.hf_quantizer = None
     model.config.quantization_config = None
     model.is_quantized = False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
-    try:
+    with atomic_folder(target, replace=True) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         files = {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / MANIFEST).write_text(json.dumps({"source": str(gguf), "files": files}, indent=1))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _require(module: str, pip: str) -> None:

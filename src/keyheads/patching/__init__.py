@@ -3,7 +3,7 @@ from .heatmap import draw_heatmap
 from .identify import describe, identify
 from .metrics import METRICS
 from .run import METHODS, PatchConfig, sweep
-from .samples import BadSample, load_samples
+from .samples import BadSample, load_patch_samples
 
-__all__ = ["METHODS", "METRICS", "BadSample", "PatchConfig", "describe", "draw_heatmap", "identify", "load_samples",
-           "sweep"]
+__all__ = ["METHODS", "METRICS", "BadSample", "PatchConfig", "describe", "draw_heatmap", "identify",
+           "load_patch_samples", "sweep"]

@@ -29,7 +29,7 @@ from .naive import naive_path_patch_batch
 from .path import path_patch_batch
 from ..effects import Effects
 from .results import aggregate
-from .samples import batches, load_samples
+from .samples import batches, load_patch_samples
 
 METHODS = {
     "path": path_patch_batch,
@@ -78,7 +78,7 @@ def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path |
     """
     check_method(config.method)
     check_metric(config.metric)
-    samples = load_samples(model, data, limit=config.limit, first_token_only=config.first_token)
+    samples = load_patch_samples(model, data, limit=config.limit, first_token_only=config.first_token)
     n, L, H = len(samples), model.n_layers, model.n_heads
     signature = {"model": model.source, "data_sha256": file_sha256(data), "dtype": str(model.dtype),
                  **{k: v for k, v in asdict(config).items() if k != "min_abs_logit"}}

@@ -37,7 +37,7 @@ class PatchSample:
     answer_id: int
 
 
-def load_samples(model: HookedModel, path: str | Path, limit: int | None = None,
+def load_patch_samples(model: HookedModel, path: str | Path, limit: int | None = None,
                  first_token_only: bool = False) -> list[PatchSample]:
     """A pairs JSONL file (read and checked by keyheads.data.pairs.read_pairs), tokenised for patching."""
     try:

@@ -10,16 +10,14 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: figures are files in the run folder
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..io import atomic_write_bytes, atomic_write_text  # noqa: E402
 
 
 def save_figure(fig, path: str | Path, dpi: int = 130) -> Path:
     """Render to memory first so that a crash never leaves half a PNG in the run folder."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return atomic_write_bytes(path, png_bytes(fig, dpi))
 
 
 def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence]) -> Path:
@@ -45,3 +43,27 @@ def new_figure(width: float, height: float):
 
 def subplots(*args, **kwargs):
     return plt.subplots(*args, **kwargs)
+
+
+def png_bytes(fig, dpi: int = 130) -> bytes:
+    """The figure as PNG bytes (for a page that inlines it), closed afterwards."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def loss_curves(series: dict[str, Sequence[float]], xlabel: str = "optimizer step", ylabel: str = "training loss"):
+    """One line per run over steps 1..n; None when there is nothing to plot."""
+    series = {k: list(v) for k, v in series.items() if len(v)}
+    if not series:
+        return None
+    fig, ax = new_figure(7.0, 2.8)
+    for name, values in series.items():
+        ax.plot(range(1, len(values) + 1), values, label=name, linewidth=1.6)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=8)
+    return fig

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .markup import human, is_num, pct, points, read_json
+from ..numbers import human
+from .markup import is_num, pct, points, read_json
 from .rundata import EvalTable, eval_table, finetune_runs, first_of, is_random, main_precise
 
 KEY_EFFECT = -0.05      # the paper's key heads: relative logit change below -5%

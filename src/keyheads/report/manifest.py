@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from markupsafe import Markup
+
 from ..io import file_sha256
-from .markup import bullet_list, cell, esc, is_num, note, num, read_json, section, table
+from .markup import MACROS, bullet_list, cell, heading, is_num, join, note, num, read_json, section, table
 from .rundata import finetune_runs, stage_records
 
 NOT_RECORDED = "not recorded"
 VERSION_KEYS = ("keyheads", "torch", "transformers", "python")
 
 
-def _versions(records: dict[str, dict], runs: dict[str, dict]) -> str:
+def _versions(records: dict[str, dict], runs: dict[str, dict]) -> Markup:
     sources = {f"stages/{k}.json": r.get("versions") for k, r in records.items()}
     sources.update({f"finetune/{k}/finetune.json": r.get("versions") for k, r in runs.items()})
     sources = {k: v for k, v in sources.items() if isinstance(v, dict)}
@@ -27,9 +29,9 @@ def _versions(records: dict[str, dict], runs: dict[str, dict]) -> str:
         v = next(iter(sources.values()))
         return table(["package", "version"], [[k, v.get(k, NOT_RECORDED)] for k in VERSION_KEYS], "versions")
     # stages computed under different versions: show each, the reader has to know
-    return (note("The stages were computed under different versions:")
-            + table(["recorded by", *VERSION_KEYS], [[k, *[v.get(p, NOT_RECORDED) for p in VERSION_KEYS]]
-                                                      for k, v in sources.items()], "versions"))
+    return join([note("The stages were computed under different versions:"),
+                 table(["recorded by", *VERSION_KEYS], [[k, *[v.get(p, NOT_RECORDED) for p in VERSION_KEYS]]
+                                                         for k, v in sources.items()], "versions")], "")
 
 
 def _fingerprints(records: dict[str, dict], runs: dict[str, dict], model_info: dict | None) -> list[str]:
@@ -65,14 +67,14 @@ def _data(run: Path, records: dict[str, dict], effects: dict | None) -> list[lis
              source or "–", status]]
 
 
-def _stage_times(run: Path, records: dict[str, dict]) -> str:
+def _stage_times(run: Path, records: dict[str, dict]) -> Markup:
     if records:
         rows = [[name, cell(r.get("seconds"), num(r.get("seconds"), ".1f")), str(r.get("finished") or "–"),
                  str(r.get("signature") or "–")[:16], ", ".join(sorted(r.get("outputs") or {})) or "–"]
                 for name, r in records.items()]
         total = sum(r.get("seconds") or 0 for r in records.values() if is_num(r.get("seconds")))
-        return (table(["stage", "seconds", "finished", "signature", "outputs"], rows, "stages")
-                + note(f"Total: {total:.1f} s."))
+        return join([table(["stage", "seconds", "finished", "signature", "outputs"], rows, "stages"),
+                     note(f"Total: {total:.1f} s.")], "")
     # no records: the seconds some outputs carry themselves, labelled as such
     own = [("identify", "identify/key_heads.json", "seconds"), ("knockout", "knockout/knockout.json", "seconds")]
     rows = []
@@ -85,18 +87,18 @@ def _stage_times(run: Path, records: dict[str, dict]) -> str:
         if is_num(secs):
             rows.append([f"finetune/{name}", cell(secs, f"{secs:.1f}"), f"finetune/{name}/finetune.json"])
     text = note("Stage records (stages/*.json): not recorded. Times below are those the outputs carry themselves.")
-    return text + (table(["stage", "seconds", "from"], rows, "stages") if rows else "")
+    return join([text, table(["stage", "seconds", "from"], rows, "stages") if rows else ""], "")
 
 
-def _machine(records: dict[str, dict]) -> str:
+def _machine(records: dict[str, dict]) -> Markup:
     machines = {json.dumps(r["machine"], sort_keys=True) for r in records.values() if isinstance(r.get("machine"), dict)}
     if not machines:
         return note(f"Machine: {NOT_RECORDED}.")
-    return "".join(table(["key", "value"], [[k, json.dumps(v) if not isinstance(v, str) else v]
-                                            for k, v in json.loads(m).items()], "machine") for m in sorted(machines))
+    return join((table(["key", "value"], [[k, json.dumps(v) if not isinstance(v, str) else v]
+                                          for k, v in json.loads(m).items()], "machine") for m in sorted(machines)), "")
 
 
-def manifest(run: Path) -> str:
+def manifest(run: Path) -> Markup:
     records = stage_records(run)
     runs = finetune_runs(run)
     config = read_json(run / "config.json")
@@ -112,16 +114,16 @@ def manifest(run: Path) -> str:
     seeds = {k: config[k] for k in ("seed", "seeds") if isinstance(config, dict) and k in config}
     seeds.update({f"finetune/{k} seed": (r.get("config") or {}).get("seed") for k, r in runs.items()})
     fingerprints = _fingerprints(records, runs, info)
-    body = [f"<p>Model: <strong>{esc(model or NOT_RECORDED)}</strong>; fingerprint: "
-            f"{esc('; '.join(fingerprints) if fingerprints else NOT_RECORDED)}.{esc(loaded)}</p>",
-            "<h3>Versions</h3>", _versions(records, runs),
-            "<h3>Data</h3>", table(["file", "lines", "sha256", "recorded in", "check"], _data(run, records, effects), "data"),
-            "<h3>Seeds</h3>", bullet_list(f"{k}: {v}" for k, v in seeds.items()) or note(NOT_RECORDED),
-            "<h3>Stages</h3>", _stage_times(run, records),
-            "<h3>Machine</h3>", _machine(records),
-            "<h3>Configuration</h3>"]
+    body = [MACROS.model_line(model or NOT_RECORDED, "; ".join(fingerprints) if fingerprints else NOT_RECORDED, loaded),
+            heading("Versions"), _versions(records, runs),
+            heading("Data"), table(["file", "lines", "sha256", "recorded in", "check"], _data(run, records, effects),
+                                   "data"),
+            heading("Seeds"), bullet_list(f"{k}: {v}" for k, v in seeds.items()) or note(NOT_RECORDED),
+            heading("Stages"), _stage_times(run, records),
+            heading("Machine"), _machine(records),
+            heading("Configuration")]
     if isinstance(config, dict):
         body.append(table(["setting", "value"], [[k, json.dumps(v)] for k, v in config.items()], "config"))
     else:
         body.append(note(f"config.json: {NOT_RECORDED}."))
-    return section("manifest", "8. Manifest", "\n".join(body))
+    return section("manifest", "8. Manifest", join(body))

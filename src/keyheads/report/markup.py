@@ -1,7 +1,8 @@
-"""Small HTML builders shared by the report sections: escaping, inline images, tables, numbers.
+"""The report's HTML building blocks, rendered by the Jinja2 macros in templates/macros.html.j2.
 
-Everything a section shows goes through `esc`, so text from the data (prompts, tokens, labels)
-can never break the page, and every figure through `img`, so the page never points at a file.
+Autoescape is on, so text from the data (prompts, tokens, labels) can never break the page: only
+what the templates produce is markup (a `Markup` string), everything else is escaped where it lands.
+Every figure goes through `img`, so the page never points at a file.
 """
 from __future__ import annotations
 
@@ -12,13 +13,29 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def esc(value: Any) -> str:
-    # "://" is written as an entity so that a scan of the file for URLs finds only real references
-    # (there are none): a prompt quoting a web address is text, not a resource.
-    return html.escape(str(value), quote=True).replace("://", "&#58;//")
+def esc(value: Any) -> Markup:
+    """`value` as HTML text. "://" is written as an entity so that a scan of the file for URLs finds
+    only real references (there are none): a prompt quoting a web address is text, not a resource."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(html.escape(str(value), quote=True).replace("://", "&#58;//"))
+
+
+# finalize=esc: every {{ value }} in the templates goes through esc (Markup passes unchanged)
+ENV = Environment(loader=PackageLoader("keyheads.report", "templates"), autoescape=True, finalize=esc,
+                  undefined=StrictUndefined, keep_trailing_newline=True)
+MACROS = ENV.get_template("macros.html.j2").module
+
+
+def join(parts: Iterable[Any], sep: str = "\n") -> Markup:
+    """Rendered pieces one after another (empty ones left out); plain text among them is escaped."""
+    return Markup(sep).join(esc(p) for p in parts if p)
 
 
 def read_json(path: Path) -> Any:
@@ -51,36 +68,30 @@ def num(x: Any, fmt: str = ".4g") -> str:
     return format(x, fmt) if is_num(x) else "–"
 
 
-def human(n: Any) -> str:
-    if not is_num(n):
-        return "–"
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return str(int(n))
+def png(data: bytes, alt: str, caption: str) -> Markup:
+    """PNG bytes inline as a data URI (the page needs no other file)."""
+    return MACROS.figure(base64.b64encode(data).decode("ascii"), alt, caption)
 
 
-def img(path: Path, alt: str) -> str:
-    """The PNG at `path` inline as a data URI; a note instead when it is missing or not a PNG."""
+def img(path: Path, alt: str) -> Markup:
+    """The PNG at `path` inline; a note instead when it is missing or not a PNG."""
     try:
         data = path.read_bytes()
     except OSError:
         return note(f"figure {path.name} was not written")
     if not data.startswith(PNG_SIGNATURE):
         return note(f"figure {path.name} is not a PNG file; left out")
-    encoded = base64.b64encode(data).decode("ascii")
-    return (f'<figure><img src="data:image/png;base64,{encoded}" alt="{esc(alt)}">'
-            f"<figcaption>{esc(path.parent.name)}/{esc(path.name)}</figcaption></figure>")
+    return png(data, alt, f"{path.parent.name}/{path.name}")
 
 
-def figures(folder: Path, known: Sequence[tuple[str, str]], skip: Sequence[str] = (), others: bool = True) -> str:
+def figures(folder: Path, known: Sequence[tuple[str, str]], skip: Sequence[str] = (), others: bool = True) -> Markup:
     """The stage's known figures in the paper's order, then (with `others`) any other PNG it
     wrote that is not in `skip` (shown elsewhere in the section)."""
     parts = [img(folder / name, alt) for name, alt in known if (folder / name).is_file()]
     if others:
         names = {n for n, _ in known} | set(skip)
         parts += [img(p, p.stem) for p in sorted(folder.glob("*.png")) if p.name not in names]
-    return "\n".join(parts)
+    return join(parts)
 
 
 def cell(value: Any, shown: str | None = None, cls: str = "") -> dict:
@@ -88,79 +99,49 @@ def cell(value: Any, shown: str | None = None, cls: str = "") -> dict:
     return {"value": value, "shown": shown, "cls": cls}
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
-    """A sortable table (click a header). Each cell is plain text or a `cell(...)`; numeric cells
-    carry their exact value in data-sort, so both the script and the tests read the raw number."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = []
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> Markup:
+    """A sortable table (click a header) in a box that scrolls sideways when it is wider than the page.
+    Each cell is plain text or a `cell(...)`; numeric cells carry their exact value in data-sort, so
+    both the script and the tests read the raw number."""
+    shown = []
     for row in rows:
         tds = []
         for c in row:
             if not isinstance(c, dict):
                 c = cell(c, None)
-            value, shown = c["value"], c["shown"]
-            text = shown if shown is not None else ("–" if value is None else str(value))
-            attrs = f' data-sort="{value!r}"' if is_num(value) else ""
-            attrs += f' class="{c["cls"]}"' if c["cls"] else (' class="n"' if is_num(value) else "")
-            tds.append(f"<td{attrs}>{esc(text)}</td>")
-        body.append("<tr>" + "".join(tds) + "</tr>")
-    return (f'<table class="sortable {cls}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
+            value, text = c["value"], c["shown"]
+            text = text if text is not None else ("–" if value is None else str(value))
+            number = is_num(value)
+            tds.append({"text": text, "sort": repr(value) if number else None,
+                        "cls": c["cls"] or ("n" if number else "")})
+        shown.append(tds)
+    return MACROS.table(list(header), shown, cls)
 
 
-def note(text: str, cls: str = "note") -> str:
-    return f'<p class="{cls}">{esc(text)}</p>'
+def note(text: str, cls: str = "note") -> Markup:
+    return MACROS.note(text, cls)
 
 
-def not_run(stage: str, what: str) -> str:
+def para(text: str, cls: str = "", id: str = "") -> Markup:
+    return MACROS.para(text, cls, id)
+
+
+def heading(text: str, level: int = 3) -> Markup:
+    return MACROS.heading(text, level)
+
+
+def not_run(stage: str, what: str) -> Markup:
     """The line a section shows when its stage left nothing behind."""
     return note(f"The {stage} stage did not run in this run folder ({what} is missing).", "note missing")
 
 
-def section(anchor: str, title: str, body: str) -> str:
-    return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>\n{body}\n</section>'
+def section(anchor: str, title: str, body: Any) -> Markup:
+    return MACROS.section(anchor, title, esc(body))
 
 
-def pre(text: str) -> str:
-    return f"<pre>{esc(text)}</pre>"
+def pre(text: str) -> Markup:
+    return MACROS.pre(text)
 
 
-def bullet_list(items: Iterable[str]) -> str:
-    items = list(items)
-    return "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>" if items else ""
-
-
-def line_svg(series: dict[str, Sequence[float]], width: int = 640, height: int = 240,
-             xlabel: str = "step", ylabel: str = "loss") -> str:
-    """A small inline SVG line chart (training losses): no image file and no plotting library."""
-    series = {k: [float(v) for v in vs if is_num(v)] for k, vs in series.items()}
-    series = {k: v for k, v in series.items() if v}
-    if not series:
-        return note("no values to plot")
-    colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
-    left, right, top, bottom = 56, 150, 12, 36
-    lo = min(min(v) for v in series.values())
-    hi = max(max(v) for v in series.values())
-    hi = hi if hi > lo else lo + 1.0
-    n = max(len(v) for v in series.values())
-    pw, ph = width - left - right, height - top - bottom
-
-    def xy(i: int, v: float) -> str:
-        x = left + (pw * i / (n - 1) if n > 1 else pw / 2)
-        return f"{x:.1f},{top + ph * (hi - v) / (hi - lo):.1f}"
-
-    parts = [f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
-             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>',
-             f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">{hi:.3g}</text>',
-             f'<text x="{left - 6}" y="{top + ph}" text-anchor="end">{lo:.3g}</text>',
-             f'<text x="{left}" y="{height - 8}">1</text>',
-             f'<text x="{left + pw}" y="{height - 8}" text-anchor="end">{n}</text>',
-             f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">{esc(xlabel)}</text>',
-             f'<text x="14" y="{top + ph / 2}" transform="rotate(-90 14 {top + ph / 2})" '
-             f'text-anchor="middle">{esc(ylabel)}</text>']
-    for j, (name, values) in enumerate(series.items()):
-        colour = colours[j % len(colours)]
-        pts = " ".join(xy(i, v) for i, v in enumerate(values))
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.8" points="{pts}"/>')
-        parts.append(f'<text x="{left + pw + 8}" y="{top + 14 + 16 * j}" fill="{colour}">{esc(name)}</text>')
-    return "".join(parts) + "</svg>"
+def bullet_list(items: Iterable[str]) -> Markup:
+    return MACROS.bullets(list(items))

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .markup import (bullet_list, cell, esc, figures, is_num, not_run, note, num, pct, pre, read_json, section,
-                     signed_pct, table)
+from markupsafe import Markup
+
+from .markup import (MACROS, bullet_list, cell, figures, heading, is_num, join, not_run, note, num, para, pct,
+                     read_json, section, signed_pct, table)
 
 
 def _effect(value, metric: str | None):
@@ -17,7 +19,7 @@ def _effect(value, metric: str | None):
     return cell(value, shown)
 
 
-def identify(run: Path) -> str:
+def identify(run: Path) -> Markup:
     folder = run / "identify"
     keys, eff = read_json(folder / "key_heads.json"), read_json(folder / "effects.json")
     title = "1. Which heads matter: path-patching effects (figure 2)"
@@ -36,16 +38,16 @@ def identify(run: Path) -> str:
         rows.append([cell(i + 1, str(i + 1)), k["label"], cell(l, str(l)), cell(h, str(h)), _effect(k["effect"], metric),
                      cell(s, num(s, ".2g"))])
     body = [note(intro), figures(folder, [("heatmap.png", "effect of patching each head and MLP")]),
-            "<h3>Key heads</h3>", table(["rank", "head", "layer", "index", "effect", "s.e.m."], rows, "key-heads")]
+            heading("Key heads"), table(["rank", "head", "layer", "index", "effect", "s.e.m."], rows, "key-heads")]
     mlps = eff.get("mlps") or []
     if mlps:
         ranked = sorted(range(len(mlps)), key=lambda l: mlps[l] if is_num(mlps[l]) else 0.0)[:5]
-        body += ["<h3>Strongest MLPs</h3>",
+        body += [heading("Strongest MLPs"),
                  table(["MLP layer", "effect"], [[cell(l, str(l)), _effect(mlps[l], metric)] for l in ranked])]
-    return section("identify", title, "\n".join(body))
+    return section("identify", title, join(body))
 
 
-def knockout(run: Path) -> str:
+def knockout(run: Path) -> Markup:
     folder = run / "knockout"
     ko = read_json(folder / "knockout.json")
     title = "2. Knocking heads out: effect-rank vs random heads (figure 3)"
@@ -56,7 +58,7 @@ def knockout(run: Path) -> str:
     summary = (f"Mean ablation ({ko.get('mean_mode')}) on {ko.get('n_samples')} reference prompts. Knocking out the "
                f"{len(heads)} key heads [{', '.join(heads)}]: accuracy {pct(key.get('accuracy_before'))} → "
                f"{pct(key.get('accuracy_after'))} ({signed_pct(key.get('relative_change'))} relative).")
-    body = [f'<p class="headline" id="key-heads-knockout">{esc(summary)}</p>',
+    body = [para(summary, "headline", "key-heads-knockout"),
             figures(folder, [("knockout_curves.png", "accuracy while top-k heads are knocked out")])]
     curves = ko.get("curves")
     if curves:
@@ -65,16 +67,16 @@ def knockout(run: Path) -> str:
                  cell(curves["random_mean"][i], pct(curves["random_mean"][i])),
                  cell(curves["random_std"][i], pct(curves["random_std"][i]))]
                 for i, k in enumerate(curves["k"])]
-        body += ["<h3>Accuracy by k</h3>",
+        body += [heading("Accuracy by k"),
                  table(["k", "head added (effect-rank)", "effect-rank", "random-rank mean", "random-rank std"], rows,
                        "curves")]
     else:
         body.append(note("No knockout curves: the run had no effects.json to rank heads by."))
     body.append(bullet_list(ko.get("notes") or []))
-    return section("knockout", title, "\n".join(body))
+    return section("knockout", title, join(body))
 
 
-def transfer(run: Path) -> str:
+def transfer(run: Path) -> Markup:
     ko = read_json(run / "knockout" / "knockout.json")
     title = "3. Transfer to other data, with a random-heads control (figure 4)"
     if not isinstance(ko, dict):
@@ -94,11 +96,11 @@ def transfer(run: Path) -> str:
                    "relative (random)", "note"], rows, "transfer")]
     cases = tr.get("cases") or []
     if cases:
-        body += ["<h3>Cases: the top-5 next tokens before and after the knockout</h3>", *map(_case, cases)]
-    return section("transfer", title, "\n".join(body))
+        body += [heading("Cases: the top-5 next tokens before and after the knockout"), *map(_case, cases)]
+    return section("transfer", title, join(body))
 
 
-def _case(case: dict) -> str:
+def _case(case: dict) -> Markup:
     prompt = case.get("prompt", "")
     shown = prompt if len(prompt) <= 240 else "…" + prompt[-240:]
 
@@ -107,11 +109,11 @@ def _case(case: dict) -> str:
 
     rows = [[label, repr(pairs[0][0]) if pairs else "–", top(pairs)]
             for label, pairs in (("before knockout", case.get("before")), ("after knockout", case.get("after")))]
-    return (f'<div class="case"><h4>{esc(case.get("name", ""))} — answer {esc(case.get("answer", ""))}</h4>'
-            + pre(shown) + table(["", "next token", "top-5 probabilities"], rows) + "</div>")
+    return MACROS.case(case.get("name", ""), case.get("answer", ""), shown,
+                       table(["", "next token", "top-5 probabilities"], rows))
 
 
-def attention(run: Path) -> str:
+def attention(run: Path) -> Markup:
     folder = run / "attention"
     att = read_json(folder / "attention.json")
     title = "4. Where the key heads look: attention from END by token role (figure 5)"
@@ -129,18 +131,18 @@ def attention(run: Path) -> str:
     body = [note(f"Mean attention of each key head from the END token over {att.get('n_samples')} reference prompts "
                  f"({counts}), summed per token role."),
             figures(folder, [("attention_by_role.png", "attention by token role")], others=False),
-            "<h3>Each key head's label</h3>",
+            heading("Each key head's label"),
             table(["head", "label", "lean", "effect", "operands A+B", "operator", "other words", "first token",
                    "most-attended other tokens"], rows, "labels"),
-            "<h3>Single prompts and unseen formats (figures 7 and 16)</h3>",
+            heading("Single prompts and unseen formats (figures 7 and 16)"),
             figures(folder, [("attention_cases.png", "END attention on one prompt per task"),
                              ("attention_transfer_cases.png", "END attention on unseen formats")],
                     skip=("attention_by_role.png",)),
             bullet_list(att.get("notes") or [])]
-    return section("attention", title, "\n".join(body))
+    return section("attention", title, join(body))
 
 
-def mlp(run: Path) -> str:
+def mlp(run: Path) -> Markup:
     folder = run / "mlp"
     data = read_json(folder / "mlp.json")
     title = "5. What the MLPs compute: read and write vs number tokens (figure 6)"
@@ -149,9 +151,8 @@ def mlp(run: Path) -> str:
     tp = data.get("turning_points") or {}
     case = data.get("case") or {}
     tail = (case.get("prompt") or "").rstrip().splitlines()[-1:] or [""]
-    body = [f'<p class="headline">Start–inflection–end layers: {esc(tp.get("start"))}–{esc(tp.get("inflection"))}–'
-            f'{esc(tp.get("end"))} (over {esc(data.get("n_samples"))} prompts, MLP input read at '
-            f'{esc(data.get("read_point"))}).</p>',
+    body = [para(f'Start–inflection–end layers: {tp.get("start")}–{tp.get("inflection")}–{tp.get("end")} '
+                 f'(over {data.get("n_samples")} prompts, MLP input read at {data.get("read_point")}).', "headline"),
             note(f"Rule: {data.get('rule', '')}"),
             figures(folder, [("mlp_input_operands.png", "MLP input vs operand tokens"),
                              ("mlp_output_answer.png", "MLP write vs the answer token"),
@@ -162,6 +163,6 @@ def mlp(run: Path) -> str:
         value = [contrast[l] if l < len(contrast) else None for l in range(len(tops))]
         rows = [[cell(l, str(l)), ", ".join(t), cell(value[l], num(value[l], ".3f"))]
                 for l, t in enumerate(tops)]
-        body += [f"<h3>The case {esc(tail[0].strip())!s} → {esc(case.get('answer'))}</h3>",
+        body += [heading(f"The case {tail[0].strip()} → {case.get('answer')}"),
                  table(["layer", "top numbers in the MLP write", "answer contrast (mean over prompts)"], rows, "mlp-case")]
-    return section("mlp", title, "\n".join(body))
+    return section("mlp", title, join(body))

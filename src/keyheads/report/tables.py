@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .markup import cell, esc, human, is_num, line_svg, not_run, note, num, pct, points, section, table
+from markupsafe import Markup
+
+from ..numbers import human
+from .figures import loss_curves, png_bytes
+from .markup import MACROS, cell, heading, is_num, join, not_run, note, num, pct, png, points, section, table
 from .rundata import DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs, precise_runs
 
 TITLE = "6. Improving the model: precise SFT vs full SFT (tables 1 and 2)"
@@ -39,7 +43,7 @@ def _acc(row: EvalRow, base: EvalRow | None, bench: str) -> list:
     return [cell(acc, shown), cell(delta, points(delta))]
 
 
-def table1(t: EvalTable, runs: dict[str, dict]) -> str:
+def table1(t: EvalTable, runs: dict[str, dict]) -> Markup:
     header = ["Model", "Kind", "Train speed", "Tuned params"]
     for b in t.benchmarks:
         header += (["Generic KL [95% CI]", "Generic PPL"] if b == DRIFT
@@ -53,16 +57,16 @@ def table1(t: EvalTable, runs: dict[str, dict]) -> str:
             row += _acc(r, t.base, b)
         rows.append(row)
     n = ", ".join(f"{display(b)} n={(t.base.benchmarks.get(b) or {}).get('n', '?')}" for b in t.benchmarks) if t.base else ""
-    return ("<h3>Table 1: accuracy of every evaluated variant</h3>"
-            + note(f"Δ: percentage points from {t.base.label if t.base else 'the first row'}. {n}.")
-            + table(header, rows, "table1"))
+    return join([heading("Table 1: accuracy of every evaluated variant"),
+                 note(f"Δ: percentage points from {t.base.label if t.base else 'the first row'}. {n}."),
+                 table(header, rows, "table1")], "")
 
 
-def table2(t: EvalTable | None, runs: dict[str, dict]) -> str:
+def table2(t: EvalTable | None, runs: dict[str, dict]) -> Markup:
     """The ablation over how many heads (and which MLPs) precise SFT tunes; only when it ran."""
     chosen = precise_runs(runs)
     if len(chosen) < 2:
-        return ""
+        return Markup()
     benches = t.benchmarks if t else []
     rows = []
     for name, info in sorted(chosen.items(), key=lambda kv: (len((kv[1].get("components") or {}).get("heads", [])),
@@ -77,10 +81,10 @@ def table2(t: EvalTable | None, runs: dict[str, dict]) -> str:
     header = ["Variant", "Precise SFT setting", "Train speed", "Tuned params"]
     for b in benches:
         header += ["Generic KL", "Generic PPL"] if b == DRIFT else [f"{display(b)} Acc. %", f"{display(b)} Δ"]
-    return "<h3>Table 2: ablation over the tuned components</h3>" + table(header, rows, "table2")
+    return join([heading("Table 2: ablation over the tuned components"), table(header, rows, "table2")], "")
 
 
-def training(runs: dict[str, dict]) -> str:
+def training(runs: dict[str, dict]) -> Markup:
     rows, losses = [], {}
     for name, info in runs.items():
         tr = info.get("train") or {}
@@ -91,13 +95,21 @@ def training(runs: dict[str, dict]) -> str:
                      cell(tr.get("final_loss"), num(tr.get("final_loss"), ".4f")),
                      cell(tr.get("seconds_this_run"), num(tr.get("seconds_this_run"), ".1f"))])
         losses[name] = tr.get("losses") or []
-    return ("<h3>Training runs</h3>"
-            + table(["variant", "method", "components", "steps", "speed", "tuned params", "of total",
-                     "final loss", "seconds"], rows, "training")
-            + "<h3>Training loss per optimizer step</h3>" + line_svg(losses))
+    return join([heading("Training runs"),
+                 table(["variant", "method", "components", "steps", "speed", "tuned params", "of total",
+                        "final loss", "seconds"], rows, "training"),
+                 heading("Training loss per optimizer step"), _loss_figure(losses)], "")
 
 
-def improve(run: Path) -> str:
+def _loss_figure(losses: dict[str, list]) -> Markup:
+    """Drawn here (the runs wrote numbers, not a figure) and inlined like the stages' figures."""
+    fig = loss_curves({k: [float(v) for v in vs if is_num(v)] for k, vs in losses.items()})
+    if fig is None:
+        return note("no values to plot")
+    return png(png_bytes(fig), "training loss per optimizer step of each fine-tuning run", "training losses")
+
+
+def improve(run: Path) -> Markup:
     runs = finetune_runs(run)
     t = eval_table(run, runs)
     parts = []
@@ -111,16 +123,12 @@ def improve(run: Path) -> str:
         parts += [table2(t, runs), training(runs)]
     elif t is None:
         parts.append(not_run("finetune", "finetune/*/finetune.json"))
-    return section("improve", TITLE, "\n".join(p for p in parts if p))
+    return section("improve", TITLE, join(parts))
 
 
-def findings_section(items: list[dict]) -> str:
+def findings_section(items: list[dict]) -> Markup:
     badge = {True: ("held", "held"), False: ("not held", "failed"), None: ("not tested", "untested")}
-    rows = []
-    for f in items:
-        text, cls = badge[f["held"]]
-        rows.append(f'<li class="finding {cls}"><span class="badge {cls}">{esc(text)}</span> '
-                    f'<strong>{esc(f["claim"])}</strong><br><span class="evidence">{esc(f["evidence"])}</span></li>')
+    shown = [{**f, "badge": badge[f["held"]][0], "cls": badge[f["held"]][1]} for f in items]
     return section("findings", "7. Findings: did the paper's claims hold on this model?",
-                   note("Each claim is decided by a fixed rule (stated in the evidence) on this run's numbers.")
-                   + '<ul class="findings">' + "".join(rows) + "</ul>")
+                   join([note("Each claim is decided by a fixed rule (stated in the evidence) on this run's numbers."),
+                         MACROS.findings(shown)], ""))

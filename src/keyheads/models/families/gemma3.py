@@ -1,18 +1,13 @@
-"""Gemma 3 (text): norms both before and after attention and MLP."""
-from .base import Family
+"""Gemma 3 (text): the Llama layout with norms both before and after attention and MLP."""
+from dataclasses import replace
 
-FAMILY = Family(
+from .llama import FAMILY as LLAMA
+
+FAMILY = replace(
+    LLAMA,
     name="gemma3",
     model_types=("gemma3_text", "gemma3"),
-    layers="model.layers",
-    final_norm="model.norm",
-    attn="self_attn",
-    attn_out_proj="self_attn.o_proj",
-    q_proj="self_attn.q_proj",
-    k_proj="self_attn.k_proj",
-    v_proj="self_attn.v_proj",
-    post_attn_norm="post_attention_layernorm",  # normalises the attention output
+    post_attn_norm="post_attention_layernorm",  # normalises the attention output (in Llama: the pre-MLP norm)
     pre_mlp_norm="pre_feedforward_layernorm",
-    mlp="mlp",
     post_mlp_norm="post_feedforward_layernorm",
 )
