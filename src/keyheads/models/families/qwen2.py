@@ -1,4 +1,9 @@
-"""Qwen2 and Qwen2.5: the Llama layout with biases on Q/K/V."""
+"""Qwen2 and Qwen2.5: the Llama layout with biases on Q/K/V.
+
+The Q/K/V biases are per-head rows like the weights (fine-tuning a head trains its entries), and
+O has no bias, so the per-head W_O slices sum exactly to the attention output. The small models
+tie the unembedding to the embedding; `get_output_embeddings()` returns the shared matrix.
+"""
 from dataclasses import replace
 
 from .llama import FAMILY as LLAMA
