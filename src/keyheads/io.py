@@ -70,6 +70,7 @@ def atomic_folder(path: str | Path, replace: bool = False) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; a cached model or a run folder is for sharing
         old = set_aside(path)
         if path.exists():
             if not replace:
