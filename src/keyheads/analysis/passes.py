@@ -4,10 +4,11 @@ The direct way (`common.predict`) runs every prompt through every layer once per
 set, with logits over the vocabulary at every position. Three facts make most of that
 redundant, and this module skips it:
 
-- Prompts that share a token prefix (a few-shot block) and a length form a group. The
-  prefix runs once per set (one batch row per set) and its keys/values serve every member;
-  the members then run only their own suffix tokens. The length must match too because the
-  mean of a knocked-out head depends on the position's offset from END.
+- Prompts that share a token prefix (a few-shot block) and a length form a group
+  (keyheads.models.prompt_set). The prefix runs once per set (one batch row per set) and
+  its keys/values serve every member; the members then run only their own suffix tokens.
+  The length must match too because the mean of a knocked-out head depends on the
+  position's offset from END.
 - Layers below a set's lowest knocked-out layer see clean inputs. A clean pass per group
   stores the residual stream entering the layers where passes start; a knockout pass
   enters there, with the layers below turned into pass-throughs.
