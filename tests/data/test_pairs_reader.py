@@ -73,6 +73,7 @@ def test_every_reader_goes_through_read_pairs(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pairs_module, "read_pairs", spy)
     monkeypatch.setattr("keyheads.patching.samples.read_pairs", spy)
+    monkeypatch.setattr("keyheads.evaluation.variants.read_pairs", spy)
     assert read_pair_rows(path)[0]["answer"] == "3"
     assert read_counterfactuals(path) == ["1 @ 2 = "]
     assert len(load_patch_samples(tiny_model("llama"), path, first_token_only=True)) == 1

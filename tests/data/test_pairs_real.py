@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from keyheads.cli import main
-from keyheads.data.generate import Generator, PairConfig, compute_answer, format_answer
+from keyheads.data.arithmetic import compute_answer, format_answer
+from keyheads.data.generate import Generator, PairConfig
 from keyheads.data.pairs import answer_token_id, read_pairs, verify_pair
 from keyheads.data.templates import TASKS, load_templates
 

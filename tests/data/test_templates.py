@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from keyheads.data.generate import draw_fillers, render
+from keyheads.data.render import draw_fillers, render
 from keyheads.data.templates import TASKS, TemplateError, load_templates
 
 SLOT = re.compile(r"\{(\w+)(~?)(?::([^}]*))?\}")

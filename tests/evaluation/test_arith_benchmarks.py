@@ -10,7 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from keyheads.data.generate import NumberRange, render
+from keyheads.data.arithmetic import NumberRange
+from keyheads.data.render import render
 from keyheads.data.templates import load_templates
 from keyheads.evaluation import ARITH, EvalConfig, Prepared, evaluate
 from keyheads.evaluation import tasks as tasks_module

@@ -8,7 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from keyheads.evaluation import EvalConfig, Prepared, Variant, evaluate
-from keyheads.evaluation.drift import bootstrap, drift_items
+from keyheads.evaluation.cache import ResultCache
+from keyheads.evaluation.drift import DriftTask, bootstrap, drift_items
+from keyheads.evaluation.runner import run_task
+from keyheads.evaluation.task_types import PairwiseTask
+from keyheads.evaluation.variants import prepare
 from keyheads.models.model import HookedModel
 
 
@@ -61,8 +65,6 @@ def test_kl_and_perplexity_match_a_direct_computation(tiny, tiny_data, tmp_path)
 
 
 def test_knockout_row_drifts_with_its_edits_and_the_reference_without(tiny, tiny_data, tmp_path, pairs_file):
-    from keyheads.evaluation.variants import prepare
-
     ko = prepare(Variant.make("knockout", "tiny", label="ko", heads=[[1, 0], [2, 1]], data=str(pairs_file)),
                  lambda name: tiny)
     rows = evaluate([Prepared.from_model(tiny, label="base"), ko], cfg(tiny_data, tmp_path), tmp_path / "run")
@@ -107,3 +109,38 @@ def test_bootstrap_is_the_percentile_interval_of_seeded_item_resamples():
     got = bootstrap([tuple(v) for v in values], lambda a, b: np.exp(a / b), n=500, seed=3)
     assert got == pytest.approx(direct, rel=1e-12)
     assert all(math.isnan(x) for x in bootstrap([(1.0, 2.0)], lambda a, b: a / b))  # one item: no interval
+
+
+class Recording(PairwiseTask):
+    """A pairwise task that records how the runner calls it."""
+
+    def __init__(self, items):
+        self.name, self.split, self.exemplars, self.items, self.calls = "recording", "test", [], items, []
+
+    def group(self, item):
+        return ""
+
+    def settings(self, model, cfg):
+        return {"reference": self.reference.fingerprint}
+
+    def run_pair(self, prepared, items, cfg):
+        self.calls.append((prepared.label, self.reference.label, len(items)))
+        return [{"id": it.record.id} for it in items]
+
+    def score(self, item, row):
+        return {**row, "correct": True}
+
+
+def test_the_runner_dispatches_on_the_pairwise_type(tiny, tiny_data, tmp_path):
+    assert issubclass(DriftTask, PairwiseTask)
+    items = drift_items(cfg(tiny_data, tmp_path))[:3]
+    task = Recording(items)
+    base, tuned = Prepared.from_model(tiny, label="base"), Prepared.from_model(perturbed(tiny), label="tuned")
+    rows, timing = run_task(tuned, task, cfg(tiny_data, tmp_path), ResultCache(tmp_path / "c.sqlite"), base)
+    assert task.calls == [("tuned", "base", 3)] and len(rows) == 3 and timing["computed"] == 3
+    with pytest.raises(TypeError, match="run_pair"):
+        task.run(tiny, items, None, cfg(tiny_data, tmp_path))
+    # without a reference, a variant is compared with itself
+    alone = Recording(items)
+    run_task(base, alone, cfg(tiny_data, tmp_path), ResultCache(tmp_path / "d.sqlite"))
+    assert alone.calls == [("base", "base", 3)]

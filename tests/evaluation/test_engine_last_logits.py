@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from keyheads.evaluation import engine
 from keyheads.evaluation.engine import PrefixKV, greedy_generate, prefill
+from keyheads.models import hf_internals
 from keyheads.testing import tiny_model
 
 SHOTS = "3+4=7\n1+1=2\n6+2=8\n5+4=9\n2+5=7\n"
@@ -25,7 +25,7 @@ def test_prefill_unembeds_one_position_and_matches_a_full_forward(family, shared
         step = prefill(model, rows, PrefixKV(model, min_len=4) if shared else None)
     finally:
         handle.remove()
-    if engine.last_logits_only(model):
+    if hf_internals.last_logits_only(model.hf):
         assert seen and all(n == 1 for n in seen)  # the prefix's pass too: never batch x positions x vocabulary
     # each row on its own, every position unembedded: the last one is the same
     want = torch.stack([model.forward(torch.tensor([r]))[0, -1] for r in rows])
@@ -36,6 +36,6 @@ def test_generation_is_the_same_with_full_logits(monkeypatch):
     model = tiny_model("llama", seed=3)
     rows = _rows(model, PROMPTS)
     fast = greedy_generate(model, rows, 12, lambda text: None, PrefixKV(model, min_len=4))
-    monkeypatch.setattr(engine, "last_logits_only", lambda model: {})
+    monkeypatch.setattr(hf_internals, "last_logits_only", lambda hf: {})
     full = greedy_generate(model, rows, 12, lambda text: None, PrefixKV(model, min_len=4))
     assert fast == full

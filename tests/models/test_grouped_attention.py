@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers.integrations import sdpa_attention
 
-from keyheads.models.model import _FORCE_GQA
+from keyheads.models.hf_internals import FORCE_GQA as _FORCE_GQA
 from keyheads.testing import tiny_model
 
 

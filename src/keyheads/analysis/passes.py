@@ -4,10 +4,11 @@ The direct way (`common.predict`) runs every prompt through every layer once per
 set, with logits over the vocabulary at every position. Three facts make most of that
 redundant, and this module skips it:
 
-- Prompts that share a token prefix (a few-shot block) and a length form a group. The
-  prefix runs once per set (one batch row per set) and its keys/values serve every member;
-  the members then run only their own suffix tokens. The length must match too because the
-  mean of a knocked-out head depends on the position's offset from END.
+- Prompts that share a token prefix (a few-shot block) and a length form a group
+  (keyheads.models.prompt_set). The prefix runs once per set (one batch row per set) and
+  its keys/values serve every member; the members then run only their own suffix tokens.
+  The length must match too because the mean of a knocked-out head depends on the
+  position's offset from END.
 - Layers below a set's lowest knocked-out layer see clean inputs. A clean pass per group
   stores the residual stream entering the layers where passes start; a knockout pass
   enters there, with the layers below turned into pass-throughs.
@@ -19,8 +20,6 @@ rounding (tests/analysis/test_passes.py).
 """
 from __future__ import annotations
 
-import copy
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -29,181 +28,13 @@ from tqdm.auto import tqdm
 
 from ..components import Head
 from ..knockout import Knockout
+from ..models.hf_internals import repeat_rows, splice_layers, start_at
 from ..models.model import HookedModel
+from ..models.prompt_set import PromptSet, clean_passes, run_end
 from .common import Predictions
 
+__all__ = ["EndPasses", "PromptSet", "Work", "clean_passes"]  # the prompt groups are the model layer's
 
-@dataclass
-class Group:
-    """Prompts run together: of equal length sharing their first `len(prefix)` tokens, or (with
-    no prefix) of similar length, left-padded to the longest."""
-
-    index: list[int]                  # positions of the members in the prompt list
-    length: int                       # tokens per member (padded length for a padded group)
-    prefix: list[int]                 # the shared ids (may be empty)
-    suffixes: torch.Tensor            # [members, length - len(prefix)] ids
-    mask: torch.Tensor | None = None  # [members, length] attention mask of a padded group
-
-
-def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-def _cluster(rows: list[list[int]], min_prefix: int) -> list[list[int]]:
-    """Split equal-length rows into runs of sorted order that are cheaper computed together.
-
-    A run costs its shared prefix once plus every member's suffix; a row joins the run when
-    that is cheaper than starting a new run with it.
-    """
-    order = sorted(range(len(rows)), key=lambda i: rows[i])
-    n_tok = len(rows[0])
-    runs: list[list[int]] = []
-    lcp = 0
-    for i in order:
-        if runs:
-            new = min(lcp, _lcp(rows[runs[-1][0]], rows[i]), n_tok - 1)
-            size = len(runs[-1])
-            joined = new + (size + 1) * (n_tok - new)
-            apart = lcp + size * (n_tok - lcp) + n_tok
-            if new >= min_prefix and joined <= apart:
-                runs[-1].append(i)
-                lcp = new
-                continue
-        runs.append([i])
-        lcp = n_tok - 1
-    return runs
-
-
-def _shares_prefix(model: HookedModel, length: int) -> bool:
-    # a sliding-window layer drops keys older than its window, so a cached prefix longer than
-    # that would not be what the full prompt sees
-    window = getattr(model.config, "sliding_window", None)
-    return window is None or length < window
-
-
-class PromptSet:
-    """Prompts tokenised once and grouped for END-only passes.
-
-    Prompts of one length whose shared prefix pays for itself form prefix groups; the rest
-    are batched by length with left padding, as a plain forward pass would batch them.
-    """
-
-    def __init__(self, model: HookedModel, prompts: Sequence[str], batch_size: int = 16, min_prefix: int = 8):
-        self.model = model
-        self.n = len(prompts)
-        self.lengths = [0] * self.n
-        ids = [model.tokens(p, add_special_tokens=True) for p in prompts]
-        if any(not r for r in ids):
-            raise ValueError("an empty prompt has no END position")
-        by_len: dict[int, list[int]] = {}
-        for i, r in enumerate(ids):
-            by_len.setdefault(len(r), []).append(i)
-            self.lengths[i] = len(r)
-        self.groups: list[Group] = []
-        loose: list[int] = []
-        for length, members in sorted(by_len.items()):
-            if not _shares_prefix(model, length):
-                loose += members
-                continue
-            for run in _cluster([ids[i] for i in members], min_prefix):
-                index = [members[j] for j in run]
-                P = min(min(_lcp(ids[index[0]], ids[k]) for k in index), length - 1)
-                if len(index) < 2 or P < min_prefix:
-                    loose += index
-                    continue
-                self.groups.append(Group(index, length, ids[index[0]][:P], torch.tensor([ids[k][P:] for k in index])))
-        loose.sort(key=lambda i: (len(ids[i]), i))
-        pad = model.tokenizer.pad_token_id or 0
-        for c in range(0, len(loose), batch_size):
-            index = loose[c:c + batch_size]
-            T = max(len(ids[i]) for i in index)
-            suffixes = torch.full((len(index), T), pad, dtype=torch.long)
-            mask = torch.zeros((len(index), T), dtype=torch.long)
-            for r, i in enumerate(index):
-                suffixes[r, T - len(ids[i]):] = torch.tensor(ids[i])
-                mask[r, T - len(ids[i]):] = 1
-            self.groups.append(Group(index, T, [], suffixes, None if bool(mask.all()) else mask))
-
-    def longer_than(self, length: int) -> int:
-        return sum(1 for n in self.lengths if n > length)
-
-
-# ---- running part of the layer stack --------------------------------------------------------
-
-@contextmanager
-def start_at(model: HookedModel, layer: int, resid: torch.Tensor | None):
-    """Layers below `layer` pass their input through; `layer` reads `resid` instead."""
-    if resid is None or layer == 0:
-        yield
-        return
-    layers = model.layers
-
-    def passthrough(*args, **kwargs):
-        return args[0] if args else kwargs["hidden_states"]
-
-    def enter(mod, args, kwargs):
-        if args:
-            return (resid, *args[1:]), kwargs
-        return args, dict(kwargs, hidden_states=resid)
-
-    saved = [layers[i].__dict__.get("forward") for i in range(layer)]
-    handle = layers[layer].register_forward_pre_hook(enter, with_kwargs=True)
-    try:
-        for i in range(layer):
-            layers[i].forward = passthrough
-        yield
-    finally:
-        handle.remove()
-        for i, fwd in enumerate(saved):
-            if fwd is None:
-                del layers[i].forward
-            else:
-                layers[i].forward = fwd
-
-
-def _run(model: HookedModel, ids: torch.Tensor, start: int, past=None, want_cache: bool = False,
-         mask: torch.Tensor | None = None):
-    """Forward of `ids` at positions start.. (a padded batch: `mask`, no cache); END logits only."""
-    rows, n = ids.shape
-    dev = model.device
-    kwargs = dict(input_ids=ids.to(dev), use_cache=want_cache or past is not None)
-    if mask is not None:
-        kwargs.update(attention_mask=mask.to(dev), position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(dev))
-    else:
-        kwargs.update(position_ids=torch.arange(start, start + n, device=dev).expand(rows, n))
-    if past is not None:
-        kwargs.update(past_key_values=past, attention_mask=torch.ones(rows, start + n, dtype=torch.long, device=dev))
-    try:
-        out = model.hf(**kwargs, logits_to_keep=1)
-    except TypeError:  # model classes without logits_to_keep
-        out = model.hf(**kwargs)
-    return out.logits[:, -1].float(), out.past_key_values
-
-
-def _rows(cache, repeat: int, expand_only: bool = False):
-    """The cache with every row repeated `repeat` times (row-major), as a new cache object."""
-    new = copy.copy(cache)
-    new.layers = []
-    for layer in cache.layers:
-        layer = copy.copy(layer)
-        if getattr(layer, "keys", None) is None:  # a layer the pass skipped: replaced by the caller
-            pass
-        elif expand_only:
-            k, v = layer.keys, layer.values
-            layer.keys = k.expand(repeat * k.shape[0], *k.shape[1:]) if k.shape[0] == 1 else k.repeat_interleave(repeat, 0)
-            layer.values = v.expand(repeat * v.shape[0], *v.shape[1:]) if v.shape[0] == 1 else v.repeat_interleave(repeat, 0)
-        else:
-            layer.keys = layer.keys.repeat_interleave(repeat, 0)
-            layer.values = layer.values.repeat_interleave(repeat, 0)
-        new.layers.append(layer)
-    return new
-
-
-# ---- the engine ------------------------------------------------------------------------------
 
 @dataclass
 class Work:
@@ -270,11 +101,11 @@ class EndPasses:
         with model.hooks(capture=points) as pre:
             cache = None
             if P:
-                _, cache = _run(model, torch.tensor([group.prefix]), 0, want_cache=True)
+                _, cache = run_end(model, torch.tensor([group.prefix]), 0, want_cache=True)
             prefix_resid = dict(pre)
         with model.hooks(capture=points) as suf:
-            logits, _ = _run(model, group.suffixes, P, _rows(cache, m, expand_only=True) if P else None,
-                             mask=group.mask)
+            logits, _ = run_end(model, group.suffixes, P, repeat_rows(cache, m, expand_only=True) if P else None,
+                                mask=group.mask)
         self.work.add(1 if P else 0, P, m, group.length - P, L, m + (1 if P else 0))  # padding counts: it is computed
         resid = {int(k.split(".")[0]): (prefix_resid.get(k), suf[k]) for k in points}
         return {"logits": logits.cpu(), "cache": cache, "resid": resid}
@@ -289,15 +120,15 @@ class EndPasses:
         cache = None
         if P:
             resid = None if prefix_resid is None else prefix_resid.expand(C, -1, -1)
-            with start_at(model, start, resid), model.hooks(edit=_head_edits(full, sets, 1, T, 0, P, H)):
-                _, knocked = _run(model, torch.tensor([group.prefix] * C), 0, want_cache=True)
+            with start_at(model.layers, start, resid), model.hooks(edit=_head_edits(full, sets, 1, T, 0, P, H)):
+                _, knocked = run_end(model, torch.tensor([group.prefix] * C), 0, want_cache=True)
             # below `start` the clean prefix is the knocked-out one; above, each set's rows repeat per member
-            cache = _rows(knocked, m)
-            cache.layers[:start] = _rows(clean["cache"], C * m, expand_only=True).layers[:start]
+            cache = repeat_rows(knocked, m)
+            splice_layers(cache, repeat_rows(clean["cache"], C * m, expand_only=True), start)
         resid = None if suffix_resid is None else suffix_resid.repeat(C, 1, 1)
-        with start_at(model, start, resid), model.hooks(edit=_head_edits(full, sets, m, T, P, T, H)):
-            logits, _ = _run(model, group.suffixes.repeat(C, 1), P, cache,
-                             mask=None if group.mask is None else group.mask.repeat(C, 1))
+        with start_at(model.layers, start, resid), model.hooks(edit=_head_edits(full, sets, m, T, P, T, H)):
+            logits, _ = run_end(model, group.suffixes.repeat(C, 1), P, cache,
+                                mask=None if group.mask is None else group.mask.repeat(C, 1))
         self.work.add(C if P else 0, P, C * m, T - P, L - start, C * m + (C if P else 0))
         return logits.cpu()
 
@@ -354,20 +185,3 @@ class EndPasses:
 
         self.logits(sets, reduce, progress)
         return out
-
-
-@torch.no_grad()
-def clean_passes(model: HookedModel, prompts: PromptSet, edits: dict, progress: bool = False, desc: str = "passes"):
-    """Run every group once without knockout, with `edits` installed while its own tokens run;
-    yields each group after its pass. The last position of what the edits see is END.
-
-    The shared prefix runs before the edits are installed, so an edit that keeps x[:, -1] sees
-    END only; an edit that reads whole rows (an attention pattern) sees every key, prefix included.
-    """
-    for group in tqdm(prompts.groups, desc=desc, disable=not progress, leave=False):
-        P, m = len(group.prefix), len(group.index)
-        with model.grouped_attention():
-            cache = _run(model, torch.tensor([group.prefix]), 0, want_cache=True)[1] if P else None
-            with model.hooks(edit=edits):
-                _run(model, group.suffixes, P, _rows(cache, m, expand_only=True) if P else None, mask=group.mask)
-        yield group

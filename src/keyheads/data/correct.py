@@ -3,6 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+from tqdm.auto import tqdm
+
+from ..models.prompt_set import PromptSet, group_pass
+
 
 class NothingCorrect(ValueError):
     """The model predicted no candidate correctly."""
@@ -23,28 +28,20 @@ def predict_next(model, prompts: list[str], batch_size: int = 32, desc: str = "p
                  answers: list[int] | None = None, progress: bool = True) -> list[int]:
     """The model's argmax next token after each prompt.
 
-    Runs the END-only passes of the analyses (a shared few-shot prefix is computed once per
+    Runs END-only passes (models.prompt_set: a shared few-shot prefix is computed once per
     group of prompts). With `answers` the progress bar shows the running accuracy.
     """
-    import torch
-    from tqdm.auto import tqdm
-
-    from ..analysis.passes import EndPasses, PromptSet
-
     pred = [0] * len(prompts)
     right = done = 0
     with torch.inference_mode(), tqdm(total=len(prompts), desc=desc, unit="prompt", disable=not progress) as bar:
-        def record(_, index, logits):
-            nonlocal right, done
-            for i, p in zip(index, logits.argmax(-1).tolist()):
+        for group in PromptSet(model, prompts, batch_size).groups:
+            for i, p in zip(group.index, group_pass(model, group).argmax(-1).tolist()):
                 pred[i] = p
                 right += answers is not None and p == answers[i]
-            done += len(index)  # a disabled bar does not count
-            bar.update(len(index))
+            done += len(group.index)  # a disabled bar does not count
+            bar.update(len(group.index))
             if answers is not None:
                 bar.set_postfix(acc=f"{right / done:.0%}")
-
-        EndPasses(model, PromptSet(model, prompts, batch_size), None).logits([[]], record)
     return pred
 
 

@@ -1,4 +1,7 @@
-"""Making pairs: operands, filled templates, aligned counterfactuals, keep-correct.
+"""Making pairs: a sample per template, its aligned counterfactual, and the whole job with keep-correct.
+
+The arithmetic is in arithmetic.py, filling templates in render.py, the tokenizer checks in
+alignment.py and the correctness check in correct.py.
 
     make_pairs(load_templates(), ["addition"], PairConfig(n=100, few_shot=3), model=model, keep_correct=True)
 """
@@ -7,13 +10,14 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from decimal import Decimal
-from fractions import Fraction
+from dataclasses import dataclass
 
 from ..errors import CounterfactualError
+from .alignment import SameLength, aligned
+from .arithmetic import draw_operands
 from .correct import NothingCorrect, format_scores, predict_correct, score_table
 from .pairs import POSITION_KEYS, Pair, answer_continuation, encode_with_offsets, span_tokens
+from .render import Rendered, draw_fillers, left_context, render
 from .templates import OPERANDS, Slot, Template, TemplateError, TemplateSet, operator_pool
 
 
@@ -71,145 +75,6 @@ def parse_operands(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
     return ranges[0], ranges[-1]
 
 
-# ---- answers ------------------------------------------------------------------------------------
-def compute_answer(task: str, a: int, b: int, config: PairConfig):
-    """The answer as a number, or None when the task's rules exclude these operands."""
-    if task == "addition":
-        return a + b
-    if task == "subtraction":
-        return a - b if a >= b or config.allow_negative else None
-    if task == "multiplication":
-        return a * b
-    if task == "division":
-        if b == 0:
-            return None
-        q = Fraction(a, b)
-        return q if q.denominator == 1 or config.allow_fractions else None
-    if task == "exponentiation":
-        return a ** b
-    raise ValueError(f"unknown task {task!r}")
-
-
-def format_answer(value) -> str:
-    if isinstance(value, Fraction):
-        if value.denominator == 1:
-            return str(value.numerator)
-        return f"{float(value):.2f}".rstrip("0").rstrip(".")
-    return str(value)
-
-
-def draw_operands(template: Template, config: PairConfig, rng: random.Random, tries: int = 10_000):
-    """(A, B, answer text) uniform over the operand pairs the task and template allow, or None."""
-    for _ in range(tries):
-        a, b = rng.randint(*config.a_range), rng.randint(*config.b_range)
-        value = compute_answer(template.task, a, b, config)
-        if value is not None and (template.max_answer is None or value <= template.max_answer):
-            return str(a), str(b), format_answer(value)
-    return None
-
-
-@dataclass(frozen=True)
-class NumberRange:
-    """The numbers lo..hi (both included) in steps of the last decimal place of `lo`, each written
-    with that many decimals: NumberRange("100", "999") is 100, 101, ..., 999; NumberRange("1.1", "9.9")
-    is 1.1, 1.2, ..., 9.9. Declared rather than drawn by ad-hoc code, so that whether two ranges can
-    share a number (a training set and a held-out one) is a comparison of bounds."""
-
-    lo: str
-    hi: str
-
-    @property
-    def decimals(self) -> int:
-        return max(0, -Decimal(self.lo).as_tuple().exponent)
-
-    def draw(self, rng: random.Random) -> str:
-        d = self.decimals
-        return str(Decimal(rng.randint(int(Decimal(self.lo).scaleb(d)), int(Decimal(self.hi).scaleb(d)))).scaleb(-d))
-
-    def overlaps(self, other: NumberRange) -> bool:
-        return Decimal(self.lo) <= Decimal(other.hi) and Decimal(other.lo) <= Decimal(self.hi)
-
-    def __contains__(self, text: str) -> bool:
-        return Decimal(self.lo) <= Decimal(text) <= Decimal(self.hi)
-
-    def __str__(self) -> str:
-        return f"{self.lo}..{self.hi}"
-
-
-def draw_exact(task: str, operands: NumberRange, rng: random.Random) -> tuple[str, str, str]:
-    """(A, B, answer) with both operands from `operands` and the answer in exact decimal arithmetic
-    (no float noise in "0.1 + 0.2"); a subtraction that would go negative swaps A and B."""
-    a, b = operands.draw(rng), operands.draw(rng)
-    value = compute_answer(task, Decimal(a), Decimal(b), PairConfig())
-    if value is None:
-        a, b = b, a
-        value = compute_answer(task, Decimal(a), Decimal(b), PairConfig())
-    return a, b, format_answer(value)
-
-
-# ---- rendering ----------------------------------------------------------------------------------
-@dataclass
-class Rendered:
-    text: str                                   # the prompt stem: the template text before {C}
-    spans: dict[str, tuple[int, int]]           # "A", "B", "operator" -> character span
-    changed: list[tuple[int, int]] = field(default_factory=list)  # spans a counterfactual replaces
-
-
-def render(template: Template, values: dict[str, str], op_word: str | None = None,
-           swaps: dict[int, str] | None = None) -> Rendered:
-    """Fill a template. `op_word` and `swaps` (part index -> value for ~ slots) make a counterfactual."""
-    out, spans, changed, n = [], {}, [], 0
-    for i, part in enumerate(template.parts[:-1]):  # the last part is {C}
-        if isinstance(part, str):
-            piece = part
-        elif part.name == "OP":
-            piece = op_word if op_word is not None else part.word
-        elif swaps is not None and i in swaps:
-            piece = swaps[i]
-        else:
-            piece = values[part.name]
-        if isinstance(part, Slot):
-            span = (n, n + len(piece))
-            if part.name in OPERANDS:
-                spans[part.name] = span
-            elif part.name == "OP":
-                spans["operator"] = span
-            if part.name == "OP" or part.resample:
-                changed.append(span)
-        out.append(piece)
-        n += len(piece)
-    return Rendered("".join(out), spans, changed)
-
-
-def draw_fillers(template: Template, pools: dict, rng: random.Random) -> dict[str, str]:
-    """One value per filler slot; slots sharing a pool (NAME, NAME2) get different values."""
-    values, taken = {}, {}
-    for name in template.fillers:
-        pool = template.pool_of[name]
-        used = taken.setdefault(pool, set())
-        choices = [v for v in pools[pool] if v not in used] or pools[pool]
-        values[name] = rng.choice(choices)
-        used.add(values[name])
-    return values
-
-
-
-
-class _SameLength:
-    """Pool values that tokenize like a given value in a given left context (cached per tokenizer)."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer, self.cache = tokenizer, {}
-
-    def __call__(self, pool: str, values: list[str], reference: str, left: str) -> list[str]:
-        key = (pool, reference, left)
-        if key not in self.cache:
-            n = lambda v: len(self.tokenizer(left + v, add_special_tokens=False)["input_ids"])  # noqa: E731
-            target = n(reference)
-            self.cache[key] = [v for v in values if v != reference and n(v) == target]
-        return self.cache[key]
-
-
 # ---- generation ---------------------------------------------------------------------------------
 @dataclass
 class Candidate:
@@ -226,7 +91,7 @@ class Generator:
     def __init__(self, templates: TemplateSet, tokenizer, config: PairConfig):
         self.templates, self.tokenizer, self.config = templates, tokenizer, config
         self.pools = templates.pools
-        self.same_length = _SameLength(tokenizer)
+        self.same_length = SameLength(tokenizer)
         self.rejected: Counter = Counter()
         self._shared: dict[str, tuple[str, set]] = {}
 
@@ -330,7 +195,7 @@ class Generator:
     def _counterfactual(self, template: Template, values: dict, rng: random.Random) -> Rendered:
         pools, parts = self.pools, template.parts
         op = template.operator
-        left = _left_context(parts, parts.index(op), values)
+        left = left_context(parts, parts.index(op), values)
         choices = self.same_length(operator_pool(template), pools[operator_pool(template)], op.word, left)
         if not choices:
             raise CounterfactualError(
@@ -340,25 +205,14 @@ class Generator:
         for i, part in enumerate(parts):
             if isinstance(part, Slot) and part.resample:
                 pool = template.pool_of[part.name]
-                same = self.same_length(pool, pools[pool], values[part.name], _left_context(parts, i, values))
+                same = self.same_length(pool, pools[pool], values[part.name], left_context(parts, i, values))
                 if not same:
                     raise CounterfactualError(f"template {template.id}: no other value of pool {pool} tokenizes "
                                               f"like {values[part.name]!r} for slot {{{part.name}~}}")
                 swaps[i] = rng.choice(same)
         return render(template, values, rng.choice(choices), swaps)
 
-    @staticmethod
-    def _aligned(ids, offsets, changed, cf_ids, cf_offsets, cf_changed) -> bool:
-        """Same token count, replaced spans on the same tokens, every other token identical."""
-        if len(ids) != len(cf_ids):
-            return False
-        free = set(range(len(ids)))
-        for span, cf_span in zip(changed, cf_changed):
-            toks = span_tokens(offsets, *span)
-            if toks != span_tokens(cf_offsets, *cf_span):
-                return False
-            free -= set(toks)
-        return all(ids[i] == cf_ids[i] for i in free)
+    _aligned = staticmethod(aligned)  # (tests call it here)
 
     def task(self, task: str, log=print) -> list[Candidate]:
         """config.n candidates for `task`, spread evenly over its templates."""
@@ -394,15 +248,6 @@ class Generator:
                 if self.rejected.get("operand is not a single token") else ""
             raise TemplateError(f"task {task}: every sample was rejected{hint}")
         return out
-
-
-def _left_context(parts, index: int, values: dict) -> str:
-    """The character before slot `index` as rendered (a space changes how BPE tokenizes a word)."""
-    if index == 0:
-        return ""
-    prev = parts[index - 1]
-    prev = prev if isinstance(prev, str) else (prev.word if prev.name == "OP" else values.get(prev.name, ""))
-    return prev[-1:] if prev[-1:].isspace() else ""
 
 
 # ---- the whole job ------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-from ..data.generate import NumberRange, draw_exact, draw_fillers, render
+from ..data.arithmetic import ARITH_KINDS, NumberRange, draw_exact
+from ..data.render import draw_fillers, render
 from ..data.templates import Template, TemplateSet, build_template, load_templates
 
 N_ITEMS = 300  # test items per set; --limit N takes the first N
@@ -86,8 +87,6 @@ def heldout_templates() -> list[Template]:
 
 def check_heldout(templates: Sequence[Template]) -> None:
     """Raise if the sets could share a question or an operand with the arithmetic training data."""
-    from ..finetune.data import ARITH_KINDS  # imported here: the training side depends on torch
-
     builtin = builtin_templates().templates
     same = [t.id for t in templates if any(t.id == b.id or t.text == b.text for b in builtin)]
     if same:

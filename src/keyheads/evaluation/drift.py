@@ -20,7 +20,9 @@ import torch
 from scipy import stats
 
 from ..data.benchmarks import Record, load
-from .tasks import EvalConfig, Item, Task
+from .config import EvalConfig
+from .prompts import round_robin
+from .task_types import Item, PairwiseTask
 
 NAME = "generic-kl"
 SOURCES = ("mmlu", "csqa")
@@ -28,9 +30,7 @@ SOURCES = ("mmlu", "csqa")
 
 def drift_items(cfg: EvalConfig) -> list[Item]:
     """The distinct question texts of MMLU (round-robin over subjects) and CSQA, alternating, first `limit`."""
-    from .tasks import _round_robin
-
-    lists = [_round_robin(load("mmlu", data_dir=cfg.data_dir)), load("csqa", data_dir=cfg.data_dir)]
+    lists = [round_robin(load("mmlu", data_dir=cfg.data_dir)), load("csqa", data_dir=cfg.data_dir)]
     texts: dict[str, Record] = {}  # a text that occurs twice would only count twice
     for i in range(max(map(len, lists))):
         for rs in lists:
@@ -69,10 +69,8 @@ def bootstrap(values: Sequence[tuple[float, float]], stat, n: int = 1000, seed: 
     return [float(ci.confidence_interval.low), float(ci.confidence_interval.high)]
 
 
-class DriftTask(Task):
+class DriftTask(PairwiseTask):
     """Scored against a reference variant (the runner sets `reference`), not by correctness."""
-
-    pairwise = True
 
     def __init__(self, cfg: EvalConfig):
         self.name, self.split, self.exemplars = NAME, "+".join(SOURCES) + " questions", []

@@ -12,67 +12,13 @@ on the number of positions in a call (Knockout mode "global").
 """
 from __future__ import annotations
 
-import copy
-import inspect
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
+from ..models import hf_internals
 from ..models.model import HookedModel
-
-
-class GrowingLayer(DynamicLayer):
-    """A cache layer that writes new keys/values into spare room instead of concatenating.
-
-    DynamicLayer copies the whole cache at every generated token (torch.cat); with a long
-    few-shot prefix repeated for every row that copy costs as much as the model itself.
-    """
-
-    def __init__(self, layer: DynamicLayer, room: int):
-        super().__init__()
-        k, v = layer.keys, layer.values
-        b, h, t, d = k.shape
-        self.kbuf, self.vbuf = k.new_empty(b, h, t + room, d), v.new_empty(b, h, t + room, v.shape[-1])
-        self.kbuf[:, :, :t], self.vbuf[:, :, :t] = k, v
-        self.n = t
-        self.dtype, self.device, self.is_initialized = k.dtype, k.device, True
-        self._views()
-
-    def _views(self) -> None:
-        self.keys, self.values = self.kbuf[:, :, :self.n], self.vbuf[:, :, :self.n]
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        t = key_states.shape[-2]
-        if self.n + t > self.kbuf.shape[-2]:  # out of room: double it
-            grow = max(t, self.kbuf.shape[-2])
-            self.kbuf = torch.cat([self.kbuf, self.kbuf.new_empty(*self.kbuf.shape[:2], grow, self.kbuf.shape[-1])], 2)
-            self.vbuf = torch.cat([self.vbuf, self.vbuf.new_empty(*self.vbuf.shape[:2], grow, self.vbuf.shape[-1])], 2)
-        self.kbuf[:, :, self.n:self.n + t] = key_states
-        self.vbuf[:, :, self.n:self.n + t] = value_states
-        self.n += t
-        self._views()
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.kbuf, self.vbuf = self.kbuf[indices], self.vbuf[indices]
-        self._views()
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self.kbuf = self.kbuf.repeat_interleave(repeats, dim=0)
-        self.vbuf = self.vbuf.repeat_interleave(repeats, dim=0)
-        self._views()
-
-
-def make_growing(cache, room: int) -> None:
-    """Swap a DynamicCache's plain layers for GrowingLayers in place (others are left alone)."""
-    layers = getattr(cache, "layers", None)
-    if not layers:
-        return
-    for i, layer in enumerate(layers):
-        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.numel():
-            layers[i] = GrowingLayer(layer, room)
 
 
 def common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
@@ -82,19 +28,6 @@ def common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
         if any(r[i] != t for r in rows):
             return i
     return n
-
-
-def last_logits_only(model: HookedModel) -> dict:
-    """Forward keyword arguments that make the model unembed the last position only, when it can.
-
-    Without them a prefill computes (and allocates) batch x positions x vocabulary logits of which
-    only the last position is read.
-    """
-    try:
-        params = inspect.signature(model.hf.forward).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
 
 class PrefixKV:
@@ -124,19 +57,14 @@ class PrefixKV:
         stored = self.ids
         if not (stored is not None and lcp - self.slack <= len(stored) <= lcp and list(rows[0][:len(stored)]) == stored):
             ids = torch.tensor([list(rows[0][:lcp])], device=self.model.device)
-            out = self.model.hf(input_ids=ids, use_cache=True, **last_logits_only(self.model))  # only the cache is used
-            cache = out.past_key_values
+            cache = hf_internals.forward_last(self.model.hf, input_ids=ids, use_cache=True).past_key_values
             # Sliding-window layers drop old positions, so their cache cannot be shared this way.
-            if any(getattr(layer, "is_sliding", False) for layer in getattr(cache, "layers", [])):
+            if hf_internals.has_sliding_layers(cache):
                 self.enabled = False
                 return 0, None
             self.ids, self.cache = list(rows[0][:lcp]), cache
             self.computed += 1
-        cache = copy.deepcopy(self.cache)
-        for layer in cache.layers:  # a view per row, no copy: the forward's concatenation makes the only one
-            layer.keys = layer.keys.expand(len(rows), *layer.keys.shape[1:])
-            layer.values = layer.values.expand(len(rows), *layer.values.shape[1:])
-        return len(self.ids), cache
+        return len(self.ids), hf_internals.expanded_copy(self.cache, len(rows))
 
 
 @dataclass
@@ -165,8 +93,8 @@ def prefill(model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV 
     mask = torch.cat([torch.ones(len(rows), P, dtype=torch.long), smask], dim=1)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
     dev = model.device
-    out = model.hf(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                   past_key_values=past, use_cache=use_cache, **last_logits_only(model))
+    out = hf_internals.forward_last(model.hf, input_ids=ids.to(dev), attention_mask=mask.to(dev),
+                                    position_ids=pos.to(dev), past_key_values=past, use_cache=use_cache)
     return Step(out.logits[:, -1].float(), out.past_key_values, mask.to(dev), pos[:, -1].to(dev) + 1)
 
 
@@ -183,7 +111,7 @@ def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
     eos = {tok.eos_token_id} | set(configured if isinstance(configured, (list, tuple)) else [configured])
     eos.discard(None)
     step = prefill(model, rows, prefix)
-    make_growing(step.cache, max_new_tokens)
+    hf_internals.make_growing(step.cache, max_new_tokens)
     active = list(range(len(rows)))  # original row index of each batch row
     generated: list[list[int]] = [[] for _ in rows]
     results: list[tuple[str, str] | None] = [None] * len(rows)
@@ -208,7 +136,7 @@ def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
             break
         if len(keep) < len(active):
             index = torch.tensor(keep, device=step.mask.device)
-            step.cache.batch_select_indices(index)
+            hf_internals.select_rows(step.cache, index)
             step.mask, step.next_pos, nxt = step.mask[index], step.next_pos[index], nxt[index]
             active = [active[b] for b in keep]
         mask = torch.cat([step.mask, torch.ones_like(step.mask[:, :1])], dim=1)

@@ -126,3 +126,14 @@ def letter_tokens(tokenizer, n: int, stem: str = "Question?\nAnswer:") -> Letter
     if len(set(letters)) != n:
         raise ValueError(f"answer letters do not map to distinct tokens: {tails}")
     return LetterTokens(extra, letters)
+
+
+def round_robin(records: list[Record]) -> list[Record]:
+    """Subject by subject interleaving: question 0 of every subject, then question 1, ..."""
+    by_subject: dict[str, list[Record]] = {}
+    for r in records:
+        by_subject.setdefault(r.subject, []).append(r)
+    out, depth = [], max(len(v) for v in by_subject.values())
+    for i in range(depth):
+        out.extend(v[i] for v in by_subject.values() if i < len(v))
+    return out

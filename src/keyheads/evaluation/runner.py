@@ -18,11 +18,14 @@ from tqdm.auto import tqdm
 
 from .. import distributed
 from ..io import atomic_write_text, write_json, write_jsonl
+from .. import models  # models.load_model looked up at call time: tests replace it
 from ..models.model import HookedModel
 from .cache import ResultCache, item_key
 from .engine import PrefixKV
 from .table import to_csv, to_markdown
-from .tasks import EvalConfig, MathTask, Task, check_benchmarks, make_task
+from .config import EvalConfig, check_benchmarks
+from .task_types import PairwiseTask, Task
+from .tasks import MathTask, make_task
 from .variants import Prepared, Variant, prepare
 
 
@@ -33,9 +36,7 @@ def slug(label: str) -> str:
 def cache_folder(cfg: EvalConfig) -> Path:
     if cfg.cache_dir:
         return Path(cfg.cache_dir)
-    from ..models import cache_root
-
-    return cache_root() / "eval"
+    return models.cache_root() / "eval"
 
 
 def _batches(items: list, size: int, group: Callable) -> list[list]:
@@ -57,7 +58,7 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
     installs each one's edits itself.
     """
     model = prepared.model
-    pairwise = getattr(task, "pairwise", False)
+    pairwise = isinstance(task, PairwiseTask)
     if pairwise:
         task.reference = reference or prepared
     settings = task.settings(model, cfg)
@@ -152,9 +153,7 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalConfig, out: str |
     def load_once(name: str) -> HookedModel:  # variants of one model share its weights
         if name not in loaded:
             if loader is None:
-                from ..models import load_model
-
-                loaded[name] = load_model(name)
+                loaded[name] = models.load_model(name)
             else:
                 loaded[name] = loader(name)
         return loaded[name]

@@ -1,131 +1,24 @@
-"""The six table-1 benchmarks and the generated arith sets as tasks: items with prompts, how a batch
-is run, how it is scored."""
+"""The six table-1 benchmarks and the generated arith sets as tasks, and `make_task` for every
+benchmark name (generic-kl is in drift.py, the task types in task_types.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..data.benchmarks import LETTERS, Record, get_benchmark, load
-from ..data.trainset import SplitConfig, heldout_splits
+from ..data.trainset import heldout_splits
 from ..models.model import HookedModel
-from .arith import ARITH_SETS, ArithItem, arith_items, arith_prompt
-from .engine import PrefixKV, greedy_generate, next_token_logits
-from .extract import extract_answer, extract_first, numbers_match, wilson
-from .prompts import STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced
+from .arith import ArithItem, arith_items, arith_prompt
+from .config import (ARITH, BENCHMARKS, CHOICE, DEFAULT_NEW_TOKENS, DEFAULT_SHOTS, DRIFT, MATH, TABLE_BENCHMARKS,
+                     EvalConfig, check_benchmarks)
+from .drift import DriftTask
+from .engine import greedy_generate, next_token_logits
+from .extract import extract_answer, extract_first, numbers_match
+from .prompts import (STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced,
+                      round_robin)
+from .task_types import Item, Task
 
-MATH = ("gsm8k", "addsub", "singleeq", "svamp")
-CHOICE = ("mmlu", "csqa")
-TABLE_BENCHMARKS = MATH + CHOICE
-ARITH = tuple(ARITH_SETS)  # generated, held out from `--train arith:...`; need no data folder
-DRIFT = ("generic-kl",)  # KL from the reference row and perplexity on MMLU/CSQA question texts
-BENCHMARKS = TABLE_BENCHMARKS + ARITH + DRIFT
-DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5,
-                 **{name: 4 for name in ARITH}}
-# GSM8K needs several reasoning steps; the other three are one or two operations. An arith answer is
-# one number of at most six characters, then the newline that ends it: 8 tokens even digit by digit.
-DEFAULT_NEW_TOKENS = {"gsm8k": 256, "addsub": 128, "singleeq": 128, "svamp": 128, **{name: 8 for name in ARITH}}
-
-
-@dataclass
-class EvalConfig:
-    """Settings of an evaluation run.
-
-    Attributes:
-        benchmarks: which of BENCHMARKS to run, in table order (default: TABLE_BENCHMARKS).
-        data_dir: the benchmarks folder (default $KEYHEADS_DATA, else the hub when online).
-        limit: evaluate only the first N items of each benchmark (MMLU: round-robin over
-            subjects, so a small N still covers many subjects).
-        batch_size: prompts per forward pass.
-        max_new_tokens: generation budget for the math and arith sets; None = DEFAULT_NEW_TOKENS.
-        few_shot: exemplars per prompt; None = DEFAULT_SHOTS (MMLU has at most 5 per subject).
-        cot: math exemplars show the GSM8K rationale before "The answer is N.".
-        seed: picks the GSM8K-train, CSQA-train and arith exemplars.
-        split: "full" (the whole test sets, as in the paper) or "heldout" (for AddSub,
-            SingleEq and SVAMP only the part the training-set builder leaves out; the arith
-            sets are held out either way).
-        heldout: the held-out split's seed and train fraction (must match the training set's).
-        cache_dir: folder of the per-item result caches; None = $KEYHEADS_CACHE/eval, shared
-            by all runs (entries are keyed by model fingerprint, prompt and settings).
-        progress: show progress bars.
-        shard: (k, n) to compute only the items in shard k of n (by item key), so that n
-            processes or GPUs sharing one cache split an evaluation; such a run writes no
-            table. A run without a shard then reads everything from the cache and writes it.
-    """
-
-    benchmarks: tuple[str, ...] = TABLE_BENCHMARKS
-    data_dir: str | None = None
-    limit: int | None = None
-    batch_size: int = 16
-    max_new_tokens: int | None = None
-    few_shot: int | None = None
-    cot: bool = True
-    seed: int = 0
-    split: str = "full"
-    heldout: SplitConfig = field(default_factory=SplitConfig)
-    cache_dir: str | None = None
-    progress: bool = True
-    shard: tuple[int, int] | None = None
-
-    def __post_init__(self):
-        if self.shard is not None:
-            k, n = self.shard
-            if not (n >= 1 and 0 <= k < n):
-                raise ValueError(f"shard {k}/{n} is not valid: use K/N with 0 <= K < N, e.g. 0/2 and 1/2")
-
-    def shots(self, bench: str) -> int:
-        k = DEFAULT_SHOTS[bench] if self.few_shot is None else self.few_shot
-        return min(k, 5) if bench == "mmlu" else k
-
-    def new_tokens(self, bench: str) -> int:
-        return DEFAULT_NEW_TOKENS[bench] if self.max_new_tokens is None else self.max_new_tokens
-
-
-def check_benchmarks(names: Sequence[str]) -> tuple[str, ...]:
-    unknown = [n for n in names if n not in BENCHMARKS]
-    if unknown:
-        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; known: {', '.join(BENCHMARKS)}")
-    return tuple(names)
-
-
-@dataclass
-class Item:
-    record: Record
-    prompt: str
-
-
-class Task:
-    """One benchmark: `items` builds the prompts, `run` scores a batch, `summarize` aggregates."""
-
-    name: str
-    split: str
-    exemplars: list[Record]
-
-    def group(self, item: Item) -> str:
-        """Items of one group share a few-shot prefix; batches do not mix groups."""
-        return item.record.subject or ""
-
-    def settings(self, model: HookedModel, cfg: EvalConfig) -> dict:
-        """Everything besides model and prompt that changes the raw result (part of the cache key)."""
-        raise NotImplementedError
-
-    def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV, cfg: EvalConfig) -> list[dict]:
-        """Raw results to cache (generated text, letter logits)."""
-        raise NotImplementedError
-
-    def score(self, item: Item, row: dict) -> dict:
-        """The cached row plus prediction and correctness."""
-        raise NotImplementedError
-
-    def summarize(self, items: Sequence[Item], rows: Sequence[dict]) -> dict:
-        n, correct = len(rows), sum(bool(r["correct"]) for r in rows)
-        lo, hi = wilson(correct, n)
-        return {"benchmark": self.name, "split": self.split, "n": n, "correct": correct,
-                "accuracy": correct / n if n else 0.0, "ci95": [lo, hi], "few_shot": len(self.exemplars),
-                "exemplars": [e.id for e in self.exemplars]}
-
-    def wrong_case(self, item: Item, row: dict) -> dict:
-        raise NotImplementedError
-
+__all__ = ["ARITH", "BENCHMARKS", "CHOICE", "DEFAULT_NEW_TOKENS", "DEFAULT_SHOTS", "DRIFT", "MATH", "TABLE_BENCHMARKS",
+           "ArithTask", "ChoiceTask", "EvalConfig", "Item", "MathTask", "Task", "check_benchmarks", "make_task"]
 
 def _ids(model: HookedModel, prompts: Sequence[str]) -> list[list[int]]:
     return [model.tokenizer(p)["input_ids"] for p in prompts]
@@ -214,7 +107,7 @@ class ChoiceTask(Task):
                 dev.setdefault(r.subject, []).append(r)
             shots = {s: rs[:k] for s, rs in dev.items()}  # the dev set is the 5-shot pool, in file order
             self.exemplars = shots.get(records[0].subject, []) if records else []
-            records = _round_robin(records)
+            records = round_robin(records)
         else:
             pool = pick_balanced(load(name, "train", data_dir=cfg.data_dir), k, cfg.seed)
             shots, self.exemplars = None, pool
@@ -256,23 +149,10 @@ class ChoiceTask(Task):
                 "scores": row["scores"]}
 
 
-def _round_robin(records: list[Record]) -> list[Record]:
-    """Subject by subject interleaving: question 0 of every subject, then question 1, ..."""
-    by_subject: dict[str, list[Record]] = {}
-    for r in records:
-        by_subject.setdefault(r.subject, []).append(r)
-    out, depth = [], max(len(v) for v in by_subject.values())
-    for i in range(depth):
-        out.extend(v[i] for v in by_subject.values() if i < len(v))
-    return out
-
-
 def make_task(name: str, cfg: EvalConfig) -> Task:
     check_benchmarks([name])
     if name in ARITH:
         return ArithTask(name, cfg)
     if name in DRIFT:
-        from .drift import DriftTask
-
         return DriftTask(cfg)
     return MathTask(name, cfg) if name in MATH else ChoiceTask(name, cfg)

@@ -7,18 +7,19 @@ adding one function with `@register_kind("name")`; the evaluator only sees `Prep
 """
 from __future__ import annotations
 
+import copy
 import csv
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
+from ..data.pairs import read_pairs
+from ..finetune.adapter import load_finetuned, read_info
 from ..io import file_sha256
 from ..heads import heads_of
 from ..knockout import compute_means
+from ..models.fingerprint import parameters_fingerprint, short_sha, weights_fingerprint
 from ..models.model import HookedModel
 from ..numbers import human
 
@@ -76,31 +77,7 @@ class Prepared:
     def from_model(cls, model: HookedModel, label: str | None = None, edits: dict | None = None,
                    extra: str = "") -> "Prepared":
         """Wrap an in-memory model; its fingerprint hashes the parameters themselves."""
-        return cls(model, dict(edits or {}), _sha(parameters_fingerprint(model) + extra), label or model.name)
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-def parameters_fingerprint(model: HookedModel) -> str:
-    h = hashlib.sha256()
-    for name, p in model.hf.state_dict().items():
-        h.update(name.encode())
-        h.update(p.detach().to(torch.float32).cpu().numpy().tobytes())
-    return h.hexdigest()
-
-
-def weights_fingerprint(model: HookedModel) -> str:
-    """Hash of the files the model was loaded from (weights, config, tokenizer)."""
-    folder = Path(model.source)
-    if not folder.is_dir():  # a hub id: the resolved commit when transformers recorded it
-        return _sha(f"hub:{model.source}:{getattr(model.config, '_commit_hash', None)}")
-    manifest = folder / "keyheads-manifest.json"
-    if manifest.is_file():  # converted bundled models carry verified sha256 sums already
-        return _sha(json.dumps(json.loads(manifest.read_text())["files"], sort_keys=True))
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-    return _sha(json.dumps({p.name: file_sha256(p) for p in files}, sort_keys=True))
+        return cls(model, dict(edits or {}), short_sha(parameters_fingerprint(model) + extra), label or model.name)
 
 
 # ---- kinds ---------------------------------------------------------------------------------------
@@ -148,7 +125,7 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
     ko = compute_means(model, prompts, heads=heads, mlps=mlps, mode="global", progress=False)
     spec = json.dumps({"heads": sorted(heads), "mlps": sorted(mlps), "data": file_sha256(Path(data)),
                        "mode": "global"}, sort_keys=True)
-    fp = _sha(weights_fingerprint(model) + spec)
+    fp = short_sha(weights_fingerprint(model) + spec)
     info = {"knockout": {"heads": [f"{l}.{h}" for l, h in heads], "mlps": mlps, "pairs": str(data),
                          "counterfactual_prompts": len(prompts), "mode": "global"}}
     return Prepared(model, ko.edits(), fp, variant.name, info)
@@ -156,8 +133,6 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
 
 def read_counterfactuals(path: str | Path) -> list[str]:
     """The counterfactual prompts of a pairs file (read and checked by keyheads.data.pairs.read_pairs)."""
-    from ..data.pairs import read_pairs
-
     return [pair.counterfactual for pair in read_pairs(path)]
 
 
@@ -168,10 +143,6 @@ def _adapter(variant: Variant, loader: Loader) -> Prepared:
     Options: path (the run folder; default: the variant's model). The base model is copied, so the
     shared base row stays untouched; the table's Train speed and Tuned params come from the run.
     """
-    import copy
-
-    from ..finetune.adapter import load_finetuned, read_info
-
     folder = Path(variant.opt("path") or variant.model)
     info = read_info(folder)
 
@@ -181,7 +152,7 @@ def _adapter(variant: Variant, loader: Loader) -> Prepared:
 
     model = load_finetuned(folder, private)
     weights = sorted(p for p in folder.rglob("*.safetensors") if "checkpoint" not in p.parts)
-    fp = _sha(info["base_fingerprint"] + "".join(file_sha256(p) for p in weights))
+    fp = short_sha(info["base_fingerprint"] + "".join(file_sha256(p) for p in weights))
     extras = {"train_speed": f"{info['train']['samples_per_second']:.1f} sam./s",
               "tuned_params": human(info["tuned_params"]), "finetune": {k: info[k] for k in ("method", "components")
                                                                           if k in info}}

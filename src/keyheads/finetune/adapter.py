@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from ..components import Components
 from ..io import atomic_folder, atomic_path, read_json
+from ..models.fingerprint import base_fingerprint
 from ..models.model import HookedModel
 from .model import Tuned, precise
 
@@ -29,15 +30,6 @@ INFO = "finetune.json"
 
 class AdapterMismatch(ValueError):
     pass
-
-
-def base_fingerprint(model: HookedModel) -> str:
-    """Fingerprint of the base weights: of its files when it came from a folder, else of the tensors."""
-    from ..evaluation.variants import _sha, parameters_fingerprint, weights_fingerprint
-
-    if Path(model.source).is_dir() or getattr(model.config, "_commit_hash", None):
-        return weights_fingerprint(model)
-    return _sha(parameters_fingerprint(model))
 
 
 def save_adapter(tuned: Tuned, folder: str | Path, meta: dict) -> Path:

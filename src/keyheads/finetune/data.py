@@ -17,15 +17,9 @@ from pathlib import Path
 
 import torch
 
-from ..data.generate import NumberRange, draw_exact, draw_fillers, render
+from ..data.arithmetic import ARITH_KINDS, draw_exact
+from ..data.render import draw_fillers, render
 from ..io import iter_jsonl
-
-ARITH_KINDS = {
-    # kind -> (tasks, operand range): operands outside the one-digit range the analysis uses. The
-    # held-out `arith-*` evaluation sets (keyheads.evaluation.arith) check that they draw none of these.
-    "multidigit": (("addition", "subtraction"), NumberRange("100", "999")),
-    "decimal": (("addition", "subtraction"), NumberRange("1.1", "9.9")),
-}
 
 
 @dataclass(frozen=True)

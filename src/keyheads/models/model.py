@@ -1,17 +1,15 @@
 """The one model object every keyheads stage works with."""
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import torch
 
+from . import hf_internals
 from .families import Family, family_for
 from .hooks import Edit, hooked
-
-_FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"  # transformers' switch (integrations/sdpa_attention.py)
 
 
 def get_path(root, path: str):
@@ -168,23 +166,9 @@ class HookedModel:
         """Context manager installing capture/edit hooks; yields the capture dict."""
         return hooked(self, capture, edit, detach=detach)
 
-    @contextmanager
     def eager_attention(self):
         """Temporarily switch to eager attention so that attention patterns exist."""
-        config = self.hf.config
-        before = config._attn_implementation
-        setter = getattr(self.hf, "set_attn_implementation", None)
-        try:
-            if setter is not None:
-                setter("eager")
-            else:
-                config._attn_implementation = "eager"
-            yield
-        finally:
-            if setter is not None:
-                setter(before)
-            else:
-                config._attn_implementation = before
+        return hf_internals.attention_implementation(self.hf, "eager")
 
     @contextmanager
     def grouped_attention(self):
@@ -197,14 +181,11 @@ class HookedModel:
         back to a slower kernel then, so elsewhere this changes nothing. transformers reads
         the switch at every call; a process that set it itself keeps its own value.
         """
-        if self.device.type != "cpu" or self.n_kv_heads == self.n_heads or _FORCE_GQA in os.environ:
+        if self.device.type != "cpu" or self.n_kv_heads == self.n_heads:
             yield
             return
-        os.environ[_FORCE_GQA] = "1"
-        try:
+        with hf_internals.force_grouped_sdpa():
             yield
-        finally:
-            del os.environ[_FORCE_GQA]
 
     @torch.no_grad()
     def generate(self, prompt: str, max_new_tokens: int = 20) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..models import hf_internals
 from ..models.model import HookedModel
 from .metrics import quantity
 
@@ -42,15 +43,10 @@ def forward_end(model: HookedModel, ids: torch.Tensor, capture: list[str] = (), 
 
         edits[key] = grab
     kwargs = dict(input_ids=ids, use_cache=False, **(inputs or {}))
-    base = model.hf.base_model
     with model.hooks(edit=edits):
-        if not logits and base is not model.hf:
-            base(**kwargs)
+        if not logits and hf_internals.forward_body(model.hf, **kwargs):
             return None, store
-        try:
-            out = model.hf(**kwargs, logits_to_keep=1)
-        except TypeError:  # older model classes without logits_to_keep
-            out = model.hf(**kwargs)
+        out = hf_internals.forward_last(model.hf, **kwargs)
     return out.logits[:, -1], store
 
 

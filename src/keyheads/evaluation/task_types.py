@@ -1,0 +1,74 @@
+"""What a benchmark is to the runner: items with prompts, how a batch is run, how it is scored.
+
+A `Task` scores each variant on its own (`run`, under the variant's edits). A `PairwiseTask`
+compares each variant with a reference variant instead (`run_pair`; it installs both variants'
+edits itself), so the runner dispatches on the type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..data.benchmarks import Record
+from ..models.model import HookedModel
+from .config import EvalConfig
+from .engine import PrefixKV
+from .extract import wilson
+from .variants import Prepared
+
+
+@dataclass
+class Item:
+    record: Record
+    prompt: str
+
+
+class Task:
+    """One benchmark: `items` builds the prompts, `run` scores a batch, `summarize` aggregates."""
+
+    name: str
+    split: str
+    exemplars: list[Record]
+
+    def group(self, item: Item) -> str:
+        """Items of one group share a few-shot prefix; batches do not mix groups."""
+        return item.record.subject or ""
+
+    def settings(self, model: HookedModel, cfg: EvalConfig) -> dict:
+        """Everything besides model and prompt that changes the raw result (part of the cache key)."""
+        raise NotImplementedError
+
+    def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV, cfg: EvalConfig) -> list[dict]:
+        """Raw results to cache (generated text, letter logits)."""
+        raise NotImplementedError
+
+    def score(self, item: Item, row: dict) -> dict:
+        """The cached row plus prediction and correctness."""
+        raise NotImplementedError
+
+    def summarize(self, items: Sequence[Item], rows: Sequence[dict]) -> dict:
+        n, correct = len(rows), sum(bool(r["correct"]) for r in rows)
+        lo, hi = wilson(correct, n)
+        return {"benchmark": self.name, "split": self.split, "n": n, "correct": correct,
+                "accuracy": correct / n if n else 0.0, "ci95": [lo, hi], "few_shot": len(self.exemplars),
+                "exemplars": [e.id for e in self.exemplars]}
+
+    def wrong_case(self, item: Item, row: dict) -> dict:
+        raise NotImplementedError
+
+
+class PairwiseTask(Task):
+    """A task measured against a reference variant (the table's first row), not by correctness.
+
+    The runner sets `reference` before `settings` and `run_pair` are called; the reference's
+    fingerprint is part of the cache key.
+    """
+
+    reference: Prepared | None = None
+
+    def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV, cfg: EvalConfig) -> list[dict]:
+        raise TypeError(f"{self.name} compares two variants: call run_pair")
+
+    def run_pair(self, prepared: Prepared, items: Sequence[Item], cfg: EvalConfig) -> list[dict]:
+        """Raw results of `prepared` against `reference`, each under its own edits."""
+        raise NotImplementedError
