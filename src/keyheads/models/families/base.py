@@ -2,12 +2,24 @@
 
 A family is a small declarative record, in the spirit of pyvene's per-model mapping
 files. Module paths are dotted attribute paths; layer-relative paths start from one
-decoder layer. Adding a family means adding one file next to this one.
+decoder layer. Adding a family means adding one file next to this one; the package finds it.
+
+Each family file defines:
+    FAMILY: the Family record below.
+    TINY: {tiny model name: callable(**common) -> transformers config}, the configs of the tiny
+        random models that keyheads.testing builds for the test-suite (``common`` holds the
+        character tokenizer's vocabulary size and special token ids). Usually one entry named
+        after the family; a variant worth testing on its own gets a second one.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
+
+
+# The size of every tiny test model, shared so that the families' tiny models stay comparable.
+TINY_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                  max_position_embeddings=256, initializer_range=0.2)
 
 
 def _first_attr(config, names, default=None):

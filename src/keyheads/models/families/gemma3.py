@@ -1,5 +1,8 @@
 """Gemma 3 (text): norms both before and after attention and MLP."""
+import transformers
+
 from .base import Family
+from .llama import TINY_LLAMA
 
 FAMILY = Family(
     name="gemma3",
@@ -16,3 +19,8 @@ FAMILY = Family(
     mlp="mlp",
     post_mlp_norm="post_feedforward_layernorm",
 )
+
+# Sliding and full attention alternate, with a window short enough for the tests' prompts to cross it.
+TINY = {"gemma3": lambda **common: transformers.Gemma3TextConfig(
+    query_pre_attn_scalar=16, sliding_window=8, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    **TINY_LLAMA, **common)}
