@@ -9,7 +9,8 @@ from tests.helpers import write_tiny_benchmarks
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 # The shared benchmark data lives beside the checkout; tests read it there, never a copy.
-SHARED_DATA = Path(os.environ.get("KEYHEADS_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"))
+SHARED_DATA = Path(os.environ.get("KEYHEADS_TEST_DATA",
+                                  Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"))
 
 
 @pytest.fixture(scope="session")

@@ -55,8 +55,7 @@ def _record(out: Path, stage: str, seconds: float, outputs: list[str], settings:
 
 @pytest.fixture(scope="session")
 def run_folder(tmp_path_factory, tiny_data):
-    from keyheads.analysis.run import (AttentionRun, KnockoutRun, MLPRun, Selection, run_attention, run_knockout,
-                                       run_mlp)
+    from keyheads.analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection, run_attention, run_knockout, run_mlp
     from keyheads.components import Components
     from keyheads.evaluation import EvalConfig, Variant, evaluate
     from keyheads.finetune import Example, FinetuneConfig, finetune
@@ -77,7 +76,8 @@ def run_folder(tmp_path_factory, tiny_data):
         write_json(out / "config.json", config)
         t = time.perf_counter()
         pairs = write_rows(out / "pairs.jsonl", make_rows(16))
-        _record(out, "data", time.perf_counter() - t, ["pairs.jsonl"], {"model": model.name, "fingerprint": fingerprint})
+        _record(out, "data", time.perf_counter() - t, ["pairs.jsonl"],
+                {"model": model.name, "fingerprint": fingerprint})
 
         t = time.perf_counter()
         _, keys = identify(model, pairs, PatchConfig(batch_size=8), out / "identify", top_k=3, progress=False)

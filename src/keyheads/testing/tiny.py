@@ -7,6 +7,8 @@ from __future__ import annotations
 import string
 
 import torch
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from ..errors import UnsupportedArchitecture
 from ..models.families import TINY_CONFIGS
@@ -18,9 +20,6 @@ SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
 def char_tokenizer():
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {tok: i for i, tok in enumerate(SPECIALS + ALPHABET)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(pattern=Regex("."), behavior="isolated")
@@ -41,8 +40,6 @@ def _config(family: str, vocab: int):
 
 def tiny_model(family: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32) -> HookedModel:
     """A random 3-layer model of `family` with a character tokenizer (no download)."""
-    from transformers import AutoModelForCausalLM
-
     tok = char_tokenizer()
     config = _config(family, vocab=len(tok))
     torch.manual_seed(seed)

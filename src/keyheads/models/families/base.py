@@ -13,9 +13,8 @@ Each family file defines:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
-
 
 # The size of every tiny test model, shared so that the families' tiny models stay comparable.
 TINY_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
@@ -114,6 +113,8 @@ class Family:
         hd = self.head_dim(config)
         if self.qkv_proj is None:
             path = {"q": self.q_proj, "k": self.k_proj, "v": self.v_proj}[kind]
+            if path is None:  # a family record that names neither layout is a bug in its file
+                raise TypeError(f"family {self.name} names neither qkv_proj nor {kind}_proj")
             return path, range(head * hd, (head + 1) * hd)
         block = "qkv".index(kind)
         if self.qkv_layout == "interleaved":  # GPT-NeoX: [head][q|k|v][head_dim]

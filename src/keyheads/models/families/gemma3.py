@@ -22,5 +22,5 @@ FAMILY = Family(
 
 # Sliding and full attention alternate, with a window short enough for the tests' prompts to cross it.
 TINY = {"gemma3": lambda **common: transformers.Gemma3TextConfig(
-    query_pre_attn_scalar=16, sliding_window=8, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-    **TINY_LLAMA, **common)}
+    query_pre_attn_scalar=16, sliding_window=8,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention"], **TINY_LLAMA, **common)}
