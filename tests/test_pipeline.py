@@ -12,6 +12,8 @@ from keyheads.testing import tiny_model
 
 from tests.helpers import make_rows, write_rows
 
+pytestmark = pytest.mark.slow  # whole pipelines, up to about 30 s each
+
 STAGES = ["data", "identify", "knockout", "attention", "mlp", "finetune--precise", "eval", "report"]
 
 
