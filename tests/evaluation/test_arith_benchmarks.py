@@ -20,8 +20,6 @@ from keyheads.evaluation.extract import NUMBER
 from keyheads.evaluation.tasks import check_benchmarks, make_task
 from keyheads.finetune.data import ARITH_KINDS, arithmetic_examples
 
-pytestmark = pytest.mark.slow  # evaluation runs and a second Python process, about 10 s in all
-
 # Short enough for the tiny models' 256 positions (one character a token).
 QUICK = dict(benchmarks=ARITH, few_shot=1, batch_size=8, progress=False)
 

@@ -6,8 +6,6 @@ from keyheads.evaluation import engine
 from keyheads.evaluation.engine import PrefixKV, greedy_generate, prefill
 from keyheads.testing import tiny_model
 
-pytestmark = pytest.mark.slow  # generation on three families, one test about 6 s
-
 SHOTS = "3+4=7\n1+1=2\n6+2=8\n5+4=9\n2+5=7\n"
 PROMPTS = [SHOTS + "3+3=", SHOTS + "12+5=", SHOTS + "9+99=", SHOTS + "4+0="]
 

@@ -12,8 +12,6 @@ import torch
 
 from keyheads.testing import TINY_FAMILIES, tiny_model
 
-pytestmark = pytest.mark.slow  # every family, up to about 5 s a test and half a minute in all
-
 LAYER = 1
 PROMPTS = ["12 + 34 = ", "7 plus 8 is"]
 ATOL = 1e-6
