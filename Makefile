@@ -1,10 +1,10 @@
-# The two commands of the README: `make demo` and `make test`. Both build .venv on first use.
+# The commands of the README: `make demo`, `make test`, `make test-fast` and `make lint`. All build .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean-venv bench
+.PHONY: demo test test-fast lint install clean-venv bench
 
 $(STAMP): pyproject.toml requirements/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,19 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The inner loop: every test but the slow, multi-process, browser and pretrained-model ones (README "Tests").
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not distributed and not browser and not real_model"
+
+# Lint, types, and the one-way layer order of the package (configured in pyproject.toml). All three run,
+# so one report shows every problem; the target fails if any of them does.
+lint: $(STAMP)
+	@status=0; \
+	$(PY) -m ruff check src tests bench || status=1; \
+	$(PY) -m mypy || status=1; \
+	PYTHONPATH=src $(VENV)/bin/lint-imports || status=1; \
+	exit $$status
 
 bench: $(STAMP)
 	$(PY) bench/patching.py

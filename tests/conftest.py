@@ -4,10 +4,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import write_tiny_benchmarks
+
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 # The shared benchmark data lives beside the checkout; tests read it there, never a copy.
-SHARED_DATA = Path(os.environ.get("KEYHEADS_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"))
+SHARED_DATA = Path(os.environ.get("KEYHEADS_TEST_DATA",
+                                  Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"))
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +26,9 @@ def smollm2():
     from keyheads.models import load_model
 
     return load_model("smollm2-135m", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """A hand-made benchmark folder in the original formats, small enough for tiny random models."""
+    return write_tiny_benchmarks(tmp_path_factory.mktemp("benchmarks"))

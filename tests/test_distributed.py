@@ -28,8 +28,9 @@ ADDSUB = [("Tom has 2 cats and 3 dogs. How many pets?", 5), ("Ann has 4 pens and
           ("Kim has 8 apples and eats 1. How many left?", 7), ("Joe has 3 hats and gets 3. How many hats?", 6),
           ("Liz had 7 cups and broke 2. How many now?", 5), ("Max has 5 toys and 4 more. How many toys?", 9)]
 
-pytestmark = pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = [pytest.mark.distributed,
+              pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                                 reason="torch.distributed with gloo is not available")]
 
 
 def write_inputs(root: Path) -> dict:

@@ -10,8 +10,9 @@ from keyheads.pipeline import run_pipeline
 from keyheads.runconfig import PipelineConfig
 from keyheads.testing import tiny_model
 
-from tests.analysis.conftest import make_rows, write_rows
-from tests.evaluation.conftest import tiny_data  # noqa: F401  (fixture)
+from tests.helpers import make_rows, write_rows
+
+pytestmark = pytest.mark.slow  # whole pipelines, up to about 30 s each
 
 STAGES = ["data", "identify", "knockout", "attention", "mlp", "finetune--precise", "eval", "report"]
 

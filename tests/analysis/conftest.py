@@ -1,33 +1,10 @@
-"""Small pairs files for the tiny character-level models (every digit and character is a token)."""
-import json
-import random
-
+"""A tiny Llama, a small pairs file for it, and one thread per test."""
 import pytest
 import torch
 
 from keyheads.testing import tiny_model
 
-PREFIX = "1 + 2 = 3\n"  # 10 tokens; A is the 11th
-
-
-def make_rows(n: int = 24, seed: int = 0, ops=(("addition", "+", "@"), ("subtraction", "-", "#"))):
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        task, op, cf_op = ops[i % len(ops)]
-        a, b = rng.randint(5, 9), rng.randint(1, 4)
-        c = a + b if op == "+" else a - b
-        ref = f"{PREFIX}{a} {op} {b} = "
-        rows.append({"task": task, "template": f"{task[:3]}-eq", "reference": ref,
-                     "counterfactual": ref.replace(f" {op} ", f" {cf_op} ", 1), "answer": str(c)[0],
-                     "operands": {"A": str(a), "B": str(b)},
-                     "positions": {"A": len(PREFIX), "B": len(PREFIX) + 4, "operator": len(PREFIX) + 2}})
-    return rows
-
-
-def write_rows(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+from tests.helpers import make_rows, write_rows
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,7 @@ import pytest
 
 from keyheads.cli import main
 
-from .conftest import make_rows, write_rows
-from tests.patching.test_key_heads import write_effects
+from tests.helpers import make_rows, write_effects, write_rows
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ import torch.distributed
 from keyheads.cli import main
 from keyheads.testing import tiny_model
 
-from .conftest import make_rows, write_rows
-from tests.patching.test_key_heads import write_effects
+from tests.helpers import make_rows, write_effects, write_rows
 
-pytestmark = pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = [pytest.mark.distributed,
+              pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                                 reason="torch.distributed with gloo is not available")]
 
 
 def test_two_processes_write_the_same_knockout_results(tmp_path):

@@ -5,7 +5,7 @@ from keyheads.analysis.common import Batches, all_heads, answer_token, load_samp
 from keyheads.analysis.knockout_curves import CurveConfig, knockout_curves, random_order
 from keyheads.knockout import compute_means
 
-from .conftest import make_rows
+from tests.helpers import make_rows
 
 
 def direct_accuracy(model, refs, cfs, answers, heads):

@@ -5,7 +5,7 @@ from keyheads.analysis import transfer as tr
 from keyheads.analysis.common import all_heads
 from keyheads.knockout import compute_means
 
-from .conftest import make_rows
+from tests.helpers import make_rows
 
 
 def test_generated_sets_have_the_right_answers(llama):

@@ -8,7 +8,7 @@ from lm_eval.api.instance import Instance  # noqa: E402
 
 from keyheads.testing import tiny_model  # noqa: E402
 
-from tests.analysis.conftest import make_rows, write_rows  # noqa: E402
+from tests.helpers import make_rows, write_rows  # noqa: E402
 
 
 def test_loglikelihood_matches_direct_and_knockout_changes_it(tmp_path, monkeypatch):

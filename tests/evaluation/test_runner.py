@@ -16,6 +16,8 @@ from keyheads.evaluation.cache import ResultCache, read_rows
 from keyheads.evaluation.table import to_csv, to_markdown
 from keyheads.evaluation.tasks import TABLE_BENCHMARKS, check_benchmarks, make_task
 
+pytestmark = pytest.mark.slow  # whole evaluation runs, several seconds each
+
 QUICK = dict(few_shot=1, max_new_tokens=6, batch_size=4, progress=False)
 
 

@@ -20,6 +20,8 @@ from keyheads.models.model import HookedModel
 from keyheads.numbers import human
 from keyheads.testing import TINY_FAMILIES, tiny_model
 
+pytestmark = pytest.mark.slow  # training runs, a LoRA one about 15 s
+
 # Two heads in layer 1 (sharing a K/V group where there are groups), one in layer 2, and MLP 2.
 COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))
 SETTINGS = dict(lr=1e-2, batch_size=8, micro_batch_size=4, max_steps=3, save_every=0)

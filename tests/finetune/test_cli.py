@@ -6,6 +6,8 @@ import pytest
 from keyheads.cli import main
 from keyheads.testing import tiny_model
 
+pytestmark = pytest.mark.slow  # training runs through the CLI, several seconds each
+
 STEPS = ["--max-steps", "2", "--batch-size", "4", "--micro-batch-size", "2", "--quiet"]
 
 

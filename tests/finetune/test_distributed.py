@@ -26,8 +26,9 @@ RUNS = {"adamw": FinetuneConfig(max_steps=3, save_every=2, batch_size=8, micro_b
                               max_grad_norm=0.0, warmup_ratio=0.0)}
 WORKER = Path(__file__).with_name("ddp_worker.py")
 
-pytestmark = pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = [pytest.mark.distributed,
+              pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                                 reason="torch.distributed with gloo is not available")]
 
 
 @pytest.fixture(scope="module")

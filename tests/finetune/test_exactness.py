@@ -13,6 +13,8 @@ from keyheads.finetune.model import precise, slice_plan
 from keyheads.finetune.train import batch_indices, completion_loss_sum, train
 from keyheads.testing import TINY_FAMILIES, tiny_model
 
+pytestmark = pytest.mark.slow  # precise against masked full training on every family, about 2 minutes
+
 # Two heads in layer 1 (sharing a K/V group where there are groups), one in layer 2, and MLP 2.
 COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))
 

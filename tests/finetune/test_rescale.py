@@ -5,6 +5,7 @@ normalises each coordinate by its own gradient scale, so without clipping or wei
 a negligible eps) the rescale changes nothing; plain SGD, or AdamW whose global clipping couples
 the layers, sees it.
 """
+import pytest
 import torch
 
 from keyheads.components import Components
@@ -13,6 +14,8 @@ from keyheads.finetune.data import collate, n_loss_tokens, tokenize
 from keyheads.finetune.model import precise
 from keyheads.finetune.train import completion_loss_sum, train
 from keyheads.testing import tiny_model
+
+pytestmark = pytest.mark.slow  # optimizer steps on a tiny model, about 10 s in all
 
 # Two heads of layer 1 (scale 4/2) and one of layer 2 (scale 4/1).
 HEADS = ((1, 0), (1, 1), (2, 3))

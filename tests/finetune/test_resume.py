@@ -25,6 +25,8 @@ from keyheads.finetune.run import finetune
 from keyheads.io import read_json
 from keyheads.testing import tiny_model
 
+pytestmark = pytest.mark.slow  # killed and resumed training runs, up to about 9 s each
+
 COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))
 CFG = FinetuneConfig(max_steps=6, save_every=2, batch_size=8, micro_batch_size=4, lr=1e-2)
 

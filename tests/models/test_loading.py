@@ -20,8 +20,9 @@ def test_unknown_name_lists_known_names():
 
 
 def test_unsupported_architecture_names_families():
-    with pytest.raises(UnsupportedArchitecture, match="llama.*mistral.*qwen2.*gemma3.*gpt2.*gpt_neox"):
+    with pytest.raises(UnsupportedArchitecture) as error:  # in file-name order, as the package finds them
         family_for("bert")
+    assert all(name in str(error.value) for name in ("llama", "mistral", "qwen2", "gemma3", "gpt2", "gpt_neox"))
 
 
 def test_local_folder_roundtrip(tmp_path):

@@ -13,6 +13,8 @@ from keyheads.patching.path import path_patch_batch
 from keyheads.patching.samples import Batch, PatchSample, _cuts, batches
 from keyheads.testing import TINY_FAMILIES, tiny_model
 
+pytestmark = pytest.mark.slow  # every patching method on every family, about 100 s
+
 REF = ["3 + 4 = ", "5 + 2 = ", "1 + 1 = "]
 CF = ["3 @ 4 = ", "5 < 2 = ", "1 > 1 = "]
 

@@ -7,12 +7,7 @@ from keyheads.components import Components, key_heads_record
 from keyheads.effects import Effects
 from keyheads.testing import tiny_model
 
-
-def write_effects(path, heads, mlps=None):
-    path.write_text(json.dumps({"metric": "relative-logit", "method": "path", "model": "tiny", "n_samples": 4,
-                                "n_excluded": 0, "data_sha256": "x", "heads": heads,
-                                "mlps": mlps if mlps is not None else [0.0] * len(heads)}))
-    return path
+from tests.helpers import write_effects
 
 
 def test_ranking_is_most_negative_first_with_nan_last(tmp_path):

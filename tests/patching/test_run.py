@@ -10,6 +10,8 @@ from keyheads.patching import BadSample, PatchConfig, draw_heatmap, sweep
 from keyheads.patching import run as run_module
 from keyheads.testing import tiny_model
 
+pytestmark = pytest.mark.slow  # patching runs with resume, about 10 s in all
+
 PAIRS = [("3 + 4 = ", "3 @ 4 = ", "7"), ("5 + 2 = ", "5 < 2 = ", "7"), ("1 + 1 = ", "1 > 1 = ", "2"),
          ("2 + 6 = ", "2 # 6 = ", "8"), ("Q: 4 + 4? A: ", "Q: 4 @ 4? A: ", "8")]
 

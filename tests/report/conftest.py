@@ -2,11 +2,9 @@
 helpers to read the rendered page back.
 
 The stages are called directly rather than through the pipeline, so these tests depend only on
-what each stage writes, which is all the report reads.
+what each stage writes, which is all the report reads. Reading the page back is in page.py.
 """
-import html
 import platform
-import re
 import time
 from pathlib import Path
 
@@ -16,8 +14,7 @@ import torch
 from keyheads.io import file_sha256, write_json
 from keyheads.testing import tiny_model
 
-from tests.analysis.conftest import make_rows, write_rows
-from tests.evaluation.conftest import tiny_data  # noqa: F401  (fixture)
+from tests.helpers import make_rows, write_rows
 
 FINETUNES = {  # variant folder -> (method, top-k heads, MLP layers)
     "precise-top3": ("precise", 3, 0),
@@ -57,9 +54,8 @@ def _record(out: Path, stage: str, seconds: float, outputs: list[str], settings:
 
 
 @pytest.fixture(scope="session")
-def run_folder(tmp_path_factory, tiny_data):  # noqa: F811
-    from keyheads.analysis.run import (AttentionRun, KnockoutRun, MLPRun, Selection, run_attention, run_knockout,
-                                       run_mlp)
+def run_folder(tmp_path_factory, tiny_data):
+    from keyheads.analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection, run_attention, run_knockout, run_mlp
     from keyheads.components import Components
     from keyheads.effects import Effects
     from keyheads.heads import heads_of
@@ -82,7 +78,8 @@ def run_folder(tmp_path_factory, tiny_data):  # noqa: F811
         write_json(out / "config.json", config)
         t = time.perf_counter()
         pairs = write_rows(out / "pairs.jsonl", make_rows(16))
-        _record(out, "data", time.perf_counter() - t, ["pairs.jsonl"], {"model": model.name, "fingerprint": fingerprint})
+        _record(out, "data", time.perf_counter() - t, ["pairs.jsonl"],
+                {"model": model.name, "fingerprint": fingerprint})
 
         t = time.perf_counter()
         _, keys = identify(model, pairs, PatchConfig(batch_size=8), out / "identify", top_k=3, progress=False)
@@ -133,24 +130,3 @@ def report(run_folder):
     from keyheads.report.html import write_html_report
 
     return write_html_report(run_folder)
-
-
-# ---- reading the page back ------------------------------------------------------------------------
-
-def section_of(page: str, anchor: str) -> str:
-    m = re.search(rf'<section id="{anchor}">(.*?)</section>', page, re.S)
-    assert m, f"no section {anchor}"
-    return m.group(1)
-
-
-def table_rows(page: str, cls: str) -> list[list[tuple[str | None, str]]]:
-    """Rows of the table with class `cls`: each cell (data-sort value or None, text)."""
-    m = re.search(rf'<table class="sortable {re.escape(cls)}">(.*?)</table>', page, re.S)
-    assert m, f"no table {cls}"
-    body = m.group(1).split("<tbody>", 1)[1]
-    rows = []
-    for tr in re.findall(r"<tr>(.*?)</tr>", body, re.S):
-        cells = re.findall(r"<td([^>]*)>(.*?)</td>", tr, re.S)
-        rows.append([(re.search(r'data-sort="([^"]*)"', a).group(1) if "data-sort" in a else None, html.unescape(t))
-                     for a, t in cells])
-    return rows

@@ -20,9 +20,9 @@ def make_run(folder: Path, holds: bool) -> Path:
     # 32 heads: 2 (good) or 10 (bad) below the paper's -5%
     n_key = 2 if holds else 10
     heads = [[-0.2 if 8 * l + h < n_key else -0.01 for h in range(8)] for l in range(4)]
-    write_json(folder / "identify" / "effects.json", {"metric": "relative-logit", "method": "path", "model": "hand-made",
-                                                       "n_samples": 50, "n_excluded": 0, "heads": heads,
-                                                       "mlps": [0.0, -0.01, -0.1, -0.2]})
+    write_json(folder / "identify" / "effects.json", {
+        "metric": "relative-logit", "method": "path", "model": "hand-made", "n_samples": 50, "n_excluded": 0,
+        "heads": heads, "mlps": [0.0, -0.01, -0.1, -0.2]})
     write_json(folder / "identify" / "key_heads.json", {
         "metric": "relative-logit", "threshold": -0.05, "top_k": None, "n_heads_total": 32, "mlps": [],
         "heads": [{"layer": 0, "head": h, "label": f"0.{h}", "effect": -0.2} for h in range(2)]})

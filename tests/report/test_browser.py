@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.browser
 
 PACKAGES = ["chromium", "chromium-driver"]
 

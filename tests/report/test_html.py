@@ -14,8 +14,8 @@ from keyheads.report.findings import findings
 from keyheads.report.html import render, write_html_report
 from keyheads.report.markup import PNG_SIGNATURE
 
-from .conftest import section_of, table_rows
 from .handmade import make_run
+from .page import section_of, table_rows
 
 ORDER = ["identify", "knockout", "transfer", "attention", "mlp", "improve", "findings", "manifest"]
 

@@ -1,10 +1,17 @@
-"""Tiny models: a character-level tokenizer plus a 3-layer random transformer per family."""
+"""Tiny models: a character-level tokenizer plus a 3-layer random transformer per family.
+
+The configs live with the families (keyheads.models.families); this module only builds them.
+"""
 from __future__ import annotations
 
 import string
 
 import torch
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+from ..errors import UnsupportedArchitecture
+from ..models.families import TINY_CONFIGS
 from ..models.model import HookedModel
 
 # Every single digit is one token, as in Llama; words are spelt out character by character.
@@ -13,9 +20,6 @@ SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
 def char_tokenizer():
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {tok: i for i, tok in enumerate(SPECIALS + ALPHABET)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(pattern=Regex("."), behavior="isolated")
@@ -24,41 +28,18 @@ def char_tokenizer():
     return tok
 
 
+# Every family file names its tiny models (families/base.py); a new family file adds its own here.
+TINY_FAMILIES = tuple(TINY_CONFIGS)
+
+
 def _config(family: str, vocab: int):
-    import transformers as tf
-
-    common = dict(vocab_size=vocab, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    llama_like = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-                      initializer_range=0.2, **common)
-    if family == "llama":
-        return tf.LlamaConfig(**llama_like)
-    if family == "mistral":
-        return tf.MistralConfig(sliding_window=None, **llama_like)
-    if family == "qwen2":
-        return tf.Qwen2Config(**llama_like)
-    if family == "gemma3":
-        return tf.Gemma3TextConfig(query_pre_attn_scalar=16, sliding_window=8,
-                                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-                                   **llama_like)
-    if family == "gpt2":
-        return tf.GPT2Config(n_embd=64, n_layer=3, n_head=4, n_positions=256, initializer_range=0.2,
-                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common)
-    if family in ("gpt_neox", "gpt_neox_serial"):
-        return tf.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-                                rotary_pct=0.5, max_position_embeddings=256, initializer_range=0.2,
-                                use_parallel_residual=(family == "gpt_neox"), attention_dropout=0.0,
-                                hidden_dropout=0.0, **common)
-    raise ValueError(f"no tiny config for {family!r}; known: {', '.join(TINY_FAMILIES)}")
-
-
-TINY_FAMILIES = ("llama", "mistral", "qwen2", "gemma3", "gpt2", "gpt_neox", "gpt_neox_serial")
+    if family not in TINY_CONFIGS:
+        raise UnsupportedArchitecture(f"no tiny model {family!r}; known: {', '.join(TINY_FAMILIES)}")
+    return TINY_CONFIGS[family](vocab_size=vocab, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
 def tiny_model(family: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32) -> HookedModel:
     """A random 3-layer model of `family` with a character tokenizer (no download)."""
-    from transformers import AutoModelForCausalLM
-
     tok = char_tokenizer()
     config = _config(family, vocab=len(tok))
     torch.manual_seed(seed)

@@ -2,12 +2,23 @@
 
 A family is a small declarative record, in the spirit of pyvene's per-model mapping
 files. Module paths are dotted attribute paths; layer-relative paths start from one
-decoder layer. Adding a family means adding one file next to this one.
+decoder layer. Adding a family means adding one file next to this one; the package finds it.
+
+Each family file defines:
+    FAMILY: the Family record below.
+    TINY: {tiny model name: callable(**common) -> transformers config}, the configs of the tiny
+        random models that keyheads.testing builds for the test-suite (``common`` holds the
+        character tokenizer's vocabulary size and special token ids). Usually one entry named
+        after the family; a variant worth testing on its own gets a second one.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+
+# The size of every tiny test model, shared so that the families' tiny models stay comparable.
+TINY_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                  max_position_embeddings=256, initializer_range=0.2)
 
 
 def _first_attr(config, names, default=None):
@@ -102,6 +113,8 @@ class Family:
         hd = self.head_dim(config)
         if self.qkv_proj is None:
             path = {"q": self.q_proj, "k": self.k_proj, "v": self.v_proj}[kind]
+            if path is None:  # a family record that names neither layout is a bug in its file
+                raise TypeError(f"family {self.name} names neither qkv_proj nor {kind}_proj")
             return path, range(head * hd, (head + 1) * hd)
         block = "qkv".index(kind)
         if self.qkv_layout == "interleaved":  # GPT-NeoX: [head][q|k|v][head_dim]

@@ -1,4 +1,6 @@
 """GPT-2: Conv1D projections and a fused c_attn (q|k|v)."""
+import transformers
+
 from .base import Family
 
 FAMILY = Family(
@@ -14,3 +16,7 @@ FAMILY = Family(
     mlp="mlp",
     conv1d=True,
 )
+
+TINY = {"gpt2": lambda **common: transformers.GPT2Config(
+    n_embd=64, n_layer=3, n_head=4, n_positions=256, initializer_range=0.2, resid_pdrop=0.0, embd_pdrop=0.0,
+    attn_pdrop=0.0, **common)}

@@ -1,5 +1,7 @@
 """GPT-NeoX and Pythia: fused, per-head interleaved QKV and (usually) a parallel residual."""
-from .base import Family
+import transformers
+
+from .base import TINY_SIZES, Family
 
 FAMILY = Family(
     name="gpt_neox",
@@ -14,3 +16,13 @@ FAMILY = Family(
     mlp="mlp",
     parallel_residual=lambda config: bool(getattr(config, "use_parallel_residual", True)),
 )
+
+
+def _tiny(parallel_residual: bool):
+    return lambda **common: transformers.GPTNeoXConfig(
+        rotary_pct=0.5, use_parallel_residual=parallel_residual, attention_dropout=0.0, hidden_dropout=0.0,
+        **TINY_SIZES, **common)
+
+
+# Pythia's parallel residual and the serial one of other GPT-NeoX models take different code paths.
+TINY = {"gpt_neox": _tiny(True), "gpt_neox_serial": _tiny(False)}

@@ -1,5 +1,7 @@
 """Llama 2/3, SmolLM2, TinyLlama and other Llama-architecture models."""
-from .base import Family
+import transformers
+
+from .base import TINY_SIZES, Family
 
 FAMILY = Family(
     name="llama",
@@ -14,3 +16,7 @@ FAMILY = Family(
     pre_mlp_norm="post_attention_layernorm",  # despite its name, Llama's pre-MLP norm
     mlp="mlp",
 )
+
+# keyheads.testing's tiny Llama uses grouped-query attention (two query heads per key/value head).
+TINY_LLAMA = dict(TINY_SIZES, num_key_value_heads=2, head_dim=16)
+TINY = {"llama": lambda **common: transformers.LlamaConfig(**TINY_LLAMA, **common)}
