@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from keyheads.evaluation.cache import read_rows
 from keyheads.pipeline import run_pipeline
 from keyheads.runconfig import PipelineConfig
 from keyheads.testing import tiny_model
@@ -61,7 +62,7 @@ def test_every_stage_writes_its_outputs_and_record(run, tiny_data, capsys, monke
     assert [k["label"] for k in keys["heads"]] == [f"{l}.{h}" for _, l, h in ranked]
     # every later stage took the key heads from key_heads.json
     knock = json.loads((run / "knockout" / "knockout.json").read_text())
-    assert knock["key_heads"]["heads"] == [k["label"] for k in keys["heads"]]
+    assert knock["key_heads"]["heads"] == [{"layer": k["layer"], "head": k["head"]} for k in keys["heads"]]
     ft = json.loads((run / "finetune" / "precise" / "finetune.json").read_text())
     assert sorted((h["layer"], h["head"]) for h in ft["components"]["heads"]) == sorted((k["layer"], k["head"]) for k in keys["heads"])
     rows = json.loads((run / "eval" / "results.json").read_text())["variants"]
@@ -267,12 +268,12 @@ def test_keyheads_eval_adapter_reproduces_a_run_row(run, tiny_data, monkeypatch,
                    {k: row["benchmarks"][bench][k] for k in ("accuracy", "n", "ci95")}
         # item by item: the same scores and generations as the run's own evaluation
         for bench in ("mmlu", "arith-add"):
-            assert cached(cache / f"{bench}.jsonl") == cached(run / "eval" / "cache" / f"{bench}.jsonl",
+            assert cached(cache / f"{bench}.sqlite") == cached(run / "eval" / "cache" / f"{bench}.sqlite",
                                                               f"tiny + {variant} SFT")
 
 
 def cached(path, label=None) -> list[str]:
     """The per-item results of an evaluation cache (of one row label), without key and label."""
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = read_rows(path)
     return sorted(json.dumps({k: v for k, v in r.items() if k not in ("key", "variant")}, sort_keys=True)
                   for r in rows if label is None or r["variant"] == label)

@@ -32,7 +32,7 @@ def test_eval_with_knockout_prints_the_table(tiny_folder, tiny_data, pairs_file,
     assert "knockout (2 heads, MLPs 1)" in ko
     results = json.loads((out / "results.json").read_text())
     assert [v["benchmarks"]["addsub"]["n"] for v in results["variants"]] == [3, 3]
-    assert results["variants"][1]["info"]["knockout"]["heads"] == ["0.1", "2.3"]
+    assert results["variants"][1]["info"]["knockout"]["heads"] == [{"layer": 0, "head": 1}, {"layer": 2, "head": 3}]
     # a re-run is served from the cache
     assert main(argv) == 0
     again = json.loads((out / "results.json").read_text())

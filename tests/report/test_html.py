@@ -71,7 +71,7 @@ def test_numbers_shown_are_the_json_numbers(report, run_folder):
     assert [float(r[3][0]) for r in table_rows(page, "curves")] == pytest.approx(curves["random_mean"], abs=0)
 
     labels = read(run_folder / "attention" / "attention.json")["labels"]
-    assert [(r[0][1], r[1][1]) for r in table_rows(page, "labels")] == [(l["head"], l["label"]) for l in labels]
+    assert [(r[0][1], r[1][1]) for r in table_rows(page, "labels")] == [(f"{l['head']['layer']}.{l['head']['head']}", l["label"]) for l in labels]
 
     results = read(run_folder / "eval" / "results.json")["variants"]
     table1 = {r[0][1]: r for r in table_rows(page, "table1")}

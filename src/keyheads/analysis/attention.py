@@ -115,7 +115,7 @@ class HeadLabel:
     first: float
 
     def as_dict(self) -> dict:
-        return {"head": str(self.head), "label": self.label, "lean": self.lean, "operand_A_plus_B": self.operand,
+        return {"head": self.head.to_json(), "label": self.label, "lean": self.lean, "operand_A_plus_B": self.operand,
                 "operator": self.operator, "other_words": self.text, "first_token": self.first}
 
 

@@ -120,15 +120,15 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
         base, after = curves.effect[0], curves.extra[0]
         result["curves"] = {"k": curves.ks, "effect_rank": curves.effect, "random_rank": curves.random,
                             "random_mean": curves.random_mean.tolist(), "random_std": curves.random_std.tolist(),
-                            "effect_order": [str(h) for h in curves.effect_order],
-                            "random_orders": [[str(h) for h in o] for o in curves.random_orders]}
+                            "effect_order": [h.to_json() for h in curves.effect_order],
+                            "random_orders": [[h.to_json() for h in o] for o in curves.random_orders]}
         if is_main():
             _write_curves(out, curves, model.name)
             print(_format_curves(curves))
     else:
         base, after = set_accuracies(model, prompts, answers, full, [[], key_heads])
     rel = (after - base) / base if base else float("nan")
-    result["key_heads"] = {"heads": [str(h) for h in key_heads], "accuracy_before": base,
+    result["key_heads"] = {"heads": [h.to_json() for h in key_heads], "accuracy_before": base,
                            "accuracy_after": after, "relative_change": rel}
     print(f"knockout of {len(key_heads)} heads [{','.join(map(str, key_heads))}]: accuracy {base:.1%} -> {after:.1%} "
           + (f"({rel:+.1%} relative)" if base else "(none right before: no relative change)"))
@@ -211,8 +211,8 @@ def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: P
                 r.control_drop, "; ".join(x for x in (r.note, r.fallback) if x)] for r in rows])
     header = f"knocked out: {','.join(map(str, key_heads))}" + (f"\nrandom control: {','.join(map(str, control_heads))}" if control else "")
     atomic_write_text(out / "transfer_cases.txt", f"{header}\n\n{table}\n\n{case_text}\n")
-    return {"heads": [str(h) for h in key_heads],
-            "random_heads": [str(h) for h in control_heads] if control else None,
+    return {"heads": [h.to_json() for h in key_heads],
+            "random_heads": [h.to_json() for h in control_heads] if control else None,
             "rows": [r.as_dict() for r in rows],
             "cases": [asdict(c) for c in cases]}
 
@@ -269,7 +269,7 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
             continue
         task_cases = cases[:4]
         pats = att.full_patterns(model, [p for _, p in task_cases], best.head)
-        name = f"attention_pattern_{str(best.head)}.png"
+        name = f"attention_pattern_{best.head}.png"
         att.plot_patterns(model, task_cases, pats, best.head, kind, out / name)
         drawn.append(name)
 
@@ -279,11 +279,11 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
         for h, lab, vals in zip(heads, labels, m):
             csv_rows.append([t, str(h), lab.label, *[float(v) for v in vals]])
     write_csv(out / "attention_by_role.csv", ["task", "head", "label", *att.ROLES], csv_rows)
-    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "heads": [str(h) for h in heads],
+    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "heads": [h.to_json() for h in heads],
               "roles": list(att.ROLES), "per_task": {t: per_task[t].tolist() for t in tasks}, "counts": counts,
               "all": roles.mean(0).tolist(),
               "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
-              "effects": {str(h): effects.effect(h) for h in heads} if effects else None, "notes": list(notes)}
+              "effects": [{**h.to_json(), "effect": effects.effect(h)} for h in heads] if effects else None, "notes": list(notes)}
     write_json(out / "attention.json", result)
     print(f"{model.name}: END-token attention of {len(heads)} key heads over {len(samples)} reference prompts "
           f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")

@@ -126,7 +126,7 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
     spec = json.dumps({"heads": sorted(heads), "mlps": sorted(mlps), "data": file_sha256(Path(data)),
                        "mode": "global"}, sort_keys=True)
     fp = short_sha(weights_fingerprint(model) + spec)
-    info = {"knockout": {"heads": [f"{l}.{h}" for l, h in heads], "mlps": mlps, "pairs": str(data),
+    info = {"knockout": {"heads": [h.to_json() for h in heads], "mlps": mlps, "pairs": str(data),
                          "counterfactual_prompts": len(prompts), "mode": "global"}}
     return Prepared(model, ko.edits(), fp, variant.name, info)
 

@@ -15,6 +15,7 @@ from . import sections, tables
 from .findings import findings
 from .manifest import manifest
 from .markup import ENV, pct, read_json, signed_pct
+from .sections import heads_text
 
 CONTENTS = (("identify", "Effects heatmap and key heads"), ("knockout", "Knockout curves"),
             ("transfer", "Transfer and cases"), ("attention", "Attention by role"), ("mlp", "MLPs"),
@@ -30,7 +31,7 @@ def _facts(run: Path, items: list[dict]) -> list[str]:
     facts = [f"{n_pairs} reference/counterfactual pairs" if n_pairs is not None else "no pairs.jsonl"]
     if isinstance(keys, dict):
         facts.append(f"{len(keys.get('heads', []))} key heads of {keys.get('n_heads_total', '?')}: "
-                     + ", ".join(k["label"] for k in keys.get("heads", [])[:12]))
+                     + heads_text(keys.get("heads", [])[:12]))
     if isinstance(ko, dict) and ko.get("key_heads"):
         k = ko["key_heads"]
         facts.append(f"knocking them out: accuracy {pct(k.get('accuracy_before'))} → {pct(k.get('accuracy_after'))} "

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from markupsafe import Markup
 
+from ..heads import Head, heads_of
+
 from .markup import (MACROS, bullet_list, cell, figures, heading, is_num, join, not_run, note, num, para, pct,
                      read_json, section, signed_pct, table)
 
@@ -56,13 +58,13 @@ def knockout(run: Path) -> Markup:
     key = ko.get("key_heads") or {}
     heads = key.get("heads", [])
     summary = (f"Mean ablation ({ko.get('mean_mode')}) on {ko.get('n_samples')} reference prompts. Knocking out the "
-               f"{len(heads)} key heads [{', '.join(heads)}]: accuracy {pct(key.get('accuracy_before'))} → "
+               f"{len(heads)} key heads [{heads_text(heads)}]: accuracy {pct(key.get('accuracy_before'))} → "
                f"{pct(key.get('accuracy_after'))} ({signed_pct(key.get('relative_change'))} relative).")
     body = [para(summary, "headline", "key-heads-knockout"),
             figures(folder, [("knockout_curves.png", "accuracy while top-k heads are knocked out")])]
     curves = ko.get("curves")
     if curves:
-        order = [""] + list(curves.get("effect_order", []))
+        order = [""] + [str(h) for h in heads_of(curves.get("effect_order", []))]
         rows = [[cell(k, str(k)), order[i] if i < len(order) else "", cell(curves["effect_rank"][i], pct(curves["effect_rank"][i])),
                  cell(curves["random_mean"][i], pct(curves["random_mean"][i])),
                  cell(curves["random_std"][i], pct(curves["random_std"][i]))]
@@ -90,8 +92,8 @@ def transfer(run: Path) -> Markup:
              cell(r.get("accuracy_random_heads"), pct(r.get("accuracy_random_heads"))),
              cell(r.get("relative_change_random_heads"), signed_pct(r.get("relative_change_random_heads"))),
              "; ".join(x for x in (r.get("note"), r.get("fallback")) if x)] for r in tr["rows"]]
-    body = [note(f"Knocked out: {', '.join(tr.get('heads', []))}. Control: as many random other heads"
-                 + (f" ({', '.join(ctrl)})." if ctrl else " (not run).")),
+    body = [note(f"Knocked out: {heads_text(tr.get('heads', []))}. Control: as many random other heads"
+                 + (f" ({heads_text(ctrl)})." if ctrl else " (not run).")),
             table(["set", "n", "before", "after (key heads out)", "relative", "after (random heads out)",
                    "relative (random)", "note"], rows, "transfer")]
     cases = tr.get("cases") or []
@@ -119,12 +121,13 @@ def attention(run: Path) -> Markup:
     title = "4. Where the key heads look: attention from END by token role (figure 5)"
     if not isinstance(att, dict):
         return section("attention", title, not_run("attention", "attention/attention.json"))
-    effects = att.get("effects") or {}
+    effects = {Head.from_json(e): e["effect"] for e in att.get("effects") or []}
     rows = []
     for lab in att.get("labels", []):
         top = ", ".join(f"{t} {v:.2f}" for t, v in lab.get("top_other_tokens") or [])
-        rows.append([lab["head"], cell(lab["label"], None, f"label {lab['label']}"), lab.get("lean", ""),
-                     cell(effects.get(lab["head"]), signed_pct(effects.get(lab["head"]), 2)),
+        head = Head.from_json(lab["head"])
+        rows.append([str(head), cell(lab["label"], None, f"label {lab['label']}"), lab.get("lean", ""),
+                     cell(effects.get(head), signed_pct(effects.get(head), 2)),
                      *[cell(lab.get(k), num(lab.get(k), ".3f"))
                        for k in ("operand_A_plus_B", "operator", "other_words", "first_token")], top])
     counts = ", ".join(f"{t}: {n}" for t, n in (att.get("counts") or {}).items())
@@ -166,3 +169,8 @@ def mlp(run: Path) -> Markup:
         body += [heading(f"The case {tail[0].strip()} → {case.get('answer')}"),
                  table(["layer", "top numbers in the MLP write", "answer contrast (mean over prompts)"], rows, "mlp-case")]
     return section("mlp", title, join(body))
+
+
+def heads_text(items) -> str:
+    """Stored heads ({"layer", "head"}) as people read them: "14.2, 21.2"."""
+    return ", ".join(map(str, heads_of(items)))
