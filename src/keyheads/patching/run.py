@@ -67,6 +67,12 @@ class PatchConfig:
     min_abs_logit: float = 1e-2
     first_token: bool = False
 
+    @classmethod
+    def from_section(cls, section, batch_size: int) -> "PatchConfig":
+        """From the settings of `keyheads patch` / a run's `patch:` section (keyheads.config.sections)."""
+        return cls(method=section.method, metric=section.metric, batch_size=batch_size, limit=section.limit,
+                   min_abs_logit=section.min_abs_logit, first_token=section.first_token)
+
 
 def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path | None = None,
           progress: bool = True) -> tuple[Effects, dict]:

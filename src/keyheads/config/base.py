@@ -1,0 +1,111 @@
+"""What every command's settings share: the machine fields, the seed, and error messages.
+
+Each command's settings are one pydantic model (keyheads.config.commands); its fields, types,
+defaults and `Field(description=...)` are the only definition. pydantic-settings'
+CliSettingsSource turns a model into the command's flags (keyheads.commands.flags) and
+keyheads.runconfig composes the same sections into the YAML of `keyheads run`. Checks that depend
+on this machine (device, dtype, a writable folder) are keyheads.settings functions, called from
+validators here, so that one style validates everything before any model loads.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
+
+from ..errors import SettingError, UserError
+from ..settings import DEVICE_HELP, DTYPE_HELP, check_device, check_dtype
+
+
+
+def _no_bool(value):
+    if isinstance(value, bool):  # True would pass as 1
+        raise SettingError(f"must be an integer, not {value}")
+    return value
+
+
+Count = Annotated[int, Field(ge=1), BeforeValidator(_no_bool)]
+NonNegative = Annotated[int, Field(ge=0), BeforeValidator(_no_bool)]
+
+
+class Section(BaseModel):
+    """A group of settings: unknown keys are errors, and assignments are checked too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+
+class Machine(Section):
+    """Where and how the model runs; shared by every model-loading command."""
+
+    device: Optional[str] = Field(None, description=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
+                                                    "default: cuda if available, else cpu")
+    dtype: Optional[str] = Field(None, description=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
+    threads: Optional[Count] = Field(None, description="CPU threads for torch (default: torch's; 1 is often "
+                                                       "fastest when other jobs share the cores)")
+    quiet: bool = Field(False, description="no progress bars")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v):
+        return check_device(v)
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v, info: ValidationInfo):
+        return check_dtype(v, device=info.data.get("device"))
+
+    def apply(self) -> None:
+        """Set torch's thread count (the one setting that acts before a model loads)."""
+        if self.threads is not None:
+            import torch  # only when asked: the CLI starts without it
+
+            torch.set_num_threads(self.threads)
+
+
+def fields_of(cls, exclude: tuple[str, ...] = ()) -> dict[str, tuple[Any, FieldInfo]]:
+    """A pydantic model's or dataclass's fields, for `create_model`: composed, not declared again."""
+    found = getattr(cls, "model_fields", None) or cls.__pydantic_fields__
+    return {name: (f.annotation, f) for name, f in found.items() if name not in exclude}
+
+
+# ---- error messages -----------------------------------------------------------------------------
+def _why(e: dict) -> str:
+    ctx = e.get("ctx") or {}
+    kind = e["type"]
+    if kind == "value_error" and isinstance(ctx.get("error"), SettingError) and ctx["error"].why:
+        return ctx["error"].why
+    if kind in ("greater_than_equal", "greater_than"):
+        bound = ctx.get("ge", ctx.get("gt"))
+        sign = ">=" if kind == "greater_than_equal" else ">"
+        return f"must be {'an integer ' if isinstance(bound, int) else ''}{sign} {bound}"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "must be an integer"
+    if kind == "extra_forbidden":
+        return "unknown setting"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '').replace(' or ', ', ')}".replace("'", "")
+    return e["msg"].removeprefix("Value error, ")
+
+
+def setting_error(err: ValidationError, flags: bool = False, where: str = "") -> UserError:
+    """A SettingError naming every invalid setting: `--flag value: why` (flags) or `key: value given; why`."""
+    lines = []
+    for e in err.errors():
+        raised = (e.get("ctx") or {}).get("error")
+        if isinstance(raised, UserError) and not isinstance(raised, SettingError):
+            return raised  # a broken file: its own message names it and says what to do
+        loc = [str(p) for p in e["loc"]]
+        given = e.get("input")
+        why = _why(e)
+        raised = (e.get("ctx") or {}).get("error")
+        if isinstance(raised, SettingError) and raised.why and isinstance(given, dict) and raised.key not in loc:
+            loc, given = loc + [raised.key], raised.value  # a section's check names its own setting
+        if not loc or isinstance(given, dict) and e["type"] != "extra_forbidden":
+            lines.append(why)  # about the whole config; the message names its settings
+        elif flags:
+            lines.append(f"--{'.'.join(loc).replace('_', '-')} {given}: {why}")
+        else:
+            lines.append(f"{'.'.join(loc)}: {given!r} given; {why}")
+    text = "; ".join(lines)
+    return SettingError(f"{where}: {text}" if where else text)

@@ -1,0 +1,217 @@
+"""One settings model per command: its section (keyheads.config.sections), its files and the
+machine. keyheads.commands.flags generates each command's flags from these models."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, create_model, field_validator
+from pydantic_settings import CliPositionalArg
+
+from ..errors import SettingError
+from ..finetune.config import FinetuneConfig
+from ..models import DEFAULT_MODEL
+from ..settings import check_writable_dir, check_writable_file
+from .base import Count, Machine, NonNegative, Section, fields_of
+from .sections import (AnalysisSection, DataSection, EvalSection, KnockoutSection, MLPSection, PatchSection,
+                       check_train)
+
+MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
+
+
+def existing_file(key: str, path: Optional[str], hint: str = "") -> Optional[str]:
+    if path is not None and not Path(path).is_file():
+        raise SettingError(key, path, "no such file" + (f" ({hint})" if hint else ""))
+    return path
+
+
+class Loads(Machine):
+    model: str = Field(DEFAULT_MODEL, description=MODEL_HELP)
+
+
+class Seeded(Section):
+    seed: NonNegative = Field(0, description="random seed: the same seed gives the same output")
+
+
+class OutFolder(Section):
+    out: str = Field(description="run folder")
+
+    @field_validator("out")
+    @classmethod
+    def _out(cls, v):
+        check_writable_dir(v, "out")
+        return v
+
+
+class PairsIn(Section):
+    data: str = Field(description="pairs JSONL (reference, counterfactual, answer[, positions, operands])")
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, v):
+        return existing_file("data", v, "make one with `keyheads data`")
+
+
+class DataCommand(DataSection, Seeded, Loads):
+    out: str = Field(description="output .jsonl file")
+    template_files: list[str] = Field(default_factory=list, description="YAML template files to use instead of "
+                                      "the built-in ones; the word 'builtin' adds the built-in ones")
+    keep_correct: bool = Field(False, description="keep only the pairs whose answer the model predicts (argmax)")
+    operands: str = Field("1-9", description="operand range LO-HI, or LO-HI,LO-HI for A and B")
+    allow_negative: bool = Field(False, description="subtraction may have a negative answer")
+    allow_fractions: bool = Field(False, description="division may have a non-integer answer")
+    multi_token_operands: bool = Field(False, description="accept operands that span several tokens (positions "
+                                                          "then point at the last one)")
+    single_token_answer: bool = Field(False, description="keep only answers that are a single token (default: the "
+                                                         "first token counts)")
+    batch_size: Count = Field(32, description="prompts per forward pass for keep_correct")
+
+    @field_validator("out")
+    @classmethod
+    def _out(cls, v):
+        check_writable_file(v, "out")
+        return v
+
+
+class PatchCommand(PatchSection, OutFolder, PairsIn, Loads):
+    batch_size: Count = Field(16, description="prompts per forward pass")
+    restart: bool = Field(False, description="discard a checkpoint in out and start over")
+
+
+class HeadChoice(Section):
+    effects: Optional[str] = Field(None, description="effects.json from `keyheads patch` (heads ranked most "
+                                                     "negative first)")
+    heads: Optional[str] = Field(None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting "
+                                                   "from effects)")
+    threshold: Optional[float] = Field(None, description="key heads: effect below this (default -0.05, the "
+                                                         "paper's -5%, unless top_k is given)")
+    top_k: Optional[Count] = Field(None, description="key heads: the K most negative (among those below "
+                                                     "threshold if that is given too)")
+
+    @field_validator("effects")
+    @classmethod
+    def _effects(cls, v):
+        return existing_file("effects", v, "it is written by `keyheads patch`")
+
+
+class KnockoutCommand(KnockoutSection, HeadChoice, Seeded, OutFolder, PairsIn, Loads):
+    batch_size: Count = Field(32, description="prompts per forward pass")
+    transfer: bool = Field(True, description="the transfer table")
+    transfer_data: Optional[str] = Field(None, description="another pairs file (other templates / tasks) for the "
+                                                           "transfer table")
+    transfer_by: Literal["task", "template"] = Field("task", description="one transfer row per task or per "
+                                                                         "template of transfer_data")
+    data_dir: Optional[str] = Field(None, description="benchmark folder with svamp/SVAMP.json and "
+                                                      "gsm8k/test.jsonl (default $KEYHEADS_DATA)")
+
+    @field_validator("transfer_data")
+    @classmethod
+    def _transfer_data(cls, v):
+        return existing_file("transfer_data", v)
+
+
+class AttentionCommand(AnalysisSection, HeadChoice, Seeded, OutFolder, PairsIn, Loads):
+    batch_size: Count = Field(16, description="prompts per forward pass")
+
+
+class MLPCommand(MLPSection, Seeded, OutFolder, PairsIn, Loads):
+    batch_size: Count = Field(16, description="prompts per forward pass")
+
+
+class EvalCommand(EvalSection, Seeded, OutFolder, Machine):
+    model: Optional[str] = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
+                                                                "the adapter's base model)")
+    knockout: Optional[str] = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
+    knockout_mlps: Optional[str] = Field(None, description="MLP layers to mean-ablate, e.g. '14,15'")
+    knockout_data: Optional[str] = Field(None, description="pairs file whose counterfactual prompts give the means")
+    adapter: list[str] = Field(default_factory=list, description="`keyheads finetune` run folders (precise, LoRA or "
+                               "full), one more row each; the first one's base model is the first row unless model "
+                               "is given")
+    no_base: bool = Field(False, description="with knockout or adapter: skip the unmodified model's row")
+    baseline: Optional[str] = Field(None, description="another model evaluated first, as the reference row for Δ")
+    variant: list[str] = Field(default_factory=list, description='more rows of any registered kind: {"kind": ..., '
+                               '"model": ..., "label": ..., "options": {...}}')
+    data_dir: Optional[str] = Field(None, description="benchmarks folder (default: $KEYHEADS_DATA; else the hub)")
+    batch_size: Count = Field(16, description="prompts per forward pass")
+    max_new_tokens: Optional[Count] = Field(None, description="generation budget for the math sets (default: 256 "
+                                                              "for GSM8K, 128 for the others, 8 for arith-*)")
+    cot: bool = Field(True, description="math exemplars with the worked solution")
+    heldout_seed: NonNegative = Field(0, description="seed of the held-out split")
+    heldout_fraction: float = Field(0.3, ge=0, lt=1, description="training share of the held-out split")
+    shard: Optional[str] = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark; "
+                                                   "then run without it for the table")
+    cache_dir: Optional[str] = Field(None, description="per-item result cache, shared by runs (default: "
+                                                       "$KEYHEADS_CACHE/eval)")
+
+    @field_validator("adapter")
+    @classmethod
+    def _adapters(cls, v):
+        from ..finetune.adapter import check_run_folder  # reads safetensors: only when adapters are given
+
+        for folder in v:
+            check_run_folder(folder)
+        return v
+
+    @field_validator("knockout_data")
+    @classmethod
+    def _knockout_data(cls, v):
+        return existing_file("knockout_data", v)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir(cls, v):
+        if v is not None:
+            check_writable_dir(v, "cache_dir")
+        return v
+
+
+_Recipe = create_model("_Recipe", __base__=Section, **fields_of(FinetuneConfig))
+
+
+class FinetuneCommand(_Recipe, OutFolder, Loads):
+    train: str = Field(description="a JSONL of {prompt, completion}; 'trainset' (GSM8K train + held-out "
+                       "AddSub/SingleEq/SVAMP); or 'arith:multidigit,decimal[:N]' from the templates")
+    data_dir: Optional[str] = Field(None, description="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
+    limit: Optional[Count] = Field(None, description="use only the first N examples (None: all)")
+    effects: Optional[str] = Field(None, description="effects.json from `keyheads patch`, for top_k and mlps")
+    top_k: Optional[NonNegative] = Field(None, description="the K heads with the most negative effect")
+    heads: Optional[str] = Field(None, description="explicit heads, e.g. 14.2,21.2")
+    random_heads: Optional[Count] = Field(None, description="K seeded random heads (the control)")
+    mlps: Optional[NonNegative] = Field(None, description="also the M MLPs with the most negative effect")
+    mlp_layers: Optional[str] = Field(None, description="also these whole MLP layers, e.g. 14,15")
+
+    @field_validator("train")
+    @classmethod
+    def _train(cls, v):
+        return check_train(v)
+
+    def recipe(self) -> FinetuneConfig:
+        return FinetuneConfig(**self.model_dump(include=set(_Recipe.model_fields)))
+
+
+class MergeCommand(OutFolder, Machine):
+    adapter: str = Field(description="a `keyheads finetune --method precise` run folder")
+    out: str = Field(description="new folder to write")
+    model: Optional[str] = Field(None, description="base model (default: the one the adapter names)")
+    export: Literal["hf", "peft"] = Field("hf", description="hf: merged model folder; peft: the same change as a "
+                                                            "PEFT LoRA adapter (exact)")
+
+
+class GenerateCommand(Loads):
+    prompt: CliPositionalArg[str] = Field(description="the prompt")
+    max_new_tokens: Count = Field(20, description="tokens to generate")
+    escapes: bool = Field(False, description="interpret backslash escapes such as \\n in the prompt")
+
+
+class ModelsCommand(Section):
+    """No settings: lists the bundled models."""
+
+
+def check_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
+    if not text:
+        return None
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SettingError("--shard", text, "expected K/N, e.g. 0/4 for the first of four processes") from None
+    return k, n

@@ -1,0 +1,154 @@
+"""The settings of each step of the study, as sections: a command's settings are its section plus
+its files and the machine (keyheads.config.commands); `keyheads run` composes the same sections
+(keyheads.runconfig). One subset convention everywhere: `limit`, an integer or None for all.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, create_model, field_validator, model_validator
+
+from ..data.templates import TASKS, load_templates
+from ..errors import SettingError
+from ..evaluation.tasks import TABLE_BENCHMARKS, check_benchmarks
+from ..finetune.config import FinetuneConfig
+from ..finetune.data import ARITH_KINDS
+from .base import Count, NonNegative, Section, fields_of
+
+PATCH_METHODS = Literal["path", "activation", "attribution", "path-naive"]
+METRICS = Literal["relative-logit", "logit-diff", "prob"]
+
+
+class DataSection(Section):
+    """Which prompt pairs are made."""
+
+    task: str = Field("addition", description=f"{', '.join(TASKS)} or all")
+    templates: list[str] = Field(default_factory=list, description="template ids to use, e.g. add-eq-1,add-eq-2 "
+                                                                   "(empty: all of the task's)")
+    n: Count = Field(100, description="candidate pairs per task, spread evenly over its templates, before keeping "
+                                      "the correct ones")
+    few_shot: NonNegative = Field(0, description="solved examples of the same template before each prompt")
+    shared_prefix: bool = Field(False, description="the same few-shot examples before every prompt of a template "
+                                                   "(drawn once per template), so that analyses compute it once")
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v):
+        if v != "all" and v not in TASKS:
+            raise SettingError("task", v, f"must be one of {', '.join(TASKS)} or all")
+        return v
+
+    @model_validator(mode="after")
+    def _template_ids(self):
+        check_template_ids(self.templates, getattr(self, "template_files", None) or None)
+        return self
+
+
+def check_template_ids(ids: list[str], files=None) -> list[str]:
+    known = {t.id for t in load_templates(files).templates}
+    unknown = [t for t in ids if t not in known]
+    if unknown:
+        raise SettingError("templates", unknown, f"unknown template id(s) {', '.join(unknown)}; the built-in ones "
+                                                 "are in keyheads/data/templates/*.yaml")
+    return ids
+
+
+class PatchSection(Section):
+    """How heads and MLPs are patched and which become the key heads."""
+
+    method: PATCH_METHODS = Field("path", description="path (exact, fast), activation (total effect), attribution "
+                                                      "(gradient estimate) or path-naive (for checking)")
+    metric: METRICS = Field("relative-logit", description="relative-logit (the paper's), logit-diff or prob")
+    top_k: Optional[Count] = Field(None, description="key heads: the K most negative (below threshold if given)")
+    threshold: Optional[float] = Field(None, description="key heads: effect below this (default -0.05, the "
+                                                         "paper's -5%, unless top_k is given)")
+    limit: Optional[Count] = Field(None, description="use the first N pairs (None: all)")
+    min_abs_logit: float = Field(1e-2, description="relative-logit: exclude samples whose answer logit is closer "
+                                                   "to zero")
+    first_token: bool = Field(False, description="accept multi-token answers, measure the first")
+
+
+class AnalysisSection(Section):
+    """The reference prompts of an analysis."""
+
+    limit: Optional[Count] = Field(1000, description="reference prompts used, a seeded subset (None: all)")
+
+
+class KnockoutSection(AnalysisSection):
+    """Knockout curves and the transfer table."""
+
+    limit: Optional[Count] = Field(300, description="reference prompts used, a seeded subset (None: all)")
+    k: Count = Field(20, description="the curves knock out k = 0..K heads (capped at the head count)")
+    seeds: Count = Field(5, description="random-rank orderings of the curves")
+    mean_mode: Literal["aligned", "global"] = Field("aligned", description="means per END-aligned position, or one "
+                                                                           "mean over all positions")
+    transfer_n: Optional[Count] = Field(100, description="prompts per transfer set (other formats, SVAMP/GSM8K "
+                                                         "first tokens; None: all)")
+    transfer_control: bool = Field(True, description="also knock out as many random non-key heads on every "
+                                                     "transfer set")
+
+
+class MLPSection(AnalysisSection):
+    """MLP input/output against the unembedding, and one case layer by layer."""
+
+    case: Optional[str] = Field(None, description="prompt of the layer-by-layer case (default: '4 + 3 = ' with "
+                                                  "the data's prefix)")
+    case_answer: str = Field("7", description="the case's answer")
+
+
+def check_train(spec: str) -> str:
+    """What can be said about a training-data spec before anything loads."""
+    if spec.startswith("arith:"):
+        kinds, _, n = spec[len("arith:"):].partition(":")
+        bad = [k for k in kinds.split(",") if k.strip() not in ARITH_KINDS]
+        if bad:
+            raise SettingError("train", spec, f"unknown arithmetic kind(s) {', '.join(map(repr, bad))}; "
+                                              f"known: {', '.join(ARITH_KINDS)}")
+        if n and (not n.isdigit() or int(n) < 1):
+            raise SettingError("train", spec, "N must be an integer >= 1, as in arith:multidigit:2000")
+    elif spec != "trainset" and not Path(spec).is_file():
+        raise SettingError("train", spec, "is neither a JSONL file, 'trainset' nor 'arith:KINDS[:N]'")
+    return spec
+
+
+_Training = create_model("_Training", __base__=Section, **fields_of(FinetuneConfig, exclude=("method", "seed")))
+
+
+class FinetuneSection(_Training):
+    """The training recipe (FinetuneConfig's fields) and its data."""
+
+    train: str = Field("arith:multidigit,decimal:2000", description="training data: 'arith:KINDS[:N]' from the "
+                       "templates, 'trainset' (GSM8K train + held-out AddSub/SingleEq/SVAMP) or a JSONL of "
+                       "{prompt, completion}")
+    mlps: Count = Field(3, description="MLPs trained by the +mlp variants: the top M by effect")
+
+    @field_validator("train")
+    @classmethod
+    def _train(cls, v):
+        return check_train(v)
+
+    def recipe(self, method: str, seed: int) -> FinetuneConfig:
+        return FinetuneConfig(method=method, seed=seed, **self.model_dump(include=set(_Training.model_fields)))
+
+
+class EvalSection(Section):
+    """The evaluation table."""
+
+    benchmarks: list[str] = Field(default_factory=lambda: list(TABLE_BENCHMARKS),
+                                  description="benchmarks of the table; arith-* sets are built in, the others read "
+                                              "data_dir")
+    limit: Optional[Count] = Field(None, description="only the first N items per benchmark (None: all)")
+    few_shot: Optional[NonNegative] = Field(None, description="exemplars per prompt (None: 4 for math and arith, "
+                                                              "5 for MMLU/CSQA)")
+    split: Literal["auto", "full", "heldout"] = Field(
+        "full", description="AddSub/SingleEq/SVAMP items: full (the whole sets, as in the paper), heldout (minus "
+        "the part the 'trainset' trains on) or auto (heldout when the run trains on 'trainset', else full)")
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _benchmarks(cls, v):
+        try:
+            return list(check_benchmarks(v))
+        except ValueError as err:
+            raise SettingError("benchmarks", v, str(err)) from None
