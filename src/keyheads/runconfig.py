@@ -154,7 +154,7 @@ class PipelineConfig(Section):
         return cls.make(where=str(path), **merge(raw, overrides))
 
     def to_json(self) -> dict:
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", by_alias=True)  # the YAML keys: config.json is a valid config
 
 
 def merge(base: dict, top: dict) -> dict:

@@ -32,7 +32,7 @@ NonNegative = Annotated[int, Field(ge=0), BeforeValidator(_no_bool)]
 class Section(BaseModel):
     """A group of settings: unknown keys are errors, and assignments are checked too."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class Machine(Section):
@@ -104,7 +104,8 @@ def setting_error(err: ValidationError, flags: bool = False, where: str = "") ->
         if not loc or isinstance(given, dict) and e["type"] != "extra_forbidden":
             lines.append(why)  # about the whole config; the message names its settings
         elif flags:
-            lines.append(f"--{'.'.join(loc).replace('_', '-')} {given}: {why}")
+            name = ".".join(loc).replace("_", "-")
+            lines.append(f"{'-' if len(name) == 1 else '--'}{name} {given}: {why}")  # as pydantic-settings names it
         else:
             lines.append(f"{'.'.join(loc)}: {given!r} given; {why}")
     text = "; ".join(lines)

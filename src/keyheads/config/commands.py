@@ -8,6 +8,7 @@ from typing import Literal, Optional
 from pydantic import Field, create_model, field_validator
 from pydantic_settings import CliPositionalArg
 
+from ..data.generate import parse_operands
 from ..errors import SettingError
 from ..finetune.config import FinetuneConfig
 from ..models import DEFAULT_MODEL
@@ -70,6 +71,15 @@ class DataCommand(DataSection, Seeded, Loads):
     @classmethod
     def _out(cls, v):
         check_writable_file(v, "out")
+        return v
+
+    @field_validator("operands")
+    @classmethod
+    def _operands(cls, v):
+        try:
+            parse_operands(v)
+        except ValueError as err:
+            raise SettingError("operands", v, str(err).split(": ", 1)[-1]) from None
         return v
 
 

@@ -103,8 +103,8 @@ def check_train(spec: str) -> str:
         kinds, _, n = spec[len("arith:"):].partition(":")
         bad = [k for k in kinds.split(",") if k.strip() not in ARITH_KINDS]
         if bad:
-            raise SettingError("train", spec, f"unknown arithmetic kind(s) {', '.join(map(repr, bad))}; "
-                                              f"known: {', '.join(ARITH_KINDS)}")
+            raise SettingError("train", spec, f"unknown arithmetic kind{'s' * (len(bad) > 1)} "
+                                              f"{', '.join(map(repr, bad))}; known: {', '.join(ARITH_KINDS)}")
         if n and (not n.isdigit() or int(n) < 1):
             raise SettingError("train", spec, "N must be an integer >= 1, as in arith:multidigit:2000")
     elif spec != "trainset" and not Path(spec).is_file():

@@ -22,7 +22,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ..components import Components
-from ..errors import BadFile
+from ..errors import BadFile, UserError
 from ..io import read_json
 from ..models.model import HookedModel
 from .model import Tuned, precise
@@ -31,8 +31,8 @@ ADAPTER = "adapter.safetensors"
 INFO = "finetune.json"
 
 
-class AdapterMismatch(ValueError):
-    pass
+class AdapterMismatch(UserError):
+    """An adapter put on a base model other than the one it was trained on."""
 
 
 def base_fingerprint(model: HookedModel) -> str:
