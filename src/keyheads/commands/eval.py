@@ -1,7 +1,6 @@
 """`keyheads eval`: the paper's table 1 for a model, and for the model with heads knocked out."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -40,9 +39,8 @@ def variants_from_args(cfg: EvalCommand):
         variants.append(Variant.make("adapter", str(folder)))
     for spec in cfg.variant:  # any registered kind, without a dedicated option
         try:
-            spec = json.loads(spec)
             variants.append(Variant.make(spec["kind"], spec["model"], spec.get("label", ""), **spec.get("options", {})))
-        except (ValueError, KeyError, TypeError) as err:
+        except (KeyError, TypeError) as err:
             raise SettingError(f"--variant needs JSON like {{\"kind\": \"model\", \"model\": \"path\", "
                                f"\"label\": \"...\", \"options\": {{}}}}, got {spec!r} ({err})") from err
     return variants

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 
 from pydantic import ValidationError
-from pydantic_settings import CliSettingsSource
+from pydantic_settings import CliSettingsSource, SettingsError
 
 from ..config.base import setting_error
+from ..errors import SettingError
 
 
 def add_settings(parser: argparse.ArgumentParser, model) -> None:
@@ -26,7 +27,11 @@ def add_settings(parser: argparse.ArgumentParser, model) -> None:
 def given(args: argparse.Namespace) -> dict:
     """The settings given on the command line (nested for sections), as pydantic-settings read them."""
     _, source = args._settings
-    return source(parsed_args=args)()
+    try:
+        return source(parsed_args=args)()
+    except SettingsError as err:  # a value the flag's type cannot be read from, e.g. unbalanced JSON
+        raise SettingError(f"a flag's value cannot be read: {err}".replace("Parsing error encountered for ", "--")
+                           .replace("_", "-")) from None
 
 
 def settings(args: argparse.Namespace, **extra):

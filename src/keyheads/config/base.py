@@ -78,7 +78,7 @@ def _why(e: dict) -> str:
     if kind in ("greater_than_equal", "greater_than"):
         bound = ctx.get("ge", ctx.get("gt"))
         sign = ">=" if kind == "greater_than_equal" else ">"
-        return f"must be {'an integer ' if isinstance(bound, int) else ''}{sign} {bound}"
+        return f"must be {'an integer ' if isinstance(bound, int) else ''}{sign} {bound:g}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
         return "must be an integer"
     if kind == "extra_forbidden":
@@ -101,7 +101,7 @@ def setting_error(err: ValidationError, flags: bool = False, where: str = "") ->
         raised = (e.get("ctx") or {}).get("error")
         if isinstance(raised, SettingError) and raised.why and isinstance(given, dict) and raised.key not in loc:
             loc, given = loc + [raised.key], raised.value  # a section's check names its own setting
-        if not loc or isinstance(given, dict) and e["type"] != "extra_forbidden":
+        if not loc or isinstance(given, dict) and e["type"] == "value_error":
             lines.append(why)  # about the whole config; the message names its settings
         elif flags:
             name = ".".join(loc).replace("_", "-")

@@ -3,11 +3,12 @@ machine. keyheads.commands.flags generates each command's flags from these model
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import Field, create_model, field_validator
 from pydantic_settings import CliPositionalArg
 
+from ..components import parse_head_list, parse_layer_list
 from ..data.generate import parse_operands
 from ..errors import SettingError
 from ..finetune.config import FinetuneConfig
@@ -24,6 +25,16 @@ def existing_file(key: str, path: Optional[str], hint: str = "") -> Optional[str
     if path is not None and not Path(path).is_file():
         raise SettingError(key, path, "no such file" + (f" ({hint})" if hint else ""))
     return path
+
+
+def check_list(key: str, text: Optional[str], parse) -> Optional[str]:
+    """A list of heads or layers, read as the command will read it; a malformed item is named."""
+    if text:
+        try:
+            parse(text)
+        except ValueError as err:
+            raise SettingError(key, text, str(err)) from None
+    return text
 
 
 class Loads(Machine):
@@ -103,6 +114,11 @@ class HeadChoice(Section):
     def _effects(cls, v):
         return existing_file("effects", v, "it is written by `keyheads patch`")
 
+    @field_validator("heads")
+    @classmethod
+    def _heads(cls, v):
+        return check_list("heads", v, parse_head_list)
+
 
 class KnockoutCommand(KnockoutSection, HeadChoice, Seeded, OutFolder, PairsIn, Loads):
     batch_size: Count = Field(32, description="prompts per forward pass")
@@ -139,15 +155,15 @@ class EvalCommand(EvalSection, Seeded, OutFolder, Machine):
                                "is given")
     no_base: bool = Field(False, description="with knockout or adapter: skip the unmodified model's row")
     baseline: Optional[str] = Field(None, description="another model evaluated first, as the reference row for Δ")
-    variant: list[str] = Field(default_factory=list, description='more rows of any registered kind: {"kind": ..., '
-                               '"model": ..., "label": ..., "options": {...}}')
+    variant: list[dict[str, Any]] = Field(default_factory=list, description='more rows of any registered kind, as '
+                                          'JSON: {"kind": ..., "model": ..., "label": ..., "options": {...}}')
     data_dir: Optional[str] = Field(None, description="benchmarks folder (default: $KEYHEADS_DATA; else the hub)")
     batch_size: Count = Field(16, description="prompts per forward pass")
     max_new_tokens: Optional[Count] = Field(None, description="generation budget for the math sets (default: 256 "
                                                               "for GSM8K, 128 for the others, 8 for arith-*)")
     cot: bool = Field(True, description="math exemplars with the worked solution")
     heldout_seed: NonNegative = Field(0, description="seed of the held-out split")
-    heldout_fraction: float = Field(0.3, ge=0, lt=1, description="training share of the held-out split")
+    heldout_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="training share of the held-out split")
     shard: Optional[str] = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark; "
                                                    "then run without it for the table")
     cache_dir: Optional[str] = Field(None, description="per-item result cache, shared by runs (default: "
@@ -194,6 +210,16 @@ class FinetuneCommand(_Recipe, OutFolder, Loads):
     @classmethod
     def _train(cls, v):
         return check_train(v)
+
+    @field_validator("heads")
+    @classmethod
+    def _heads(cls, v):
+        return check_list("heads", v, parse_head_list)
+
+    @field_validator("mlp_layers")
+    @classmethod
+    def _mlp_layers(cls, v):
+        return check_list("mlp_layers", v, parse_layer_list)
 
     def recipe(self) -> FinetuneConfig:
         return FinetuneConfig(**self.model_dump(include=set(_Recipe.model_fields)))

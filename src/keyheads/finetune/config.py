@@ -27,19 +27,19 @@ class FinetuneConfig:
     kv: Literal["group", "none"] = Field(
         "group", description="group trains a key/value head's rows of W_K and W_V when any query head of its group "
         "is trained; none trains W_Q rows and W_O columns only")
-    lr: float = Field(2e-5, gt=0, description="peak learning rate (paper: 2e-5)")
+    lr: float = Field(2e-5, gt=0.0, description="peak learning rate (paper: 2e-5)")
     batch_size: int = Field(128, ge=1, alias="optimizer_batch_size",
                             description="samples per optimizer step over all processes (paper: 128)")
     micro_batch_size: int = Field(8, ge=1, description="samples per forward pass in one process; gradients "
                                                        "accumulate up to optimizer_batch_size")
-    epochs: float = Field(2.0, gt=0, description="passes over the data (paper: 2)")
+    epochs: float = Field(2.0, gt=0.0, description="passes over the data (paper: 2)")
     max_steps: Optional[int] = Field(None, ge=1, description="stop after this many optimizer steps, if fewer "
                                                              "than the epochs give")
-    warmup_ratio: float = Field(0.02, ge=0, lt=1, description="share of the steps with a linear warm-up (paper: "
+    warmup_ratio: float = Field(0.02, ge=0.0, lt=1.0, description="share of the steps with a linear warm-up (paper: "
                                                               "0.02), then linear decay to 0")
-    weight_decay: float = Field(0.1, ge=0, description="decoupled AdamW decay of weight matrices, not of biases "
+    weight_decay: float = Field(0.1, ge=0.0, description="decoupled AdamW decay of weight matrices, not of biases "
                                                        "and norms (paper: 0.1)")
-    max_grad_norm: float = Field(1.0, ge=0, description="global gradient clipping (Trainer default 1.0; 0 "
+    max_grad_norm: float = Field(1.0, ge=0.0, description="global gradient clipping (Trainer default 1.0; 0 "
                                                         "disables it)")
     rescale: bool = Field(True, description="multiply a layer's head gradients by H/h (H heads in the layer, h "
                                             "trained), as the paper does after DARE; AdamW is invariant to it "
