@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
+                      field_validator)
 from pydantic.fields import FieldInfo
 
 from ..errors import SettingError, UserError
@@ -67,6 +68,17 @@ def fields_of(cls, exclude: tuple[str, ...] = ()) -> dict[str, tuple[Any, FieldI
     """A pydantic model's or dataclass's fields, for `create_model`: composed, not declared again."""
     found = getattr(cls, "model_fields", None) or cls.__pydantic_fields__
     return {name: (f.annotation, f) for name, f in found.items() if name not in exclude}
+
+
+def section_of(name: str, cls, exclude: tuple[str, ...] = ()) -> type[Section]:
+    """A Section with the fields of a pydantic dataclass or model, and their field validators."""
+    fields = fields_of(cls, exclude)
+    validators = {}
+    for key, dec in cls.__pydantic_decorators__.field_validators.items():
+        kept = [f for f in dec.info.fields if f in fields]
+        if kept:
+            validators[key] = field_validator(*kept, mode=dec.info.mode)(dec.func)
+    return create_model(name, __base__=Section, __validators__=validators, **fields)
 
 
 # ---- error messages -----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import Field, create_model, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import CliPositionalArg
 
 from ..components import parse_head_list, parse_layer_list
@@ -14,7 +14,7 @@ from ..errors import SettingError
 from ..finetune.config import FinetuneConfig
 from ..models import DEFAULT_MODEL
 from ..settings import check_writable_dir, check_writable_file
-from .base import Count, Machine, NonNegative, Section, fields_of
+from .base import Count, Machine, NonNegative, Section, section_of
 from .sections import (AnalysisSection, DataSection, EvalSection, KnockoutSection, MLPSection, PatchSection,
                        check_train)
 
@@ -191,7 +191,7 @@ class EvalCommand(EvalSection, Seeded, OutFolder, Machine):
         return v
 
 
-_Recipe = create_model("_Recipe", __base__=Section, **fields_of(FinetuneConfig))
+_Recipe = section_of("_Recipe", FinetuneConfig)
 
 
 class FinetuneCommand(_Recipe, OutFolder, Loads):

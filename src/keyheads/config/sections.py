@@ -7,18 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field, create_model, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..data.templates import TASKS, load_templates
 from ..errors import SettingError
 from ..evaluation.tasks import TABLE_BENCHMARKS, check_benchmarks
 from ..finetune.config import FinetuneConfig
 from ..finetune.data import ARITH_KINDS
-from .base import Count, NonNegative, Section, fields_of
-
-PATCH_METHODS = Literal["path", "activation", "attribution", "path-naive"]
-METRICS = Literal["relative-logit", "logit-diff", "prob"]
-
+from ..patching.run import PatchConfig
+from .base import Count, NonNegative, Section, section_of
 
 class DataSection(Section):
     """Which prompt pairs are made."""
@@ -54,19 +51,15 @@ def check_template_ids(ids: list[str], files=None) -> list[str]:
     return ids
 
 
-class PatchSection(Section):
-    """How heads and MLPs are patched and which become the key heads."""
+_Patching = section_of("_Patching", PatchConfig, exclude=("batch_size",))
 
-    method: PATCH_METHODS = Field("path", description="path (exact, fast), activation (total effect), attribution "
-                                                      "(gradient estimate) or path-naive (for checking)")
-    metric: METRICS = Field("relative-logit", description="relative-logit (the paper's), logit-diff or prob")
+
+class PatchSection(_Patching):
+    """How heads and MLPs are patched (PatchConfig's fields) and which become the key heads."""
+
     top_k: Optional[Count] = Field(None, description="key heads: the K most negative (below threshold if given)")
     threshold: Optional[float] = Field(None, description="key heads: effect below this (default -0.05, the "
                                                          "paper's -5%, unless top_k is given)")
-    limit: Optional[Count] = Field(None, description="use the first N pairs (None: all)")
-    min_abs_logit: float = Field(1e-2, description="relative-logit: exclude samples whose answer logit is closer "
-                                                   "to zero")
-    first_token: bool = Field(False, description="accept multi-token answers, measure the first")
 
 
 class AnalysisSection(Section):
@@ -112,7 +105,7 @@ def check_train(spec: str) -> str:
     return spec
 
 
-_Training = create_model("_Training", __base__=Section, **fields_of(FinetuneConfig, exclude=("method", "seed")))
+_Training = section_of("_Training", FinetuneConfig, exclude=("method", "seed"))
 
 
 class FinetuneSection(_Training):
