@@ -39,24 +39,29 @@ def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = Tru
     is its section of the config (keyheads.config.sections) and what the whole run shares."""
     model_key = {"model": cfg.model, "dtype": cfg.dtype}
     seeded = {**model_key, "seed": cfg.seed}
+    def section(part) -> dict:  # the YAML's keys
+        return part.model_dump(by_alias=True)
+
     stages = [
-        Stage("data", {**seeded, **cfg.data.model_dump()}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
-        Stage("identify", {**model_key, **cfg.patch.model_dump()}, [PAIRS], ["identify"],
+        Stage("data", {**seeded, **section(cfg.data)}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
+        Stage("identify", {**model_key, **section(cfg.patch)}, [PAIRS], ["identify"],
               lambda: _identify(cfg, run, get_model(), progress)),
-        Stage("knockout", {**seeded, **cfg.knockout.model_dump(), "data_dir": cfg.data_dir}, [PAIRS, KEY_HEADS, EFFECTS],
+        Stage("knockout", {**seeded, **section(cfg.knockout), "data_dir": cfg.data_dir}, [PAIRS, KEY_HEADS, EFFECTS],
               ["knockout"], lambda: _knockout(cfg, run, get_model(), progress)),
-        Stage("attention", {**seeded, **cfg.attention.model_dump()}, [PAIRS, KEY_HEADS, EFFECTS], ["attention"],
+        Stage("attention", {**seeded, **section(cfg.attention)}, [PAIRS, KEY_HEADS, EFFECTS], ["attention"],
               lambda: _attention(cfg, run, get_model(), progress)),
-        Stage("mlp", {**seeded, **cfg.mlp.model_dump()}, [PAIRS], ["mlp"], lambda: _mlp(cfg, run, get_model(), progress)),
+        Stage("mlp", {**seeded, **section(cfg.mlp)}, [PAIRS], ["mlp"], lambda: _mlp(cfg, run, get_model(), progress)),
     ]
-    train = {**seeded, **cfg.finetune.model_dump(exclude={"mlps", "save_every"}), "data_dir": cfg.data_dir}
+    train = {**seeded, **section(cfg.finetune), "data_dir": cfg.data_dir}
+    for key in ("mlps", "save_every"):  # only +mlp variants read mlps; save_every changes no result
+        train.pop(key)
     for variant in cfg.variants:
         extra = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
         inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
                             [f"finetune/{variant}"], lambda v=variant: _finetune(cfg, run, get_model(), v, progress)))
     if cfg.eval.benchmarks:
-        stages.append(Stage("eval", {**seeded, **cfg.eval.model_dump(), "split": cfg.resolved_eval_split(),
+        stages.append(Stage("eval", {**seeded, **section(cfg.eval), "split": cfg.resolved_eval_split(),
                                      "data_dir": cfg.data_dir},
                             [PAIRS, KEY_HEADS] + [f"finetune/{v}" for v in cfg.variants], ["eval"],
                             lambda: _eval(cfg, run, get_model(), progress), keep=["eval/cache"]))
@@ -159,7 +164,7 @@ def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> N
 
     section = cfg.knockout
     run_knockout(model, KnockoutRun(data=str(run / PAIRS), out=str(run / "knockout"), selection=_selection(run),
-                                    k=section.k, seeds=section.seeds, seed=cfg.seed, n_samples=section.limit,
+                                    k=section.k, seeds=section.seeds, seed=cfg.seed, n_samples=section.n_samples,
                                     batch_size=cfg.batch_size, mean_mode=section.mean_mode, data_dir=_data_dir(cfg),
                                     transfer_n=section.transfer_n, transfer_control=section.transfer_control,
                                     progress=progress))
@@ -169,14 +174,14 @@ def _attention(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> 
     from .analysis.run import AttentionRun, run_attention
 
     run_attention(model, AttentionRun(data=str(run / PAIRS), out=str(run / "attention"), selection=_selection(run),
-                                      n_samples=cfg.attention.limit, seed=cfg.seed, batch_size=cfg.batch_size,
+                                      n_samples=cfg.attention.n_samples, seed=cfg.seed, batch_size=cfg.batch_size,
                                       progress=progress))
 
 
 def _mlp(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     from .analysis.run import MLPRun, run_mlp
 
-    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), n_samples=cfg.mlp.limit, seed=cfg.seed,
+    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), n_samples=cfg.mlp.n_samples, seed=cfg.seed,
                           batch_size=cfg.batch_size, case=cfg.mlp.case, case_answer=cfg.mlp.case_answer,
                           progress=progress))
 

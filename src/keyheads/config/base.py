@@ -9,7 +9,7 @@ validators here, so that one style validates everything before any model loads.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, get_args
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
                       field_validator)
@@ -34,6 +34,17 @@ class Section(BaseModel):
     """A group of settings: unknown keys are errors, and assignments are checked too."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_int(cls, value, info: ValidationInfo):
+        """True would pass as 1 (pydantic's lax mode), in composed fields too."""
+        if isinstance(value, bool) and info.field_name:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = get_args(annotation) or (annotation,)
+            if int in kinds and bool not in kinds:
+                raise SettingError(f"must be an integer, not {value}")
+        return value
 
 
 class Machine(Section):
@@ -64,15 +75,16 @@ class Machine(Section):
             torch.set_num_threads(self.threads)
 
 
-def fields_of(cls, exclude: tuple[str, ...] = ()) -> dict[str, tuple[Any, FieldInfo]]:
+def fields_of(cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> dict[str, tuple[Any, FieldInfo]]:
     """A pydantic model's or dataclass's fields, for `create_model`: composed, not declared again."""
     found = getattr(cls, "model_fields", None) or cls.__pydantic_fields__
-    return {name: (f.annotation, f) for name, f in found.items() if name not in exclude}
+    return {name: (f.annotation, f) for name, f in found.items()
+            if name not in exclude and (not include or name in include)}
 
 
-def section_of(name: str, cls, exclude: tuple[str, ...] = ()) -> type[Section]:
-    """A Section with the fields of a pydantic dataclass or model, and their field validators."""
-    fields = fields_of(cls, exclude)
+def section_of(name: str, cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> type[Section]:
+    """A Section with (some of) the fields of a pydantic dataclass or model, and their field validators."""
+    fields = fields_of(cls, exclude, include)
     validators = {}
     for key, dec in cls.__pydantic_decorators__.field_validators.items():
         kept = [f for f in dec.info.fields if f in fields]

@@ -8,6 +8,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator
 from pydantic_settings import CliPositionalArg
 
+from ..analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection
 from ..components import parse_head_list, parse_layer_list
 from ..data.generate import parse_operands
 from ..errors import SettingError
@@ -15,8 +16,7 @@ from ..finetune.config import FinetuneConfig
 from ..models import DEFAULT_MODEL
 from ..settings import check_writable_dir, check_writable_file
 from .base import Count, Machine, NonNegative, Section, section_of
-from .sections import (AnalysisSection, DataSection, EvalSection, KnockoutSection, MLPSection, PatchSection,
-                       check_train)
+from .sections import DataSection, EvalSection, PatchSection, check_train
 
 MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
 
@@ -120,28 +120,35 @@ class HeadChoice(Section):
         return check_list("heads", v, parse_head_list)
 
 
-class KnockoutCommand(KnockoutSection, HeadChoice, Seeded, OutFolder, PairsIn, Loads):
-    batch_size: Count = Field(32, description="prompts per forward pass")
-    transfer: bool = Field(True, description="the transfer table")
-    transfer_data: Optional[str] = Field(None, description="another pairs file (other templates / tasks) for the "
-                                                           "transfer table")
-    transfer_by: Literal["task", "template"] = Field("task", description="one transfer row per task or per "
-                                                                         "template of transfer_data")
-    data_dir: Optional[str] = Field(None, description="benchmark folder with svamp/SVAMP.json and "
-                                                      "gsm8k/test.jsonl (default $KEYHEADS_DATA)")
+_Knockout = section_of("_Knockout", KnockoutRun, exclude=("selection", "progress"))
 
+
+class KnockoutCommand(_Knockout, HeadChoice, OutFolder, PairsIn, Loads):
     @field_validator("transfer_data")
     @classmethod
     def _transfer_data(cls, v):
         return existing_file("transfer_data", v)
 
+    def run(self) -> KnockoutRun:
+        return KnockoutRun(selection=selection(self), progress=not self.quiet,
+                           **self.model_dump(include=set(_Knockout.model_fields)))
 
-class AttentionCommand(AnalysisSection, HeadChoice, Seeded, OutFolder, PairsIn, Loads):
-    batch_size: Count = Field(16, description="prompts per forward pass")
+
+class AttentionCommand(section_of("_Attention", AttentionRun, exclude=("selection", "progress")), HeadChoice,
+                       OutFolder, PairsIn, Loads):
+    def run(self) -> AttentionRun:
+        shared = set(AttentionRun.__pydantic_fields__) - {"selection", "progress"}
+        return AttentionRun(selection=selection(self), progress=not self.quiet, **self.model_dump(include=shared))
 
 
-class MLPCommand(MLPSection, Seeded, OutFolder, PairsIn, Loads):
-    batch_size: Count = Field(16, description="prompts per forward pass")
+class MLPCommand(section_of("_MLP", MLPRun, exclude=("progress",)), OutFolder, PairsIn, Loads):
+    def run(self) -> MLPRun:
+        shared = set(MLPRun.__pydantic_fields__) - {"progress"}
+        return MLPRun(progress=not self.quiet, **self.model_dump(include=shared))
+
+
+def selection(cfg: HeadChoice) -> Selection:
+    return Selection(heads=cfg.heads, effects=cfg.effects, threshold=cfg.threshold, top_k=cfg.top_k)
 
 
 class EvalCommand(EvalSection, Seeded, OutFolder, Machine):

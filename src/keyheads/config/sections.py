@@ -9,6 +9,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
+from ..analysis.run import AttentionRun, KnockoutRun, MLPRun
 from ..data.templates import TASKS, load_templates
 from ..errors import SettingError
 from ..evaluation.tasks import TABLE_BENCHMARKS, check_benchmarks
@@ -62,32 +63,11 @@ class PatchSection(_Patching):
                                                          "paper's -5%, unless top_k is given)")
 
 
-class AnalysisSection(Section):
-    """The reference prompts of an analysis."""
-
-    limit: Optional[Count] = Field(1000, description="reference prompts used, a seeded subset (None: all)")
-
-
-class KnockoutSection(AnalysisSection):
-    """Knockout curves and the transfer table."""
-
-    limit: Optional[Count] = Field(300, description="reference prompts used, a seeded subset (None: all)")
-    k: Count = Field(20, description="the curves knock out k = 0..K heads (capped at the head count)")
-    seeds: Count = Field(5, description="random-rank orderings of the curves")
-    mean_mode: Literal["aligned", "global"] = Field("aligned", description="means per END-aligned position, or one "
-                                                                           "mean over all positions")
-    transfer_n: Optional[Count] = Field(100, description="prompts per transfer set (other formats, SVAMP/GSM8K "
-                                                         "first tokens; None: all)")
-    transfer_control: bool = Field(True, description="also knock out as many random non-key heads on every "
-                                                     "transfer set")
-
-
-class MLPSection(AnalysisSection):
-    """MLP input/output against the unembedding, and one case layer by layer."""
-
-    case: Optional[str] = Field(None, description="prompt of the layer-by-layer case (default: '4 + 3 = ' with "
-                                                  "the data's prefix)")
-    case_answer: str = Field("7", description="the case's answer")
+# what a run shares with `keyheads knockout`, `attention` and `mlp`: all but files, heads and speed
+AnalysisSection = section_of("AnalysisSection", AttentionRun, include=("n_samples",))
+KnockoutSection = section_of("KnockoutSection", KnockoutRun,
+                             include=("n_samples", "k", "seeds", "mean_mode", "transfer_n", "transfer_control"))
+MLPSection = section_of("MLPSection", MLPRun, include=("n_samples", "case", "case_answer"))
 
 
 def check_train(spec: str) -> str:
