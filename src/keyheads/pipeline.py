@@ -134,9 +134,9 @@ def _data(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     if section.templates:
         templates.templates = [t for t in templates.templates if t.id in section.templates]
     tasks = templates.tasks if section.task == "all" else [section.task]
-    made = make_pairs(templates, tasks, PairConfig(n=section.n, few_shot=section.few_shot,
-                                                   shared_prefix=section.shared_prefix, seed=cfg.seed,
-                                                   single_token_answer=True),
+    pairs = PairConfig(seed=cfg.seed, single_token_answer=True,
+                       **section.model_dump(include=set(PairConfig.__pydantic_fields__)))
+    made = make_pairs(templates, tasks, pairs,
                       model=model, keep_correct=True, batch_size=cfg.batch_size, progress=progress)
     if not made:
         raise UserError(f"{cfg.model} got none of the {section.n} {section.task} prompts right: nothing to patch; "

@@ -26,12 +26,11 @@ output (one pair a line):
 
 
 def cmd_data(args) -> int:
-    from ..data.generate import PairConfig, make_pairs, parse_operands
+    from ..data.generate import make_pairs
     from ..data.pairs import write_pairs
     from ..data.templates import load_templates
 
     cfg: DataCommand = settings(args)
-    a_range, b_range = parse_operands(cfg.operands)
     templates = load_templates(cfg.template_files or None)
     if cfg.templates:
         templates.templates = [t for t in templates.templates if t.id in cfg.templates]
@@ -39,11 +38,7 @@ def cmd_data(args) -> int:
     for task in tasks:
         if not templates.for_task(task):
             raise SettingError(f"--task {task}: no {task} templates among those selected")
-
-    config = PairConfig(n=cfg.n, few_shot=cfg.few_shot, shared_prefix=cfg.shared_prefix, seed=cfg.seed,
-                        a_range=a_range, b_range=b_range, allow_negative=cfg.allow_negative,
-                        allow_fractions=cfg.allow_fractions, single_token_operands=not cfg.multi_token_operands,
-                        single_token_answer=cfg.single_token_answer)
+    config = cfg.pairs()
     t0 = time.perf_counter()
     model = load_from_args(cfg)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731  stdout stays for the summary

@@ -10,7 +10,7 @@ from pydantic_settings import CliPositionalArg
 
 from ..analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection
 from ..components import parse_head_list, parse_layer_list
-from ..data.generate import parse_operands
+from ..data.generate import PairConfig, parse_operands
 from ..errors import SettingError
 from ..finetune.config import FinetuneConfig
 from ..models import DEFAULT_MODEL
@@ -64,19 +64,22 @@ class PairsIn(Section):
         return existing_file("data", v, "make one with `keyheads data`")
 
 
-class DataCommand(DataSection, Seeded, Loads):
+_PairFlags = section_of("_PairFlags", PairConfig, exclude=("n", "few_shot", "shared_prefix", "a_range", "b_range",
+                                                           "counterfactual_tries"))
+
+
+class DataCommand(DataSection, _PairFlags, Loads):
     out: str = Field(description="output .jsonl file")
     template_files: list[str] = Field(default_factory=list, description="YAML template files to use instead of "
                                       "the built-in ones; the word 'builtin' adds the built-in ones")
     keep_correct: bool = Field(False, description="keep only the pairs whose answer the model predicts (argmax)")
     operands: str = Field("1-9", description="operand range LO-HI, or LO-HI,LO-HI for A and B")
-    allow_negative: bool = Field(False, description="subtraction may have a negative answer")
-    allow_fractions: bool = Field(False, description="division may have a non-integer answer")
-    multi_token_operands: bool = Field(False, description="accept operands that span several tokens (positions "
-                                                          "then point at the last one)")
-    single_token_answer: bool = Field(False, description="keep only answers that are a single token (default: the "
-                                                         "first token counts)")
     batch_size: Count = Field(32, description="prompts per forward pass for keep_correct")
+
+    def pairs(self) -> PairConfig:
+        a_range, b_range = parse_operands(self.operands)
+        shared = set(PairConfig.__pydantic_fields__) & set(type(self).model_fields)
+        return PairConfig(a_range=a_range, b_range=b_range, **self.model_dump(include=shared))
 
     @field_validator("out")
     @classmethod

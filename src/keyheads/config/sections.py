@@ -10,6 +10,7 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from ..analysis.run import AttentionRun, KnockoutRun, MLPRun
+from ..data.generate import PairConfig
 from ..data.templates import TASKS, load_templates
 from ..errors import SettingError
 from ..evaluation.tasks import TABLE_BENCHMARKS, check_benchmarks
@@ -18,17 +19,12 @@ from ..finetune.data import ARITH_KINDS
 from ..patching.run import PatchConfig
 from .base import Count, NonNegative, Section, section_of
 
-class DataSection(Section):
-    """Which prompt pairs are made."""
+class DataSection(section_of("_Pairs", PairConfig, include=("n", "few_shot", "shared_prefix"))):
+    """Which prompt pairs are made (PairConfig's fields, and the templates)."""
 
     task: str = Field("addition", description=f"{', '.join(TASKS)} or all")
     templates: list[str] = Field(default_factory=list, description="template ids to use, e.g. add-eq-1,add-eq-2 "
                                                                    "(empty: all of the task's)")
-    n: Count = Field(100, description="candidate pairs per task, spread evenly over its templates, before keeping "
-                                      "the correct ones")
-    few_shot: NonNegative = Field(0, description="solved examples of the same template before each prompt")
-    shared_prefix: bool = Field(False, description="the same few-shot examples before every prompt of a template "
-                                                   "(drawn once per template), so that analyses compute it once")
 
     @field_validator("task")
     @classmethod
