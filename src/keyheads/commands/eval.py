@@ -23,7 +23,7 @@ def variants_from_args(cfg: EvalCommand):
     if cfg.baseline:
         variants.append(Variant.make("model", cfg.baseline))
     knockout = bool(cfg.knockout or cfg.knockout_mlps)
-    if not ((knockout or cfg.adapter) and cfg.no_base):
+    if not ((knockout or cfg.adapter) and not cfg.base):
         variants.append(Variant.make("model", _adapter_base(cfg.adapter[0]) if cfg.adapter and cfg.model is None
                                      else model))
     if knockout:
@@ -54,17 +54,12 @@ def _adapter_base(folder: str) -> str:
 
 
 def cmd_eval(args) -> int:
-    from ..data.trainset import SplitConfig
-    from ..evaluation import EvalConfig, evaluate
+    from ..evaluation import evaluate
     from ..models import load_model
 
     cfg: EvalCommand = settings(args)  # every setting, file and folder is checked before any model loads
     device = cfg.device or distributed.default_device()  # under a launcher: this process's own GPU
-    config = EvalConfig(benchmarks=tuple(cfg.benchmarks), data_dir=cfg.data_dir, limit=cfg.limit,
-                        batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens, few_shot=cfg.few_shot,
-                        cot=cfg.cot, seed=cfg.seed, split="full" if cfg.split == "auto" else cfg.split,
-                        heldout=SplitConfig(cfg.heldout_seed, cfg.heldout_fraction), cache_dir=cfg.cache_dir,
-                        progress=not cfg.quiet and distributed.is_main(), shard=check_shard(cfg.shard))
+    config = cfg.eval_config(progress=not cfg.quiet and distributed.is_main())
     variants = variants_from_args(cfg)
     start = time.time()
     results = evaluate(variants, config, cfg.out, loader=lambda name: load_model(name, device=device, dtype=cfg.dtype))

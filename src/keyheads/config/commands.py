@@ -11,12 +11,14 @@ from pydantic_settings import CliPositionalArg
 from ..analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection
 from ..components import parse_head_list, parse_layer_list
 from ..data.generate import PairConfig, parse_operands
+from ..data.trainset import SplitConfig
 from ..errors import SettingError
+from ..evaluation.tasks import EvalConfig
 from ..finetune.config import FinetuneConfig
 from ..models import DEFAULT_MODEL
 from ..settings import check_writable_dir, check_writable_file
 from .base import Count, Machine, NonNegative, Section, section_of
-from .sections import DataSection, EvalSection, PatchSection, check_train
+from .sections import DataSection, PatchSection, check_train
 
 MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
 
@@ -154,7 +156,10 @@ def selection(cfg: HeadChoice) -> Selection:
     return Selection(heads=cfg.heads, effects=cfg.effects, threshold=cfg.threshold, top_k=cfg.top_k)
 
 
-class EvalCommand(EvalSection, Seeded, OutFolder, Machine):
+_EvalFlags = section_of("_EvalFlags", EvalConfig, exclude=("split", "heldout", "progress", "shard"))
+
+
+class EvalCommand(_EvalFlags, OutFolder, Machine):
     model: Optional[str] = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
                                                                 "the adapter's base model)")
     knockout: Optional[str] = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
@@ -163,30 +168,17 @@ class EvalCommand(EvalSection, Seeded, OutFolder, Machine):
     adapter: list[str] = Field(default_factory=list, description="`keyheads finetune` run folders (precise, LoRA or "
                                "full), one more row each; the first one's base model is the first row unless model "
                                "is given")
-    no_base: bool = Field(False, description="with knockout or adapter: skip the unmodified model's row")
+    base: bool = Field(True, description="the unmodified model's row (--no-base skips it when there is a knockout "
+                                         "or adapter row)")
     baseline: Optional[str] = Field(None, description="another model evaluated first, as the reference row for Δ")
     variant: list[dict[str, Any]] = Field(default_factory=list, description='more rows of any registered kind, as '
                                           'JSON: {"kind": ..., "model": ..., "label": ..., "options": {...}}')
-    data_dir: Optional[str] = Field(None, description="benchmarks folder (default: $KEYHEADS_DATA; else the hub)")
-    batch_size: Count = Field(16, description="prompts per forward pass")
-    max_new_tokens: Optional[Count] = Field(None, description="generation budget for the math sets (default: 256 "
-                                                              "for GSM8K, 128 for the others, 8 for arith-*)")
-    cot: bool = Field(True, description="math exemplars with the worked solution")
+    split: Literal["full", "heldout"] = EvalConfig.__pydantic_fields__["split"]
     heldout_seed: NonNegative = Field(0, description="seed of the held-out split")
     heldout_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="training share of the held-out split")
-    shard: Optional[str] = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark; "
-                                                   "then run without it for the table")
-    cache_dir: Optional[str] = Field(None, description="per-item result cache, shared by runs (default: "
-                                                       "$KEYHEADS_CACHE/eval)")
-
-    @field_validator("adapter")
-    @classmethod
-    def _adapters(cls, v):
-        from ..finetune.adapter import check_run_folder  # reads safetensors: only when adapters are given
-
-        for folder in v:
-            check_run_folder(folder)
-        return v
+    shard: Optional[str] = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark, so "
+                                 "that N processes sharing cache_dir split the work; then run without it for the "
+                                 "table. Under accelerate launch or torchrun the processes shard by themselves")
 
     @field_validator("knockout_data")
     @classmethod
@@ -199,6 +191,20 @@ class EvalCommand(EvalSection, Seeded, OutFolder, Machine):
         if v is not None:
             check_writable_dir(v, "cache_dir")
         return v
+
+    @field_validator("adapter")
+    @classmethod
+    def _adapters(cls, v):
+        from ..finetune.adapter import check_run_folder  # reads safetensors: only when adapters are given
+
+        for folder in v:
+            check_run_folder(folder)
+        return v
+
+    def eval_config(self, progress: bool) -> EvalConfig:
+        return EvalConfig(split=self.split, heldout=SplitConfig(self.heldout_seed, self.heldout_fraction),
+                          progress=progress, shard=check_shard(self.shard),
+                          **self.model_dump(include=set(_EvalFlags.model_fields)))
 
 
 _Recipe = section_of("_Recipe", FinetuneConfig)

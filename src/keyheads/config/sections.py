@@ -13,7 +13,7 @@ from ..analysis.run import AttentionRun, KnockoutRun, MLPRun
 from ..data.generate import PairConfig
 from ..data.templates import TASKS, load_templates
 from ..errors import SettingError
-from ..evaluation.tasks import TABLE_BENCHMARKS, check_benchmarks
+from ..evaluation.tasks import EvalConfig
 from ..finetune.config import FinetuneConfig
 from ..finetune.data import ARITH_KINDS
 from ..patching.run import PatchConfig
@@ -101,23 +101,9 @@ class FinetuneSection(_Training):
         return FinetuneConfig(method=method, seed=seed, **self.model_dump(include=set(_Training.model_fields)))
 
 
-class EvalSection(Section):
-    """The evaluation table."""
+class EvalSection(section_of("_Eval", EvalConfig, include=("benchmarks", "limit", "few_shot"))):
+    """The evaluation table (EvalConfig's fields), and which items of the math sets a run scores."""
 
-    benchmarks: list[str] = Field(default_factory=lambda: list(TABLE_BENCHMARKS),
-                                  description="benchmarks of the table; arith-* sets are built in, the others read "
-                                              "data_dir")
-    limit: Optional[Count] = Field(None, description="only the first N items per benchmark (None: all)")
-    few_shot: Optional[NonNegative] = Field(None, description="exemplars per prompt (None: 4 for math and arith, "
-                                                              "5 for MMLU/CSQA)")
     split: Literal["auto", "full", "heldout"] = Field(
         "full", description="AddSub/SingleEq/SVAMP items: full (the whole sets, as in the paper), heldout (minus "
         "the part the 'trainset' trains on) or auto (heldout when the run trains on 'trainset', else full)")
-
-    @field_validator("benchmarks")
-    @classmethod
-    def _benchmarks(cls, v):
-        try:
-            return list(check_benchmarks(v))
-        except ValueError as err:
-            raise SettingError("benchmarks", v, str(err)) from None
