@@ -1,30 +1,25 @@
 """`keyheads knockout`, `keyheads attention` and `keyheads mlp`: validate and explain the key components."""
 from __future__ import annotations
 
+from ..analysis.run import run_attention, run_knockout, run_mlp
 from ..config.commands import AttentionCommand, KnockoutCommand, MLPCommand
 from .flags import add_settings, settings
 from .models import load_from_args
 
 
 def cmd_knockout(args) -> int:
-    from ..analysis.run import run_knockout
-
     cfg: KnockoutCommand = settings(args)
     run_knockout(load_from_args(cfg), cfg.run())
     return 0
 
 
 def cmd_attention(args) -> int:
-    from ..analysis.run import run_attention
-
     cfg: AttentionCommand = settings(args)
     run_attention(load_from_args(cfg), cfg.run())
     return 0
 
 
 def cmd_mlp(args) -> int:
-    from ..analysis.run import run_mlp
-
     cfg: MLPCommand = settings(args)
     run_mlp(load_from_args(cfg), cfg.run())
     return 0

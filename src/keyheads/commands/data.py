@@ -6,6 +6,9 @@ import sys
 import time
 
 from ..config.commands import DataCommand
+from ..data.generate import make_pairs
+from ..data.pairs import write_pairs
+from ..data.templates import load_templates
 from ..errors import SettingError
 from .flags import add_settings, settings
 from .models import load_from_args
@@ -26,10 +29,6 @@ output (one pair a line):
 
 
 def cmd_data(args) -> int:
-    from ..data.generate import make_pairs
-    from ..data.pairs import write_pairs
-    from ..data.templates import load_templates
-
     cfg: DataCommand = settings(args)
     templates = load_templates(cfg.template_files or None)
     if cfg.templates:

@@ -4,9 +4,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import distributed
+from .. import distributed, models
 from ..config.commands import EvalCommand, check_shard
 from ..errors import SettingError
+from ..evaluation import Variant, evaluate, read_heads
+from ..finetune.adapter import read_info
 from ..models import DEFAULT_MODEL
 from .flags import add_settings, settings
 
@@ -16,8 +18,6 @@ def _list(text: str | None) -> list[str]:
 
 
 def variants_from_args(cfg: EvalCommand):
-    from ..evaluation import Variant, read_heads
-
     variants = []
     model = cfg.model or DEFAULT_MODEL
     if cfg.baseline:
@@ -48,21 +48,17 @@ def variants_from_args(cfg: EvalCommand):
 
 def _adapter_base(folder: str) -> str:
     """The base model a fine-tuning run folder was trained from: the reference row of its table."""
-    from ..finetune.adapter import read_info
-
     return read_info(folder)["base_model"]
 
 
 def cmd_eval(args) -> int:
-    from ..evaluation import evaluate
-    from ..models import load_model
-
     cfg: EvalCommand = settings(args)  # every setting, file and folder is checked before any model loads
     device = cfg.device or distributed.default_device()  # under a launcher: this process's own GPU
     config = cfg.eval_config(progress=not cfg.quiet and distributed.is_main())
     variants = variants_from_args(cfg)
     start = time.time()
-    results = evaluate(variants, config, cfg.out, loader=lambda name: load_model(name, device=device, dtype=cfg.dtype))
+    results = evaluate(variants, config, cfg.out, loader=lambda name: models.load_model(name, device=device,
+                                                                                     dtype=cfg.dtype))
     if config.shard is not None:
         done = sum(b["timing"]["computed"] for r in results for b in r["benchmarks"].values())
         print(f"shard {cfg.shard}: computed {done} items in {time.time() - start:.0f} s; when every shard has "

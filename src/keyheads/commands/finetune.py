@@ -3,8 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import finetune as training  # training.finetune looked up at call time: tests count its calls
+from .. import models
+from ..components import Components, parse_head_list, parse_layer_list
 from ..config.commands import FinetuneCommand, MergeCommand
 from ..errors import BadFile, SettingError
+from ..finetune.adapter import export_peft, merge, read_adapter
 from .flags import add_settings, settings
 from .models import load_from_args
 
@@ -13,8 +17,6 @@ COMPONENT_FLAGS = ("effects", "top_k", "heads", "random_heads", "mlps", "mlp_lay
 
 def check_component_args(args, method: str = "precise") -> None:
     """What can be said about the component flags before any model loads (the model's size comes later)."""
-    from ..components import parse_head_list, parse_layer_list
-
     given = ["--" + k.replace("_", "-") for k in COMPONENT_FLAGS if getattr(args, k, None) not in (None, "")]
     if method != "precise":
         if given:
@@ -46,8 +48,6 @@ def check_component_args(args, method: str = "precise") -> None:
 
 def components_from_args(args, model, seed: int = 0):
     """Heads (top-k of effects, explicit, or random) and MLPs (top-m of effects, or explicit)."""
-    from ..components import Components, parse_layer_list
-
     check_component_args(args, "precise")
     if args.heads:
         chosen = Components.explicit(args.heads)
@@ -69,12 +69,10 @@ def components_from_args(args, model, seed: int = 0):
 
 
 def cmd_finetune(args) -> int:
-    from ..finetune import describe, finetune, load_examples
-
     cfg: FinetuneCommand = settings(args)  # invalid settings fail here, before any model loads
     recipe = cfg.recipe()
     check_component_args(cfg, recipe.method)
-    examples = load_examples(cfg.train, data_dir=cfg.data_dir, seed=recipe.seed)
+    examples = training.load_examples(cfg.train, data_dir=cfg.data_dir, seed=recipe.seed)
     if cfg.limit:
         examples = examples[:cfg.limit]
     model = load_from_args(cfg)
@@ -82,24 +80,20 @@ def cmd_finetune(args) -> int:
     if components is not None:
         print(f"training {len(components.heads)} heads {', '.join(components.head_labels())}"
               + (f" and MLPs {list(components.mlps)}" if components.mlps else "") + f" ({components.source})")
-    info = finetune(model, examples, recipe, cfg.out, components, data_name=cfg.train, progress=not cfg.quiet)
-    print(describe(info))
+    info = training.finetune(model, examples, recipe, cfg.out, components, data_name=cfg.train, progress=not cfg.quiet)
+    print(training.describe(info))
     print(f"wrote {cfg.out}/ (finetune.json, " + {"precise": "adapter.safetensors", "lora": "lora/",
                                                   "full": "model/"}[recipe.method] + ")")
     return 0
 
 
 def cmd_merge(args) -> int:
-    from ..finetune.adapter import export_peft, merge, read_adapter
-
     cfg: MergeCommand = settings(args)
     _, meta = read_adapter(cfg.adapter)  # a broken adapter is said before the model loads
     if cfg.export == "hf" and Path(cfg.out).exists():  # before the model loads (merge() checks again)
         raise SettingError("--out", cfg.out, "exists; choose a new folder")
-    from ..models import load_model  # looked up at call time, so that tests can stand in for it
-
     # merging is exact in float32 on the CPU unless --device/--dtype say otherwise
-    model = load_model(cfg.model or meta["base_model"], device=cfg.device or "cpu", dtype=cfg.dtype or "float32")
+    model = models.load_model(cfg.model or meta["base_model"], device=cfg.device or "cpu", dtype=cfg.dtype or "float32")
     if cfg.export == "peft":
         out = export_peft(model, cfg.adapter, cfg.out)
         print(f"wrote a PEFT LoRA adapter to {out}: PeftModel.from_pretrained(base, {str(out)!r})")

@@ -1,22 +1,19 @@
 """`keyheads models` and `keyheads generate`, and the model loading every command shares."""
 from __future__ import annotations
 
-from .. import distributed
+from .. import distributed, models  # models.load_model looked up at call time: tests stand in for it
 from ..config.commands import GenerateCommand, ModelsCommand
+from ..models import BUNDLED, DEFAULT_MODEL, cache_root
+from ..models.loading import _cache_valid, cached_folder
 from .flags import add_settings, settings
 
 
 def load_from_args(cfg, model: str | None = None):
     """The model the settings name (under a launcher each process takes its own GPU)."""
-    from ..models import load_model  # looked up at call time, so that tests can stand in for it
-
-    return load_model(model or cfg.model, device=cfg.device or distributed.default_device(), dtype=cfg.dtype)
+    return models.load_model(model or cfg.model, device=cfg.device or distributed.default_device(), dtype=cfg.dtype)
 
 
 def cmd_models(args) -> int:
-    from ..models import BUNDLED, DEFAULT_MODEL, cache_root
-    from ..models.loading import _cache_valid, cached_folder
-
     print(f"cache: {cache_root()}  (set KEYHEADS_CACHE to move it)")
     rows = []
     for m in BUNDLED.values():

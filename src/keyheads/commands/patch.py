@@ -5,15 +5,14 @@ from pathlib import Path
 
 from .. import distributed
 from ..config.commands import PatchCommand
+from ..patching import PatchConfig
+from ..patching.identify import describe, identify
+from ..patching.run import clear_checkpoints
 from .flags import add_settings, settings
 from .models import load_from_args
 
 
 def cmd_patch(args) -> int:
-    from ..patching import PatchConfig
-    from ..patching.identify import describe, identify
-    from ..patching.run import clear_checkpoints
-
     cfg: PatchCommand = settings(args)  # before loading a model: a typo or an unwritable --out fails at once
     out = Path(cfg.out)
     if cfg.restart:

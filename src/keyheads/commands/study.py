@@ -10,7 +10,9 @@ from typing import Optional
 
 from pydantic import Field
 
-from ..config.base import Count
+from .. import pipeline
+from ..config.base import Count, Machine
+from ..demo import DEMO, demo_config
 from ..runconfig import PipelineConfig
 from .flags import add_settings, given
 
@@ -30,13 +32,10 @@ def _split(args) -> tuple[dict, dict]:
 
 
 def _run(args, cfg: PipelineConfig, how: dict) -> int:
-    from ..config.base import Machine
-    from ..pipeline import run_pipeline
-
     machine = Machine.model_validate(how) if how else Machine()
     machine.apply()
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
-    run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not machine.quiet)
+    pipeline.run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not machine.quiet)
     return 0
 
 
@@ -47,8 +46,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from ..demo import demo_config
-
     overrides, how = _split(args)
     return _run(args, demo_config(overrides), how)
 
@@ -68,8 +65,6 @@ def register(sub) -> None:
     p.add_argument("config", nargs="?", help="YAML file of settings (see configs/); flags override it")
     _add_study_args(p)
     p.set_defaults(func=cmd_run)
-
-    from ..demo import DEMO
 
     p = sub.add_parser("demo", help="the whole study on the bundled default model, small enough for a laptop CPU",
                        description="The whole study on the bundled SmolLM2-135M into runs/demo/report.html. The demo "

@@ -14,6 +14,7 @@ from ..data.generate import PairConfig, parse_operands
 from ..data.trainset import SplitConfig
 from ..errors import SettingError
 from ..evaluation.tasks import EvalConfig
+from ..finetune.adapter import check_run_folder
 from ..finetune.config import FinetuneConfig
 from ..models import DEFAULT_MODEL
 from ..settings import check_writable_dir, check_writable_file
@@ -195,8 +196,6 @@ class EvalCommand(_EvalFlags, OutFolder, Machine):
     @field_validator("adapter")
     @classmethod
     def _adapters(cls, v):
-        from ..finetune.adapter import check_run_folder  # reads safetensors: only when adapters are given
-
         for folder in v:
             check_run_folder(folder)
         return v
