@@ -153,6 +153,30 @@ def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkey
         assert (run / f).read_bytes() == first[f], f"{f} differs between two runs of the same config"
 
 
+@pytest.mark.parametrize("change, affected", [
+    ({"data": {"few_shot": 1}}, {"data"}),
+    ({"patch": {"metric": "prob"}}, {"identify"}),
+    ({"knockout": {"mean_mode": "global"}}, {"knockout"}),
+    ({"attention": {"limit": 7}}, {"attention"}),
+    ({"mlp": {"case_answer": "8"}}, {"mlp"}),
+    ({"finetune": {"warmup_ratio": 0.1}}, {"finetune/precise"}),
+    ({"eval": {"few_shot": 2}}, {"eval"}),
+    ({"seed": 3}, {"data", "knockout", "attention", "mlp", "finetune/precise", "eval"}),
+    ({"batch_size": 4, "finetune": {"save_every": 1}}, set()),  # speed and checkpoints, not results
+])
+def test_a_stage_signature_is_its_section(change, affected, tmp_path):
+    """Every setting of a section reaches its stage's signature, and no other stage's."""
+    from keyheads.pipeline import build_stages
+
+    def signatures(cfg):
+        return {s.name: s.settings for s in build_stages(cfg, tmp_path, get_model=None)}
+
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1 + 1 = ", "completion": "2"}\n')
+    before = signatures(config(tmp_path / "r", tmp_path))
+    after = signatures(config(tmp_path / "r", tmp_path, **change))
+    assert {name for name in before if before[name] != after[name]} == affected
+
+
 @pytest.mark.parametrize("values, named", [
     ({"data": {"n": 0}}, "data.n: 0 given"),
     ({"patch": {"top_k": -3}}, "patch.top_k: -3 given"),
