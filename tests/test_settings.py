@@ -13,8 +13,9 @@ from keyheads.cli import COMMAND_MODULES, build_parser, main
 from keyheads.settings import (SettingError, check_choice, check_device, check_dtype, check_int, check_writable_dir,
                                check_writable_file)
 
-COMMON = ("--quiet", "--threads", "--device", "--dtype")
+COMMON = ("--threads", "--device", "--dtype")
 SEEDED = ("data", "knockout", "attention", "mlp", "eval", "finetune")  # where the seed picks something
+SHOW_PROGRESS = SEEDED + ("patch",)  # where --quiet has bars to hide
 # every command that loads a model; `demo` and `run` (keyheads.commands.study) have their own tests
 LOADERS = ("data", "patch", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate")
 OWNED_ELSEWHERE = ("demo", "run")
@@ -186,9 +187,9 @@ def _machine(**values):
 
 def test_common_settings_defaults_and_normalisation():
     m = _machine()
-    assert (m.device, m.dtype, m.threads, m.quiet) == (None, None, None, False)
-    m = _machine(device="cpu", dtype="bf16", quiet=True)
-    assert (m.device, m.dtype, m.quiet) == ("cpu", "bfloat16", True)
+    assert (m.device, m.dtype, m.threads) == (None, None, None)
+    m = _machine(device="cpu", dtype="bf16", threads=2)
+    assert (m.device, m.dtype, m.threads) == ("cpu", "bfloat16", 2)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -235,12 +236,14 @@ def test_command_has_the_common_flags(command, tmp_path):
     p = _subparsers()[command]
     for flag in COMMON:
         assert flag in p._option_string_actions, (command, flag)
-    assert ("--seed" in p._option_string_actions) == (command in SEEDED)  # no flag that changes nothing
+    # no flag that changes nothing
+    assert ("--seed" in p._option_string_actions) == (command in SEEDED)
+    assert ("--quiet" in p._option_string_actions) == (command in SHOW_PROGRESS)
     text = p.format_help()
     assert all(flag in text for flag in COMMON)
-    args = p.parse_args(_MINIMAL[command] + ["--quiet", "--threads", "2", "--device", "cpu", "--dtype", "fp32"]
-                        + ["--seed", "5"] * (command in SEEDED))
-    assert args.quiet is True and args.threads == "2"
+    args = p.parse_args(_MINIMAL[command] + ["--threads", "2", "--device", "cpu", "--dtype", "fp32"]
+                        + ["--seed", "5"] * (command in SEEDED) + ["--quiet"] * (command in SHOW_PROGRESS))
+    assert args.threads == "2" and getattr(args, "quiet", True) is True
 
 
 def test_one_meaning_per_flag_name():

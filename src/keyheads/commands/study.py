@@ -32,10 +32,10 @@ def _split(args) -> tuple[dict, dict]:
 
 
 def _run(args, cfg: PipelineConfig, how: dict) -> int:
-    machine = Machine.model_validate(how) if how else Machine()
-    machine.apply()
+    quiet = how.pop("quiet", False)
+    Machine.model_validate(how).apply()
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
-    pipeline.run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not machine.quiet)
+    pipeline.run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not quiet)
     return 0
 
 

@@ -55,7 +55,6 @@ class Machine(Section):
     dtype: Optional[str] = Field(None, description=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
     threads: Optional[Count] = Field(None, description="CPU threads for torch (default: torch's; 1 is often "
                                                        "fastest when other jobs share the cores)")
-    quiet: bool = Field(False, description="no progress bars")
 
     @field_validator("device")
     @classmethod
@@ -73,6 +72,12 @@ class Machine(Section):
             import torch  # only when asked: the CLI starts without it
 
             torch.set_num_threads(self.threads)
+
+
+class Quiet(Section):
+    """For the commands that show progress bars."""
+
+    quiet: bool = Field(False, description="no progress bars")
 
 
 def fields_of(cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> dict[str, tuple[Any, FieldInfo]]:

@@ -18,7 +18,7 @@ from ..finetune.adapter import check_run_folder
 from ..finetune.config import FinetuneConfig
 from ..models import DEFAULT_MODEL
 from ..settings import check_writable_dir, check_writable_file
-from .base import Count, Machine, NonNegative, Section, section_of
+from .base import Count, Machine, NonNegative, Quiet, Section, section_of
 from .sections import DataSection, PatchSection, check_train
 
 MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
@@ -42,6 +42,10 @@ def check_list(key: str, text: Optional[str], parse) -> Optional[str]:
 
 class Loads(Machine):
     model: str = Field(DEFAULT_MODEL, description=MODEL_HELP)
+
+
+class Works(Quiet, Loads):
+    """A model-loading command that shows progress bars."""
 
 
 class Seeded(Section):
@@ -71,7 +75,7 @@ _PairFlags = section_of("_PairFlags", PairConfig, exclude=("n", "few_shot", "sha
                                                            "counterfactual_tries"))
 
 
-class DataCommand(DataSection, _PairFlags, Loads):
+class DataCommand(DataSection, _PairFlags, Works):
     out: str = Field(description="output .jsonl file")
     template_files: list[str] = Field(default_factory=list, description="YAML template files to use instead of "
                                       "the built-in ones; the word 'builtin' adds the built-in ones")
@@ -100,7 +104,7 @@ class DataCommand(DataSection, _PairFlags, Loads):
         return v
 
 
-class PatchCommand(PatchSection, OutFolder, PairsIn, Loads):
+class PatchCommand(PatchSection, OutFolder, PairsIn, Works):
     batch_size: Count = Field(16, description="prompts per forward pass")
     restart: bool = Field(False, description="discard a checkpoint in out and start over")
 
@@ -129,7 +133,7 @@ class HeadChoice(Section):
 _Knockout = section_of("_Knockout", KnockoutRun, exclude=("selection", "progress"))
 
 
-class KnockoutCommand(_Knockout, HeadChoice, OutFolder, PairsIn, Loads):
+class KnockoutCommand(_Knockout, HeadChoice, OutFolder, PairsIn, Works):
     @field_validator("transfer_data")
     @classmethod
     def _transfer_data(cls, v):
@@ -141,13 +145,13 @@ class KnockoutCommand(_Knockout, HeadChoice, OutFolder, PairsIn, Loads):
 
 
 class AttentionCommand(section_of("_Attention", AttentionRun, exclude=("selection", "progress")), HeadChoice,
-                       OutFolder, PairsIn, Loads):
+                       OutFolder, PairsIn, Works):
     def run(self) -> AttentionRun:
         shared = set(AttentionRun.__pydantic_fields__) - {"selection", "progress"}
         return AttentionRun(selection=selection(self), progress=not self.quiet, **self.model_dump(include=shared))
 
 
-class MLPCommand(section_of("_MLP", MLPRun, exclude=("progress",)), OutFolder, PairsIn, Loads):
+class MLPCommand(section_of("_MLP", MLPRun, exclude=("progress",)), OutFolder, PairsIn, Works):
     def run(self) -> MLPRun:
         shared = set(MLPRun.__pydantic_fields__) - {"progress"}
         return MLPRun(progress=not self.quiet, **self.model_dump(include=shared))
@@ -160,7 +164,7 @@ def selection(cfg: HeadChoice) -> Selection:
 _EvalFlags = section_of("_EvalFlags", EvalConfig, exclude=("split", "heldout", "progress", "shard"))
 
 
-class EvalCommand(_EvalFlags, OutFolder, Machine):
+class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
     model: Optional[str] = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
                                                                 "the adapter's base model)")
     knockout: Optional[str] = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
@@ -209,7 +213,7 @@ class EvalCommand(_EvalFlags, OutFolder, Machine):
 _Recipe = section_of("_Recipe", FinetuneConfig)
 
 
-class FinetuneCommand(_Recipe, OutFolder, Loads):
+class FinetuneCommand(_Recipe, OutFolder, Works):
     train: str = Field(description="a JSONL of {prompt, completion}; 'trainset' (GSM8K train + held-out "
                        "AddSub/SingleEq/SVAMP); or 'arith:multidigit,decimal[:N]' from the templates")
     data_dir: Optional[str] = Field(None, description="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
