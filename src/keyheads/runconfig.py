@@ -21,7 +21,7 @@ from .config.base import Count, NonNegative, Section, setting_error
 from .config.sections import (AnalysisSection, DataSection, EvalSection, FinetuneSection, KnockoutSection,
                               MLPSection, PatchSection)
 from .errors import BadFile, SettingError
-from .evaluation.tasks import ARITH, TABLE_BENCHMARKS
+from .evaluation.tasks import ARITH
 from .settings import check_device, check_dtype, check_writable_dir
 
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from .. import distributed, models
-from ..config.commands import EvalCommand, check_shard
+from ..config.commands import EvalCommand
 from ..errors import SettingError
 from ..evaluation import Variant, evaluate, read_heads
 from ..finetune.adapter import read_info

@@ -11,23 +11,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Optional, get_args
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
                       field_validator)
 from pydantic.fields import FieldInfo
 
 from ..errors import SettingError, UserError
 from ..settings import DEVICE_HELP, DTYPE_HELP, check_device, check_dtype
 
-
-
-def _no_bool(value):
-    if isinstance(value, bool):  # True would pass as 1
-        raise SettingError(f"must be an integer, not {value}")
-    return value
-
-
-Count = Annotated[int, Field(ge=1), BeforeValidator(_no_bool)]
-NonNegative = Annotated[int, Field(ge=0), BeforeValidator(_no_bool)]
+Count = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[int, Field(ge=0)]
 
 
 class Section(BaseModel):

@@ -48,10 +48,6 @@ class Works(Quiet, Loads):
     """A model-loading command that shows progress bars."""
 
 
-class Seeded(Section):
-    seed: NonNegative = Field(0, description="random seed: the same seed gives the same output")
-
-
 class OutFolder(Section):
     out: str = Field(description="run folder")
 

@@ -17,7 +17,7 @@ from ..evaluation.tasks import EvalConfig
 from ..finetune.config import FinetuneConfig
 from ..finetune.data import ARITH_KINDS
 from ..patching.run import PatchConfig
-from .base import Count, NonNegative, Section, section_of
+from .base import Count, section_of
 
 class DataSection(section_of("_Pairs", PairConfig, include=("n", "few_shot", "shared_prefix"))):
     """Which prompt pairs are made (PairConfig's fields, and the templates)."""
