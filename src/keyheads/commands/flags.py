@@ -19,9 +19,9 @@ from ..errors import SettingError
 
 def add_settings(parser: argparse.ArgumentParser, model) -> None:
     """Add `model`'s fields to `parser` as flags; `settings(args)` then gives the checked model."""
-    source = CliSettingsSource(model, root_parser=parser, cli_prog_name=parser.prog, cli_kebab_case=True,
-                               cli_implicit_flags=True, cli_hide_none_type=True, cli_avoid_json=True,
-                               cli_parse_none_str="null")  # as in YAML
+    source: CliSettingsSource = CliSettingsSource(
+        model, root_parser=parser, cli_prog_name=parser.prog, cli_kebab_case=True, cli_implicit_flags=True,
+        cli_hide_none_type=True, cli_avoid_json=True, cli_parse_none_str="null")  # null as in YAML
     parser.set_defaults(_settings=(model, source))
 
 

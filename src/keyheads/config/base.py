@@ -79,10 +79,11 @@ def fields_of(cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ())
             if name not in exclude and (not include or name in include)}
 
 
-def section_of(name: str, cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> type[Section]:
-    """A Section with (some of) the fields of a pydantic dataclass or model, and their field validators."""
-    fields = fields_of(cls, exclude, include)
-    validators = {}
+def section_of(name: str, cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> Any:
+    """A Section with (some of) the fields of a pydantic dataclass or model, and their field validators.
+    (Typed Any: a class made at run time, which type checkers accept as a base class only so.)"""
+    fields: dict[str, Any] = fields_of(cls, exclude, include)
+    validators: dict[str, Any] = {}
     for key, dec in cls.__pydantic_decorators__.field_validators.items():
         kept = [f for f in dec.info.fields if f in fields]
         if kept:
@@ -91,7 +92,7 @@ def section_of(name: str, cls, exclude: tuple[str, ...] = (), include: tuple[str
 
 
 # ---- error messages -----------------------------------------------------------------------------
-def _why(e: dict) -> str:
+def _why(e: Any) -> str:
     ctx = e.get("ctx") or {}
     kind = e["type"]
     if kind == "value_error" and isinstance(ctx.get("error"), SettingError) and ctx["error"].why:

@@ -2,6 +2,7 @@
 machine. keyheads.commands.flags generates each command's flags from these models."""
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -22,6 +23,10 @@ from .base import Count, Machine, NonNegative, Quiet, Section, section_of
 from .sections import DataSection, PatchSection, check_train
 
 MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
+
+
+def names(cls) -> set[str]:
+    return {f.name for f in fields(cls)}
 
 
 def existing_file(key: str, path: Optional[str], hint: str = "") -> Optional[str]:
@@ -67,7 +72,7 @@ class PairsIn(Section):
         return existing_file("data", v, "make one with `keyheads data`")
 
 
-_PairFlags = section_of("_PairFlags", PairConfig, exclude=("n", "few_shot", "shared_prefix", "a_range", "b_range",
+_PairFlags: Any = section_of("_PairFlags", PairConfig, exclude=("n", "few_shot", "shared_prefix", "a_range", "b_range",
                                                            "counterfactual_tries"))
 
 
@@ -81,7 +86,7 @@ class DataCommand(DataSection, _PairFlags, Works):
 
     def pairs(self) -> PairConfig:
         a_range, b_range = parse_operands(self.operands)
-        shared = set(PairConfig.__pydantic_fields__) & set(type(self).model_fields)
+        shared = names(PairConfig) & set(type(self).model_fields)
         return PairConfig(a_range=a_range, b_range=b_range, **self.model_dump(include=shared))
 
     @field_validator("out")
@@ -126,7 +131,7 @@ class HeadChoice(Section):
         return check_list("heads", v, parse_head_list)
 
 
-_Knockout = section_of("_Knockout", KnockoutRun, exclude=("selection", "progress"))
+_Knockout: Any = section_of("_Knockout", KnockoutRun, exclude=("selection", "progress"))
 
 
 class KnockoutCommand(_Knockout, HeadChoice, OutFolder, PairsIn, Works):
@@ -140,16 +145,19 @@ class KnockoutCommand(_Knockout, HeadChoice, OutFolder, PairsIn, Works):
                            **self.model_dump(include=set(_Knockout.model_fields)))
 
 
-class AttentionCommand(section_of("_Attention", AttentionRun, exclude=("selection", "progress")), HeadChoice,
-                       OutFolder, PairsIn, Works):
+_Attention: Any = section_of("_Attention", AttentionRun, exclude=("selection", "progress"))
+_MLP: Any = section_of("_MLP", MLPRun, exclude=("progress",))
+
+
+class AttentionCommand(_Attention, HeadChoice, OutFolder, PairsIn, Works):
     def run(self) -> AttentionRun:
-        shared = set(AttentionRun.__pydantic_fields__) - {"selection", "progress"}
+        shared = names(AttentionRun) - {"selection", "progress"}
         return AttentionRun(selection=selection(self), progress=not self.quiet, **self.model_dump(include=shared))
 
 
-class MLPCommand(section_of("_MLP", MLPRun, exclude=("progress",)), OutFolder, PairsIn, Works):
+class MLPCommand(_MLP, OutFolder, PairsIn, Works):
     def run(self) -> MLPRun:
-        shared = set(MLPRun.__pydantic_fields__) - {"progress"}
+        shared = names(MLPRun) - {"progress"}
         return MLPRun(progress=not self.quiet, **self.model_dump(include=shared))
 
 
@@ -157,7 +165,7 @@ def selection(cfg: HeadChoice) -> Selection:
     return Selection(heads=cfg.heads, effects=cfg.effects, threshold=cfg.threshold, top_k=cfg.top_k)
 
 
-_EvalFlags = section_of("_EvalFlags", EvalConfig, exclude=("split", "heldout", "progress", "shard"))
+_EvalFlags: Any = section_of("_EvalFlags", EvalConfig, exclude=("split", "heldout", "progress", "shard"))
 
 
 class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
@@ -174,7 +182,7 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
     baseline: Optional[str] = Field(None, description="another model evaluated first, as the reference row for Δ")
     variant: list[dict[str, Any]] = Field(default_factory=list, description='more rows of any registered kind, as '
                                           'JSON: {"kind": ..., "model": ..., "label": ..., "options": {...}}')
-    split: Literal["full", "heldout"] = EvalConfig.__pydantic_fields__["split"]
+    split: Literal["full", "heldout"] = EvalConfig.__pydantic_fields__["split"]  # type: ignore[attr-defined]
     heldout_seed: NonNegative = Field(0, description="seed of the held-out split")
     heldout_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="training share of the held-out split")
     shard: Optional[str] = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark, so "
@@ -206,7 +214,7 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
                           **self.model_dump(include=set(_EvalFlags.model_fields)))
 
 
-_Recipe = section_of("_Recipe", FinetuneConfig)
+_Recipe: Any = section_of("_Recipe", FinetuneConfig)
 
 
 class FinetuneCommand(_Recipe, OutFolder, Works):

@@ -5,7 +5,7 @@ its files and the machine (keyheads.config.commands); `keyheads run` composes th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
@@ -19,7 +19,10 @@ from ..finetune.data import ARITH_KINDS
 from ..patching.run import PatchConfig
 from .base import Count, section_of
 
-class DataSection(section_of("_Pairs", PairConfig, include=("n", "few_shot", "shared_prefix"))):
+_Pairs: Any = section_of("_Pairs", PairConfig, include=("n", "few_shot", "shared_prefix"))
+
+
+class DataSection(_Pairs):
     """Which prompt pairs are made (PairConfig's fields, and the templates)."""
 
     task: str = Field("addition", description=f"{', '.join(TASKS)} or all")
@@ -48,7 +51,7 @@ def check_template_ids(ids: list[str], files=None) -> list[str]:
     return ids
 
 
-_Patching = section_of("_Patching", PatchConfig, exclude=("batch_size",))
+_Patching: Any = section_of("_Patching", PatchConfig, exclude=("batch_size",))
 
 
 class PatchSection(_Patching):
@@ -60,10 +63,10 @@ class PatchSection(_Patching):
 
 
 # what a run shares with `keyheads knockout`, `attention` and `mlp`: all but files, heads and speed
-AnalysisSection = section_of("AnalysisSection", AttentionRun, include=("n_samples",))
-KnockoutSection = section_of("KnockoutSection", KnockoutRun,
+AnalysisSection: Any = section_of("AnalysisSection", AttentionRun, include=("n_samples",))
+KnockoutSection: Any = section_of("KnockoutSection", KnockoutRun,
                              include=("n_samples", "k", "seeds", "mean_mode", "transfer_n", "transfer_control"))
-MLPSection = section_of("MLPSection", MLPRun, include=("n_samples", "case", "case_answer"))
+MLPSection: Any = section_of("MLPSection", MLPRun, include=("n_samples", "case", "case_answer"))
 
 
 def check_train(spec: str) -> str:
@@ -81,7 +84,7 @@ def check_train(spec: str) -> str:
     return spec
 
 
-_Training = section_of("_Training", FinetuneConfig, exclude=("method", "seed"))
+_Training: Any = section_of("_Training", FinetuneConfig, exclude=("method", "seed"))
 
 
 class FinetuneSection(_Training):
@@ -97,11 +100,14 @@ class FinetuneSection(_Training):
     def _train(cls, v):
         return check_train(v)
 
-    def recipe(self, method: str, seed: int) -> FinetuneConfig:
+    def recipe(self, method: Literal["precise", "full", "lora"], seed: int) -> FinetuneConfig:
         return FinetuneConfig(method=method, seed=seed, **self.model_dump(include=set(_Training.model_fields)))
 
 
-class EvalSection(section_of("_Eval", EvalConfig, include=("benchmarks", "limit", "few_shot"))):
+_Eval: Any = section_of("_Eval", EvalConfig, include=("benchmarks", "limit", "few_shot"))
+
+
+class EvalSection(_Eval):
     """The evaluation table (EvalConfig's fields), and which items of the math sets a run scores."""
 
     split: Literal["auto", "full", "heldout"] = Field(
