@@ -4,14 +4,12 @@ import importlib.util
 import os
 import re
 
-import numpy as np
 import pytest
 import torch
 
 from keyheads import settings
 from keyheads.cli import COMMAND_MODULES, build_parser, main
-from keyheads.settings import (SettingError, check_choice, check_device, check_dtype, check_int, check_writable_dir,
-                               check_writable_file)
+from keyheads.settings import SettingError, check_device, check_dtype, check_writable_dir, check_writable_file
 
 COMMON = ("--threads", "--device", "--dtype")
 SEEDED = ("data", "knockout", "attention", "mlp", "eval", "finetune")  # where the seed picks something
@@ -145,37 +143,21 @@ def test_writable_file(tmp_path):
         check_writable_file(tmp_path / "f" / "pairs.jsonl", "--out")
 
 
-# ---- numbers and choices ------------------------------------------------------------------------
-def test_int_message_names_key_value_and_rule():
-    with pytest.raises(SettingError) as err:
-        check_int("top_k", -3)
-    assert str(err.value) == "top_k: -3 given; must be an integer >= 1"
-    assert (err.value.key, err.value.value) == ("top_k", -3) and isinstance(err.value, ValueError)
-    with pytest.raises(SettingError, match=r"^--batch-size 0: must be an integer >= 1$"):
-        check_int("--batch-size", 0)
+# ---- numbers and choices, as the settings models check them -----------------------------------------
+def test_integer_settings_refuse_bools_and_floats():
+    from keyheads.runconfig import PipelineConfig
 
-
-@pytest.mark.parametrize("value", [True, False, 2.0, 1.5, "3", None, [1]])
-def test_int_refuses_bools_floats_and_strings(value):
-    with pytest.raises(SettingError, match="must be an integer >= 0"):
-        check_int("n", value, minimum=0)
-
-
-def test_int_accepts_integers_at_the_minimum():
-    assert check_int("seed", 0, minimum=0) == 0
-    assert check_int("n", np.int64(5)) == 5 and type(check_int("n", np.int64(5))) is int
-
-
-def test_choice():
-    assert check_choice("method", "path", ("path", "activation")) == "path"
-    with pytest.raises(SettingError, match=r"^method: 'magic' given; must be one of path, activation$"):
-        check_choice("method", "magic", ("path", "activation"))
-    with pytest.raises(SettingError):
-        check_choice("k", True, (1, 2))  # True == 1, but it is not a choice of 1
+    for value in (True, 2.5, "five"):
+        with pytest.raises(SettingError, match=f"knockout.k: {re.escape(repr(value))} given; must be an integer"):
+            PipelineConfig.make(eval={"benchmarks": []}, knockout={"k": value})
+    assert PipelineConfig.make(eval={"benchmarks": []}, knockout={"k": 3.0}).knockout.k == 3
 
 
 def test_setting_error_also_takes_a_plain_message():
     assert str(SettingError("seed and seeds disagree")) == "seed and seeds disagree"
+    err = SettingError("top_k", -3, "must be an integer >= 1")
+    assert str(err) == "top_k: -3 given; must be an integer >= 1" and (err.key, err.value) == ("top_k", -3)
+    assert isinstance(err, ValueError)
 
 
 # ---- the common flags ---------------------------------------------------------------------------

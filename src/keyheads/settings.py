@@ -6,7 +6,7 @@ this machine lacks fails in a second, before any model loads. The keys are confi
 ("device") or flags ("--device"); a flag reads as on the command line:
 
     --device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu
-    top_k: -3 given; must be an integer >= 1
+    device: 'cuda:7' given; this machine has no CUDA GPU (...)
 
 torch is imported only by the checks that need it (a CUDA or MPS device, bfloat16). The settings
 models (keyheads.config) call these checks from their validators.
@@ -14,12 +14,10 @@ models (keyheads.config) call these checks from their validators.
 from __future__ import annotations
 
 import importlib.util
-import numbers
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Sequence
 
 from .errors import SettingError
 
@@ -142,18 +140,3 @@ def check_writable_file(path: str | Path, key: str = "out") -> Path:
     elif why := _cannot_create(file):
         raise SettingError(key, str(path), why)
     return file
-
-
-# ---- numbers and choices ------------------------------------------------------------------------
-def check_int(key: str, value, minimum: int = 1) -> int:
-    """An integer >= minimum; bools, floats and strings are refused."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise SettingError(key, value, f"must be an integer >= {minimum}")
-    return int(value)
-
-
-def check_choice(key: str, value, allowed: Sequence) -> object:
-    """One of `allowed` (True is not taken for 1)."""
-    if not any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed):
-        raise SettingError(key, value, f"must be one of {', '.join(map(str, allowed))}")
-    return value
