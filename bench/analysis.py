@@ -36,11 +36,11 @@ def demo_data(folder: Path) -> Path:
     """The pairs the demo makes (same templates, n, few-shot prefix, seed), and their effects."""
     cfg = demo_config({"model": "smollm2-135m", "out": str(folder), "device": "cpu", "dtype": "float32"})
     data = folder / "pairs.jsonl"
-    args = ["data", "--task", cfg.task, "--n", str(cfg.n), "--few-shot", str(cfg.few_shot), "--keep-correct",
-            "--single-token-answer", "--seed", str(cfg.seed), "--out", str(data)]
-    args += ["--shared-prefix"] if cfg.shared_prefix else []
-    for t in cfg.templates:
-        args += ["--template", t]
+    args = ["data", "--task", cfg.data.task, "-n", str(cfg.data.n), "--few-shot", str(cfg.data.few_shot),
+            "--keep-correct", "--single-token-answer", "--seed", str(cfg.seed), "--out", str(data)]
+    args += ["--shared-prefix"] if cfg.data.shared_prefix else []
+    if cfg.data.templates:
+        args += ["--templates", ",".join(cfg.data.templates)]
     if cli(args):
         raise SystemExit("could not make the demo's pairs")
     return data

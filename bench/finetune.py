@@ -71,7 +71,7 @@ def batches(args, vocab: int):
     from keyheads.finetune.data import Tokenized
 
     g = torch.Generator().manual_seed(0)
-    n = args.batch_size * (args.steps + args.warmup)
+    n = args.optimizer_batch_size * (args.steps + args.warmup)
     ids = torch.randint(10, vocab, (n, args.prompt_len + args.completion_len), generator=g)
     return [Tokenized(row.tolist(), args.prompt_len) for row in ids]
 
@@ -100,7 +100,7 @@ def run_one(args) -> dict:
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     method = "precise" if args.one.startswith("precise") or args.one == "floor" else args.one
-    cfg = FinetuneConfig(method=method, batch_size=args.batch_size, micro_batch_size=args.micro_batch_size,
+    cfg = FinetuneConfig(method=method, batch_size=args.optimizer_batch_size, micro_batch_size=args.micro_batch_size,
                          max_steps=args.steps + args.warmup, save_every=0, lr=2e-5, max_length=10**6)
     out = {"case": args.one, "components": chosen.to_json(), "lowest_layer": chosen.lowest_layer(),
            "n_layers": model.n_layers}
@@ -119,7 +119,7 @@ def run_one(args) -> dict:
         pad = model.tokenizer.pad_token_id
         for step in range(args.steps + args.warmup):
             t0 = time.perf_counter()
-            batch = data[step * args.batch_size:(step + 1) * args.batch_size]
+            batch = data[step * args.optimizer_batch_size:(step + 1) * args.optimizer_batch_size]
             tokens = sum(len(t.ids) - t.n_prompt for t in batch)
             for i in range(0, len(batch), args.micro_batch_size):
                 inputs = collate(batch[i:i + args.micro_batch_size], pad, model.device)
@@ -149,7 +149,7 @@ def main() -> None:
     p.add_argument("--from-layer", type=int, default=0, help="without --effects: random heads from this layer up")
     p.add_argument("--steps", type=int, default=3, help="timed steps, after --warmup steps")
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--optimizer-batch-size", type=int, default=16, help="samples per optimizer step")
     p.add_argument("--micro-batch-size", type=int, default=8)
     p.add_argument("--prompt-len", type=int, default=96)
     p.add_argument("--completion-len", type=int, default=64)
@@ -175,7 +175,7 @@ def main() -> None:
         rows[case] = json.loads(line[len("RESULT "):])
         r = rows[case]
         r["step"] = statistics.median(r["step_seconds"][args.warmup:])
-        print(f"{case:14s} {r['step']:.3f} s/step  {args.batch_size / r['step']:.2f} samples/s  "
+        print(f"{case:14s} {r['step']:.3f} s/step  {args.optimizer_batch_size / r['step']:.2f} samples/s  "
               f"peak {r['peak_gib']:.2f} GiB  tuned {r['tuned_params']:,}", flush=True)
     report(args, rows)
 
@@ -189,13 +189,13 @@ def report(args, rows: dict) -> None:
     what = args.random_init and f"random-init {args.random_init}" or args.model
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({platform.processor() or platform.machine()})"
     lines = [f"Measured {datetime.date.today()} on {device}, {what} in {args.dtype or 'float32'}: "
-             f"{args.batch_size} samples per step ({args.micro_batch_size} per forward pass), "
+             f"{args.optimizer_batch_size} samples per step ({args.micro_batch_size} per forward pass), "
              f"{args.prompt_len} prompt + {args.completion_len} completion tokens each, median of {args.steps} "
              f"steps after {args.warmup} warm-up step(s). Heads: {first['components']['source']}; lowest trained layer "
              f"{first['lowest_layer']} of {first['n_layers']}.", "",
              "| case | s/step | samples/s | peak memory | tuned params |", "|---|---|---|---|---|"]
     for case, r in rows.items():
-        lines.append(f"| {case} | {r['step']:.3f} | {args.batch_size / r['step']:.2f} | {r['peak_gib']:.2f} GiB | "
+        lines.append(f"| {case} | {r['step']:.3f} | {args.optimizer_batch_size / r['step']:.2f} | {r['peak_gib']:.2f} GiB | "
                      f"{r['tuned_params']:,} |")
     ratios = []
     if {"precise", "floor"} <= set(rows):

@@ -77,9 +77,9 @@ def main() -> None:
 
         data = str(Path(tempfile.mkdtemp()) / "addition.jsonl")
         # equation-form addition (add-eq-*), a three-example prefix, only pairs the model gets right
-        code = cli(["data", "--task", "addition", "--n", str(3 * args.n), "--few-shot", "3", "--keep-correct",
-                    "--template", "add-eq-1", "--template", "add-stmt-1", "--template", "add-qa-1",
-                    "--single-token-answer", "--seed", "0", "--out", data])
+        code = cli(["data", "--task", "addition", "-n", str(3 * args.n), "--few-shot", "3", "--keep-correct",
+                    "--templates", "add-eq-1,add-stmt-1,add-qa-1", "--single-token-answer", "--seed", "0",
+                    "--out", data])
         if code:
             raise SystemExit("could not make the benchmark data")
     samples = load_patch_samples(model, data, limit=args.n)

@@ -85,19 +85,19 @@ def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, s
     from keyheads.evaluation.runner import slug
     from keyheads.pipeline import eval_labels, key_heads
 
-    labels = eval_labels(config["model"], len(key_heads(run).heads), config["finetune"])
-    kinds = ["model", "knockout"] + ["adapter"] * len(config["finetune"])
-    names = [None, None] + list(config["finetune"])
+    labels = eval_labels(config["model"], len(key_heads(run).heads), config["variants"])
+    kinds = ["model", "knockout"] + ["adapter"] * len(config["variants"])
+    names = [None, None] + list(config["variants"])
     rows, missing = [], []
     for label, kind, name in zip(labels, kinds, names):
         folder = run / "eval" / slug(label)
         benchmarks = {b: json.loads((folder / f"{b}.json").read_text())
-                      for b in config["eval_benchmarks"] if (folder / f"{b}.json").exists()}
+                      for b in config["eval"]["benchmarks"] if (folder / f"{b}.json").exists()}
         if not benchmarks:
             missing.append((label, name))
             continue
         rows.append(EvalRow(label, kind, benchmarks, name))
-    return EvalTable(list(config["eval_benchmarks"]), rows), missing
+    return EvalTable(list(config["eval"]["benchmarks"]), rows), missing
 
 
 def main() -> None:
@@ -127,15 +127,16 @@ def main() -> None:
     where = trained_on.get("gpu") or f"{trained_on.get('torch_threads', '?')} CPU threads"
     split = next((r.benchmarks[b].get("split") for r in t.rows for b in ("addsub", "singleeq", "svamp")
                   if b in r.benchmarks), "not evaluated")
+    ft = config["finetune"]
     n_train = next(((info.get("data") or {}).get("n") for info in runs.values()), "?")
     lines = [f"- date: {datetime.date.today().isoformat()}; commands: `keyheads run configs/{run.name}.yaml` (with "
              f"the flags its header gives; the effective settings are in {run.name}/config.json), then "
              f"`python bench/table1.py {run}{' --partial' if missing else ''}`",
-             f"- training data `{config['finetune_data']}` ({n_train} examples), {config['finetune_epochs']} epoch(s), lr "
-             f"{config['finetune_lr']}, batch {config['finetune_batch_size']}, {config.get('dtype') or 'default dtype'}; "
+             f"- training data `{ft['train']}` ({n_train} examples), {ft['epochs']} epoch(s), lr "
+             f"{ft['lr']}, batch {ft['optimizer_batch_size']}, {config.get('dtype') or 'default dtype'}; "
              f"trained on {where} (train speed is measured there, each variant in this run); "
-             f"{config['eval_limit'] or 'all'} items per benchmark (AddSub/SingleEq/SVAMP split: {split}); "
-             f"key heads = top-{config['top_k']} by path patching"]
+             f"{config['eval']['limit'] or 'all'} items per benchmark (AddSub/SingleEq/SVAMP split: {split}); "
+             f"key heads = top-{config['patch']['top_k']} by path patching"]
     if missing:
         lines.append("- **incomplete**: the eval stage stopped before these rows: " + "; ".join(
             f"{label} (trained: {_trained(runs.get(name))})" for label, name in missing))

@@ -7,8 +7,9 @@ import shutil
 import pytest
 
 from keyheads.evaluation.cache import read_rows
+from keyheads.errors import BadFile, UserError
 from keyheads.pipeline import run_pipeline
-from keyheads.runconfig import PipelineConfig
+from keyheads.runconfig import PipelineConfig, merge
 from keyheads.testing import tiny_model
 
 from tests.helpers import make_rows, write_rows
@@ -24,11 +25,12 @@ def llama():
 
 
 def config(run, data_dir, **kw):
-    base = dict(model="tiny", out=str(run), top_k=3, knockout_k=4, seeds=2, analysis_samples=None, transfer_n=4,
-                finetune=["precise"], finetune_data=str(run.parent / "train.jsonl"), finetune_steps=2,
-                finetune_batch_size=4, finetune_micro_batch_size=2, eval_benchmarks=["mmlu"], eval_limit=2,
-                eval_few_shot=1, data_dir=str(data_dir), batch_size=8)
-    return PipelineConfig.make(**{**base, **kw})
+    base = dict(model="tiny", out=str(run), patch=dict(top_k=3), knockout=dict(k=4, seeds=2, limit=None, transfer_n=4),
+                attention=dict(limit=None), mlp=dict(limit=None), variants=["precise"],
+                finetune=dict(train=str(run.parent / "train.jsonl"), max_steps=2, optimizer_batch_size=4,
+                              micro_batch_size=2),
+                eval=dict(benchmarks=["mmlu"], limit=2, few_shot=1), data_dir=str(data_dir), batch_size=8)
+    return PipelineConfig.make(**merge(base, kw))
 
 
 def given_pairs(cfg, run, model, progress=True):
@@ -71,7 +73,8 @@ def test_every_stage_writes_its_outputs_and_record(run, tiny_data, capsys, monke
     for name in STAGES:
         rec = json.loads((run / "stages" / f"{name}.json").read_text())
         assert rec["outputs"] and all(rec["outputs"].values()) and rec["seconds"] >= 0
-    assert json.loads((run / "config.json").read_text())["top_k"] == 3
+    written = json.loads((run / "config.json").read_text())
+    assert written["patch"]["top_k"] == 3 and PipelineConfig.make(**written) == config(run, tiny_data)
     assert json.loads((run / "model.json").read_text())["fingerprint"]
 
 
@@ -88,13 +91,14 @@ def test_rerun_is_instant_and_a_change_reruns_exactly_its_dependents(run, tiny_d
     assert ran(capsys) == []
     monkeypatch.setattr("keyheads.models.load_model", lambda *a, **k: tiny_model("llama"))
 
-    run_pipeline(config(run, tiny_data, knockout_k=3))
+    run_pipeline(config(run, tiny_data, knockout=dict(k=3)))
     assert ran(capsys) == ["knockout", "report"]
-    run_pipeline(config(run, tiny_data, knockout_k=3, finetune_lr=1e-3))
+    run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3)))
     assert ran(capsys) == ["finetune/precise", "eval", "report"]
-    run_pipeline(config(run, tiny_data, knockout_k=3, finetune_lr=1e-3, top_k=2))
+    run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3), patch=dict(top_k=2)))
     assert ran(capsys) == ["identify", "knockout", "attention", "finetune/precise", "eval", "report"]  # not data, mlp
-    out = run_pipeline(config(run, tiny_data, knockout_k=3, finetune_lr=1e-3, top_k=2, batch_size=4))
+    out = run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3), patch=dict(top_k=2),
+                              batch_size=4))
     assert ran(capsys) == ["report"]  # a batch size changes speed, not results
     assert out.exists()
 
@@ -102,11 +106,11 @@ def test_rerun_is_instant_and_a_change_reruns_exactly_its_dependents(run, tiny_d
 def test_stages_and_from_choose_a_subset(run, tiny_data, capsys, monkeypatch):  # noqa: F811
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
     with pytest.raises(FileNotFoundError, match="stage identify needs pairs.jsonl"):
-        run_pipeline(config(run, tiny_data, finetune=[], eval_benchmarks=[]), stages=["identify"])
+        run_pipeline(config(run, tiny_data, variants=[], eval=dict(benchmarks=[])), stages=["identify"])
     capsys.readouterr()
-    run_pipeline(config(run, tiny_data, finetune=[], eval_benchmarks=[]), stages=["data", "identify", "mlp"])
+    run_pipeline(config(run, tiny_data, variants=[], eval=dict(benchmarks=[])), stages=["data", "identify", "mlp"])
     assert ran(capsys) == ["data", "identify", "mlp"]
-    run_pipeline(config(run, tiny_data, finetune=[], eval_benchmarks=[]), start="attention")
+    run_pipeline(config(run, tiny_data, variants=[], eval=dict(benchmarks=[])), start="attention")
     assert ran(capsys) == ["attention", "report"]
     assert not (run / "knockout" / "knockout.json").exists()
     with pytest.raises(ValueError, match="unknown stage 'identfy'"):
@@ -117,7 +121,7 @@ def test_finetune_variant_names_choose_heads_and_mlps(run, tiny_data, llama, mon
     from keyheads.pipeline import key_heads, variant_components
 
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
-    cfg = config(run, tiny_data, finetune=[], eval_benchmarks=[], top_k=3, finetune_mlps=2)
+    cfg = config(run, tiny_data, variants=[], eval=dict(benchmarks=[]), patch=dict(top_k=3), finetune=dict(mlps=2))
     run_pipeline(cfg, stages=["data", "identify"])
     effects = json.loads((run / "identify" / "effects.json").read_text())
     ranked = [(l, h) for _, l, h in sorted((v, l, h) for l, row in enumerate(effects["heads"])
@@ -139,7 +143,7 @@ def test_finetune_variant_names_choose_heads_and_mlps(run, tiny_data, llama, mon
 
 def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkeypatch):  # noqa: F811
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
-    cfg = config(run, tiny_data, eval_benchmarks=[])
+    cfg = config(run, tiny_data, eval=dict(benchmarks=[]))
     run_pipeline(cfg)
     files = ["identify/effects.json", "identify/key_heads.json", "knockout/knockout.json",
              "finetune/precise/adapter.safetensors"]
@@ -151,65 +155,131 @@ def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkey
         assert (run / f).read_bytes() == first[f], f"{f} differs between two runs of the same config"
 
 
+@pytest.mark.parametrize("change, affected", [
+    ({"data": {"few_shot": 1}}, {"data"}),
+    ({"patch": {"metric": "prob"}}, {"identify"}),
+    ({"knockout": {"mean_mode": "global"}}, {"knockout"}),
+    ({"attention": {"limit": 7}}, {"attention"}),
+    ({"mlp": {"case_answer": "8"}}, {"mlp"}),
+    ({"finetune": {"warmup_ratio": 0.1}}, {"finetune/precise"}),
+    ({"eval": {"few_shot": 2}}, {"eval"}),
+    ({"seed": 3}, {"data", "knockout", "attention", "mlp", "finetune/precise", "eval"}),
+    ({"batch_size": 4, "finetune": {"save_every": 1}}, set()),  # speed and checkpoints, not results
+])
+def test_a_stage_signature_is_its_section(change, affected, tmp_path):
+    """Every setting of a section reaches its stage's signature, and no other stage's."""
+    from keyheads.pipeline import build_stages
+
+    def signatures(cfg):
+        return {s.name: s.settings for s in build_stages(cfg, tmp_path, get_model=None)}
+
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1 + 1 = ", "completion": "2"}\n')
+    before = signatures(config(tmp_path / "r", tmp_path))
+    after = signatures(config(tmp_path / "r", tmp_path, **change))
+    assert {name for name in before if before[name] != after[name]} == affected
+
+
 @pytest.mark.parametrize("values, named", [
-    ({"n": 0}, "n: 0 given"),
-    ({"top_k": -3}, "top_k: -3 given"),
+    ({"data": {"n": 0}}, "data.n: 0 given"),
+    ({"patch": {"top_k": -3}}, "patch.top_k: -3 given"),
     ({"batch_size": 0}, "batch_size: 0 given"),
-    ({"knockout_k": True}, "knockout_k: True given"),
-    ({"seeds": "five"}, "seeds: 'five' given"),
-    ({"finetune_lr": 0}, "finetune_lr: 0 given"),
-    ({"method": "magic"}, "method: 'magic' given"),
-    ({"metric": "accuracy"}, "metric: 'accuracy' given"),
-    ({"finetune": ["precise", "everything"]}, "unknown variant(s) everything"),
-    ({"finetune": ["random@3+mlp"]}, "unknown variant(s) random@3+mlp"),
-    ({"finetune": ["full", "full"]}, "a variant is listed twice"),
-    ({"task": "integration"}, "task: 'integration' given"),
-    ({"templates": ["add-eq-99"]}, "add-eq-99"),
-    ({"eval_benchmarks": ["gsm9k"]}, "gsm9k"),
+    ({"knockout": {"k": True}}, "knockout.k: True given"),
+    ({"knockout": {"seeds": "five"}}, "knockout.seeds: 'five' given"),
+    ({"finetune": {"lr": 0}}, "finetune.lr: 0 given"),
+    ({"patch": {"method": "magic"}}, "patch.method: 'magic' given"),
+    ({"patch": {"metric": "accuracy"}}, "patch.metric: 'accuracy' given"),
+    ({"variants": ["precise", "everything"]}, "unknown variant(s) everything"),
+    ({"variants": ["random@3+mlp"]}, "unknown variant(s) random@3+mlp"),
+    ({"variants": ["full", "full"]}, "a variant is listed twice"),
+    ({"data": {"task": "integration"}}, "data.task: 'integration' given"),
+    ({"data": {"templates": ["add-eq-99"]}}, "data.templates: ['add-eq-99'] given; unknown template id(s) add-eq-99"),
+    ({"eval": {"benchmarks": ["gsm9k"]}}, "gsm9k"),
     ({"device": "cuda:7"}, "device"),
     ({"device": "tpu"}, "device"),
     ({"dtype": "float8"}, "dtype"),
     ({"data_dir": "/no/such/folder"}, "data_dir: '/no/such/folder' given"),
     ({"top_kk": 3}, "top_kk"),
+    ({"finetune": {"batch_size": 4}}, "finetune.batch_size: 4 given; unknown setting"),  # optimizer_batch_size
+    ({"finetune": {"train": "arith:multidigit,nope"}},
+     "finetune.train: 'arith:multidigit,nope' given; unknown arithmetic kind 'nope'; known: multidigit"),
 ])
 def test_invalid_settings_are_named_before_anything_runs(values, named, tmp_path):
-    with pytest.raises(ValueError, match=re.escape(named)):
-        PipelineConfig.make(**{"out": str(tmp_path / "r"), "eval_benchmarks": [], **values})
+    with pytest.raises(UserError, match=re.escape(named)) as err:
+        PipelineConfig.make(**merge({"out": str(tmp_path / "r"), "eval": {"benchmarks": []}}, values))
+    assert "ArgsKwargs" not in str(err.value) and "pydantic" not in str(err.value)
+
+
+def test_a_section_given_in_part_keeps_the_run_defaults(tmp_path):
+    cfg = PipelineConfig.make(out=str(tmp_path / "r"), eval={"benchmarks": []}, data={"task": "all"})
+    assert (cfg.data.task, cfg.data.n, cfg.data.few_shot) == ("all", 300, 3)
+    assert cfg.patch.top_k == 10 and cfg.knockout.n_samples == cfg.attention.n_samples == cfg.mlp.n_samples == 300
+    assert cfg.eval.limit == 50 and cfg.eval.split == "auto"
 
 
 def test_out_that_cannot_be_written_and_missing_config_are_named(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(ValueError, match="out"):
-        PipelineConfig.make(out=str(blocker / "run"), eval_benchmarks=[])
-    with pytest.raises(FileNotFoundError, match="nothere.yaml"):
+    with pytest.raises(UserError, match="out"):
+        PipelineConfig.make(out=str(blocker / "run"), eval={"benchmarks": []})
+    with pytest.raises(BadFile, match="nothere.yaml"):
         PipelineConfig.from_yaml(tmp_path / "nothere.yaml")
     path = tmp_path / "c.yaml"
     path.write_text("model: smollm2-135m\ntop_kk: 5\n")
-    with pytest.raises(ValueError, match="top_kk"):
+    with pytest.raises(UserError, match="top_kk"):
         PipelineConfig.from_yaml(path)
-    path.write_text(f"out: {tmp_path / 'r'}\ntop_k: 4\neval_benchmarks: []\n")
-    assert PipelineConfig.from_yaml(path).top_k == 4
+    path.write_text(f"out: {tmp_path / 'r'}\npatch:\n  top_k: 4\neval:\n  benchmarks: []\n")
+    assert PipelineConfig.from_yaml(path).patch.top_k == 4
 
 
 def test_benchmarks_that_need_data_are_refused_without_a_folder(tmp_path, monkeypatch):
     monkeypatch.delenv("KEYHEADS_DATA", raising=False)
-    with pytest.raises(ValueError, match="eval_benchmarks gsm8k read a benchmark folder"):
-        PipelineConfig.make(out=str(tmp_path / "r"), eval_benchmarks=["gsm8k"])
+    with pytest.raises(UserError, match="eval.benchmarks gsm8k read a benchmark folder"):
+        PipelineConfig.make(out=str(tmp_path / "r"), eval={"benchmarks": ["gsm8k"]})
 
 
 def test_cli_run_flags_override_the_yaml_and_errors_exit_2(tmp_path, capsys):
     from keyheads.cli import main
 
     path = tmp_path / "c.yaml"
-    path.write_text(f"out: {tmp_path / 'r'}\ntop_k: 4\neval_benchmarks: []\n")
-    assert main(["run", str(path), "--top-k", "0"]) == 2
+    path.write_text(f"out: {tmp_path / 'r'}\npatch: {{top_k: 4}}\neval: {{benchmarks: []}}\n")
+    assert main(["run", str(path), "--patch.top-k", "0"]) == 2
     err = capsys.readouterr().err
-    assert "top_k: 0 given" in err and "Traceback" not in err
+    assert "patch.top_k: '0' given; must be an integer >= 1" in err and "Traceback" not in err
     assert main(["run", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
     assert main(["demo", "--device", "cuda:3"]) == 2
-    assert "--device" in capsys.readouterr().err
+    assert "device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, said", [
+    ("model: [smollm2-135m\nout: runs/x\n", "not valid YAML at line 2"),  # an unclosed bracket
+    ("patch:\n  top_k: 4\n   threshold: -0.1\n", "not valid YAML at line 3"),  # a misindented key
+    ("finetune:\n  train: arith:multidigit,fractions\n", "finetune.train: 'arith:multidigit,fractions' given; "
+                                                          "unknown arithmetic kind 'fractions'"),
+])
+def test_cli_run_with_a_broken_config_says_one_line(text, said, tmp_path, capsys):
+    from keyheads.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert main(["run", str(path), "--out", str(tmp_path / "r"), "--eval.benchmarks", "arith-add"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"keyheads run: error: {path}: ") and said in err, err
+    assert "\n" not in err and "Traceback" not in err and "ArgsKwargs" not in err
+
+
+def test_cli_run_flags_reach_the_sections(tmp_path, monkeypatch):
+    from keyheads.cli import main
+
+    seen = {}
+    monkeypatch.setattr("keyheads.pipeline.run_pipeline", lambda cfg, **kw: seen.update(cfg=cfg, **kw))
+    assert main(["run", "--out", str(tmp_path / "r"), "--eval.benchmarks", "arith-add,arith-sub",
+                 "--finetune.optimizer-batch-size", "32", "--knockout.limit", "null", "--knockout.k",
+                 "7", "--variants", "precise,random@2", "--quiet"]) == 0
+    cfg = seen["cfg"]
+    assert cfg.eval.benchmarks == ("arith-add", "arith-sub") and cfg.finetune.batch_size == 32
+    assert cfg.knockout.n_samples is None and cfg.knockout.k == 7 and cfg.variants == ["precise", "random@2"]
+    assert seen["progress"] is False
 
 
 def test_training_on_the_trainset_evaluates_only_untrained_items(run, tiny_data, monkeypatch):  # noqa: F811
@@ -226,7 +296,7 @@ def test_training_on_the_trainset_evaluates_only_untrained_items(run, tiny_data,
     (data / "svamp" / "SVAMP.json").write_text(json.dumps(
         [{"ID": f"chal-{i}", "Body": f"Bob had {i} cards.", "Question": "He lost 1. How many cards now?",
           "Equation": f"( {i} - 1 )", "Answer": i - 1, "Type": "Subtraction"} for i in range(8)]))
-    cfg = config(run, data, finetune_data="trainset", eval_benchmarks=["svamp"], eval_limit=None, eval_few_shot=0)
+    cfg = config(run, data, finetune=dict(train="trainset"), eval=dict(benchmarks=["svamp"], limit=None, few_shot=0))
     assert cfg.resolved_eval_split() == "heldout"
     run_pipeline(cfg, stages=["data", "identify", "finetune", "eval"])
     res = json.loads((run / "eval" / "results.json").read_text())["variants"][0]["benchmarks"]["svamp"]
@@ -235,7 +305,7 @@ def test_training_on_the_trainset_evaluates_only_untrained_items(run, tiny_data,
     assert res["split"].startswith("heldout") and 0 < res["n"] == len(held) < 8
     assert not any(r.question in p for r in held for p in trained)
     # asked for explicitly, or with other training data, the whole set as in the paper
-    assert config(run, data, finetune_data="trainset", eval_split="full").resolved_eval_split() == "full"
+    assert config(run, data, finetune=dict(train="trainset"), eval=dict(split="full")).resolved_eval_split() == "full"
     assert config(run, data).resolved_eval_split() == "full"
 
 
@@ -246,14 +316,14 @@ def test_help_prints_every_setting(command, capsys):
     with pytest.raises(SystemExit) as done:
         main([command, "--help"])
     text = capsys.readouterr().out
-    assert done.value.code == 0 and "-5%" in text and "--eval-split" in text
+    assert done.value.code == 0 and "-5%" in text and "--eval.split" in text and "--finetune.optimizer-batch-size" in text
 
 
 def test_keyheads_eval_adapter_reproduces_a_run_row(run, tiny_data, monkeypatch, tmp_path):  # noqa: F811
     from keyheads.cli import main
 
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
-    cfg = config(run, tiny_data, finetune=["precise", "lora"], eval_benchmarks=["mmlu", "arith-add"], eval_limit=3)
+    cfg = config(run, tiny_data, variants=["precise", "lora"], eval=dict(benchmarks=["mmlu", "arith-add"], limit=3))
     run_pipeline(cfg, stages=["data", "identify", "finetune", "eval"])
     rows = {r["label"]: r for r in json.loads((run / "eval" / "results.json").read_text())["variants"]}
     for variant in ("precise", "lora"):

@@ -4,16 +4,16 @@ import importlib.util
 import os
 import re
 
-import numpy as np
 import pytest
 import torch
 
 from keyheads import settings
 from keyheads.cli import COMMAND_MODULES, build_parser, main
-from keyheads.settings import (SettingError, add_common_args, apply_common, check_choice, check_device, check_dtype,
-                               check_int, check_writable_dir, check_writable_file)
+from keyheads.settings import SettingError, check_device, check_dtype, check_writable_dir, check_writable_file
 
-COMMON = ("--quiet", "--threads", "--device", "--dtype", "--seed")
+COMMON = ("--threads", "--device", "--dtype")
+SEEDED = ("data", "knockout", "attention", "mlp", "eval", "finetune")  # where the seed picks something
+SHOW_PROGRESS = SEEDED + ("patch",)  # where --quiet has bars to hide
 # every command that loads a model; `demo` and `run` (keyheads.commands.study) have their own tests
 LOADERS = ("data", "patch", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate")
 OWNED_ELSEWHERE = ("demo", "run")
@@ -143,52 +143,35 @@ def test_writable_file(tmp_path):
         check_writable_file(tmp_path / "f" / "pairs.jsonl", "--out")
 
 
-# ---- numbers and choices ------------------------------------------------------------------------
-def test_int_message_names_key_value_and_rule():
-    with pytest.raises(SettingError) as err:
-        check_int("top_k", -3)
-    assert str(err.value) == "top_k: -3 given; must be an integer >= 1"
-    assert (err.value.key, err.value.value) == ("top_k", -3) and isinstance(err.value, ValueError)
-    with pytest.raises(SettingError, match=r"^--batch-size 0: must be an integer >= 1$"):
-        check_int("--batch-size", 0)
+# ---- numbers and choices, as the settings models check them -----------------------------------------
+def test_integer_settings_refuse_bools_and_floats():
+    from keyheads.runconfig import PipelineConfig
 
-
-@pytest.mark.parametrize("value", [True, False, 2.0, 1.5, "3", None, [1]])
-def test_int_refuses_bools_floats_and_strings(value):
-    with pytest.raises(SettingError, match="must be an integer >= 0"):
-        check_int("n", value, minimum=0)
-
-
-def test_int_accepts_integers_at_the_minimum():
-    assert check_int("seed", 0, minimum=0) == 0
-    assert check_int("n", np.int64(5)) == 5 and type(check_int("n", np.int64(5))) is int
-
-
-def test_choice():
-    assert check_choice("method", "path", ("path", "activation")) == "path"
-    with pytest.raises(SettingError, match=r"^method: 'magic' given; must be one of path, activation$"):
-        check_choice("method", "magic", ("path", "activation"))
-    with pytest.raises(SettingError):
-        check_choice("k", True, (1, 2))  # True == 1, but it is not a choice of 1
+    for value in (True, 2.5, "five"):
+        with pytest.raises(SettingError, match=f"knockout.k: {re.escape(repr(value))} given; must be an integer"):
+            PipelineConfig.make(eval={"benchmarks": []}, knockout={"k": value})
+    assert PipelineConfig.make(eval={"benchmarks": []}, knockout={"k": 3.0}).knockout.k == 3
 
 
 def test_setting_error_also_takes_a_plain_message():
     assert str(SettingError("seed and seeds disagree")) == "seed and seeds disagree"
+    err = SettingError("top_k", -3, "must be an integer >= 1")
+    assert str(err) == "top_k: -3 given; must be an integer >= 1" and (err.key, err.value) == ("top_k", -3)
+    assert isinstance(err, ValueError)
 
 
 # ---- the common flags ---------------------------------------------------------------------------
-def _parsed(*argv):
-    p = argparse.ArgumentParser()
-    add_common_args(p)
-    return p.parse_args(list(argv))
+def _machine(**values):
+    from keyheads.config.base import Machine
+
+    return Machine.model_validate(values)
 
 
-def test_common_flags_defaults_and_normalisation():
-    args = _parsed()
-    assert (args.device, args.dtype, args.threads, args.seed, args.quiet) == (None, None, None, 0, False)
-    args = _parsed("--device", "cpu", "--dtype", "bf16", "--seed", "3", "--quiet")
-    apply_common(args)
-    assert (args.device, args.dtype, args.seed, args.quiet) == ("cpu", "bfloat16", 3, True)
+def test_common_settings_defaults_and_normalisation():
+    m = _machine()
+    assert (m.device, m.dtype, m.threads) == (None, None, None)
+    m = _machine(device="cpu", dtype="bf16", threads=2)
+    assert (m.device, m.dtype, m.threads) == ("cpu", "bfloat16", 2)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -197,15 +180,22 @@ def test_common_flags_defaults_and_normalisation():
     (["--device", "tpu"], "--device tpu: unknown device"),
     (["--dtype", "float8"], "--dtype float8: unknown dtype"),
 ])
-def test_apply_common_names_the_flag(argv, message):
-    with pytest.raises(SettingError, match=f"^{message}"):
-        apply_common(_parsed(*argv))
+def test_common_flags_are_named_as_typed(argv, message, tmp_path, capsys):
+    (tmp_path / "pairs.jsonl").write_text('{"reference": "1 + 2 = ", "counterfactual": "1 @ 2 = ", "answer": "3"}\n')
+    assert main(_argv("knockout", tmp_path, *argv)) == 2
+    assert f"keyheads knockout: error: {message}" in capsys.readouterr().err
 
 
-def test_apply_common_sets_threads():
+def test_threads_flag_sets_torch_threads(tmp_path, monkeypatch):
+    import keyheads.commands.models as command
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt  # the settings are applied; nothing loads
+
+    monkeypatch.setattr(command, "load_from_args", stop)
     before = torch.get_num_threads()
     try:
-        apply_common(_parsed("--threads", "1"))
+        assert main(_argv("generate", tmp_path, "--threads", "1")) == 130
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
@@ -224,14 +214,30 @@ def test_every_model_loading_command_is_covered():
 
 
 @pytest.mark.parametrize("command", LOADERS)
-def test_command_has_the_common_flags(command):
+def test_command_has_the_common_flags(command, tmp_path):
     p = _subparsers()[command]
     for flag in COMMON:
         assert flag in p._option_string_actions, (command, flag)
+    # no flag that changes nothing
+    assert ("--seed" in p._option_string_actions) == (command in SEEDED)
+    assert ("--quiet" in p._option_string_actions) == (command in SHOW_PROGRESS)
     text = p.format_help()
-    assert "common options:" in text and all(flag in text for flag in COMMON)
-    assert p.parse_args(_MINIMAL[command] + ["--quiet", "--threads", "2", "--device", "cpu", "--dtype", "fp32",
-                                             "--seed", "5"]).seed == 5
+    assert all(flag in text for flag in COMMON)
+    args = p.parse_args(_MINIMAL[command] + ["--threads", "2", "--device", "cpu", "--dtype", "fp32"]
+                        + ["--seed", "5"] * (command in SEEDED) + ["--quiet"] * (command in SHOW_PROGRESS))
+    assert args.threads == "2" and getattr(args, "quiet", True) is True
+
+
+def test_one_meaning_per_flag_name():
+    """--batch-size is the forward batch everywhere; the optimizer batch has its own name."""
+    commands = _subparsers()
+    assert "--optimizer-batch-size" in commands["finetune"]._option_string_actions
+    assert "--batch-size" not in commands["finetune"]._option_string_actions
+    assert "--finetune.optimizer-batch-size" in commands["run"]._option_string_actions
+    assert "template ids" in commands["data"]._option_string_actions["--templates"].help
+    assert "template ids" in commands["run"]._option_string_actions["--data.templates"].help
+    for name, p in commands.items():  # one subset convention: --limit (None: all), no --n-samples
+        assert "--n-samples" not in p._option_string_actions, name
 
 
 # the least each command needs to parse; paths under TMP
@@ -242,7 +248,7 @@ _MINIMAL = {
     "attention": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
     "mlp": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
     "eval": ["--out", "TMP/run"],
-    "finetune": ["--train", "TMP/train.jsonl", "--heads", "1.0", "--out", "TMP/run"],
+    "finetune": ["--train", "arith:multidigit:8", "--heads", "1.0", "--out", "TMP/run"],
     "merge": ["--adapter", "TMP/adapter", "--out", "TMP/merged"],
     "generate": ["3 + 4 ="],
 }
@@ -279,11 +285,11 @@ def test_bad_device_is_said_before_loading(command, tmp_path, capsys, no_model_l
 
 
 BAD_COUNTS = {
-    "data": (["--n", "0"], "--n 0: must be an integer >= 1"),
+    "data": (["-n", "0"], "-n 0: must be an integer >= 1"),
     "patch": (["--batch-size", "0"], "--batch-size 0: must be an integer >= 1"),
-    "knockout": (["--k", "0"], "--k 0: must be an integer >= 1"),
+    "knockout": (["-k", "0"], "-k 0: must be an integer >= 1"),
     "attention": (["--top-k", "-3"], "--top-k -3: must be an integer >= 1"),
-    "mlp": (["--n-samples", "-1"], "--n-samples -1: must be an integer >= 0"),
+    "mlp": (["--limit", "-1"], "--limit -1: must be an integer >= 1"),
     "eval": (["--limit", "0"], "--limit 0: must be an integer >= 1"),
     "finetune": (["--limit", "0"], "--limit 0: must be an integer >= 1"),
     "generate": (["--max-new-tokens", "0"], "--max-new-tokens 0: must be an integer >= 1"),
@@ -308,3 +314,34 @@ def test_out_that_cannot_be_written_is_said_before_loading(command, tmp_path, ca
     argv[argv.index("--out") + 1] = str(blocker / "out")
     assert main(argv) == 2
     assert f"--out {blocker}/out: cannot be created: {blocker} is a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["patch", "knockout", "eval", "finetune"])
+def test_out_where_nothing_can_be_written_is_said_before_loading(command, tmp_path, capsys, no_model_loads):
+    """Permission bits do not stop root; /proc refuses every new file: the check tries to write."""
+    (tmp_path / "pairs.jsonl").write_text('{"reference": "1 + 2 = ", "counterfactual": "1 @ 2 = ", "answer": "3"}\n')
+    argv = _argv(command, tmp_path)
+    argv[argv.index("--out") + 1] = "/proc/keyheads-run"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--out /proc/keyheads-run: cannot be created: /proc is not writable" in err and "Traceback" not in err
+
+
+def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
+    """Only bad input is one line: any other exception reaches the caller with its traceback."""
+    import keyheads.commands.models as command
+
+    def bug(*a, **k):
+        raise ValueError("an internal bug")
+
+    monkeypatch.setattr(command, "load_from_args", bug)
+    with pytest.raises(ValueError, match="an internal bug"):
+        main(_argv("generate", tmp_path))
+
+
+def test_settings_errors_name_the_flag_not_pydantic_internals(tmp_path, capsys, no_model_loads):
+    assert main(_argv("finetune", tmp_path, "--train", "arith:multidigit,nope", "--optimizer-batch-size", "0")) == 2
+    err = capsys.readouterr().err
+    assert "--train arith:multidigit,nope: unknown arithmetic kind 'nope'; known: multidigit" in err
+    assert "--optimizer-batch-size 0: must be an integer >= 1" in err
+    assert "ArgsKwargs" not in err and "pydantic" not in err and "Traceback" not in err

@@ -36,16 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .io import MalformedLine
-    from .models import MissingPackage, ModelNotFound, UnsupportedArchitecture
-
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_log(quiet=getattr(args, "quiet", False))
     try:
         return int(args.func(args) or 0)
-    except (UserError, MissingPackage, ModelNotFound, UnsupportedArchitecture, MalformedLine,
-            FileNotFoundError, ValueError) as err:
+    except UserError as err:  # bad input: one line that says what to do; anything else is a bug and keeps its traceback
         print(f"keyheads {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

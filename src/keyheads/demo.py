@@ -8,25 +8,29 @@ held-out arithmetic sets (plus the benchmark sets when $KEYHEADS_DATA points at 
 from __future__ import annotations
 
 from .data.benchmarks import data_dir_from
-from .runconfig import PipelineConfig
+from .evaluation.tasks import ARITH, TABLE_BENCHMARKS
+from .runconfig import PipelineConfig, merge
 
 DEMO = dict(
-    out="runs/demo", task="addition", templates=["add-eq-1", "add-eq-2", "add-stmt-1", "add-qa-2"], n=96, few_shot=3,
-    shared_prefix=True, top_k=8, knockout_k=12, seeds=5, analysis_samples=None, transfer_n=50,
-    finetune=["precise"], finetune_data="arith:multidigit:512", finetune_steps=16, finetune_lr=1e-4,
-    finetune_batch_size=16, finetune_micro_batch_size=8,
-    eval_limit=40, batch_size=16,
+    out="runs/demo", batch_size=16, variants=["precise"],
+    data=dict(task="addition", templates=["add-eq-1", "add-eq-2", "add-stmt-1", "add-qa-2"], n=96, few_shot=3,
+              shared_prefix=True),
+    patch=dict(top_k=8),
+    knockout=dict(k=12, seeds=5, limit=None, transfer_n=50),
+    attention=dict(limit=None),
+    mlp=dict(limit=None),
+    finetune=dict(train="arith:multidigit:512", max_steps=16, lr=1e-4, optimizer_batch_size=16, micro_batch_size=8),
+    eval=dict(limit=40),
 )
 
 
 def demo_config(overrides: dict) -> PipelineConfig:
-    """The demo's settings, with any flag the user gave on top."""
+    """The demo's settings, with any flag the user gave on top (`overrides` nested as the YAML)."""
     folder = data_dir_from(overrides.get("data_dir") or None)
     data_dir = str(folder) if folder else None
     if not data_dir:
         print("note: KEYHEADS_DATA is not set, so the evaluation uses only the built-in arithmetic sets and the "
               "SVAMP/GSM8K transfer is skipped (point it at a folder with gsm8k/, svamp/, addsub/, singleeq/, mmlu/, csqa/)")
-    from .evaluation.tasks import ARITH, TABLE_BENCHMARKS
-
     benchmarks = list(ARITH) + (list(TABLE_BENCHMARKS) if data_dir else [])
-    return PipelineConfig.make(**{**DEMO, "eval_benchmarks": benchmarks, "data_dir": data_dir, **overrides})
+    return PipelineConfig.make(**merge(merge(DEMO, {"eval": {"benchmarks": benchmarks}, "data_dir": data_dir}),
+                                       overrides))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .components import Components
 from .data.benchmarks import data_dir_from
+from .errors import SettingError, UserError
 from .io import write_json
 from .runconfig import PipelineConfig
 from .stages import Runner, Stage
@@ -32,35 +33,35 @@ def key_heads(run: Path) -> Components:
 
 
 def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = True) -> list[Stage]:
-    """Every stage of `cfg` in order; `get_model()` loads the model on first use."""
+    """Every stage of `cfg` in order; `get_model()` loads the model on first use. A stage's signature
+    is its section of the config (keyheads.config.sections) and what the whole run shares."""
     model_key = {"model": cfg.model, "dtype": cfg.dtype}
-    analysis = {**model_key, "analysis_samples": cfg.analysis_samples, "seed": cfg.seed}
+    seeded = {**model_key, "seed": cfg.seed}
+    def section(part) -> dict:  # the YAML's keys
+        return part.model_dump(by_alias=True)
+
     stages = [
-        Stage("data", {**model_key, "task": cfg.task, "templates": cfg.templates, "n": cfg.n, "few_shot": cfg.few_shot,
-                       "shared_prefix": cfg.shared_prefix, "seed": cfg.seed}, [], [PAIRS],
-              lambda: _data(cfg, run, get_model(), progress)),
-        Stage("identify", {**model_key, "method": cfg.method, "metric": cfg.metric, "top_k": cfg.top_k,
-                           "threshold": cfg.threshold}, [PAIRS], ["identify"], lambda: _identify(cfg, run, get_model(), progress)),
-        Stage("knockout", {**analysis, "knockout_k": cfg.knockout_k, "seeds": cfg.seeds, "transfer_n": cfg.transfer_n,
-                           "data_dir": cfg.data_dir}, [PAIRS, KEY_HEADS, EFFECTS], ["knockout"],
-              lambda: _knockout(cfg, run, get_model(), progress)),
-        Stage("attention", analysis, [PAIRS, KEY_HEADS, EFFECTS], ["attention"],
+        Stage("data", {**seeded, **section(cfg.data)}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
+        Stage("identify", {**model_key, **section(cfg.patch)}, [PAIRS], ["identify"],
+              lambda: _identify(cfg, run, get_model(), progress)),
+        Stage("knockout", {**seeded, **section(cfg.knockout), "data_dir": cfg.data_dir}, [PAIRS, KEY_HEADS, EFFECTS],
+              ["knockout"], lambda: _knockout(cfg, run, get_model(), progress)),
+        Stage("attention", {**seeded, **section(cfg.attention)}, [PAIRS, KEY_HEADS, EFFECTS], ["attention"],
               lambda: _attention(cfg, run, get_model(), progress)),
-        Stage("mlp", analysis, [PAIRS], ["mlp"], lambda: _mlp(cfg, run, get_model(), progress)),
+        Stage("mlp", {**seeded, **section(cfg.mlp)}, [PAIRS], ["mlp"], lambda: _mlp(cfg, run, get_model(), progress)),
     ]
-    train = {**model_key, "data": cfg.finetune_data, "steps": cfg.finetune_steps, "epochs": cfg.finetune_epochs,
-             "lr": cfg.finetune_lr, "batch_size": cfg.finetune_batch_size,
-             "micro_batch_size": cfg.finetune_micro_batch_size, "seed": cfg.seed, "data_dir": cfg.data_dir}
-    for variant in cfg.finetune:
-        extra = {"mlps": cfg.finetune_mlps} if variant.endswith("+mlp") else {}
+    train = {**seeded, **section(cfg.finetune), "data_dir": cfg.data_dir}
+    for key in ("mlps", "save_every"):  # only +mlp variants read mlps; save_every changes no result
+        train.pop(key)
+    for variant in cfg.variants:
+        extra = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
         inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
                             [f"finetune/{variant}"], lambda v=variant: _finetune(cfg, run, get_model(), v, progress)))
-    if cfg.eval_benchmarks:
-        stages.append(Stage("eval", {**model_key, "benchmarks": cfg.eval_benchmarks, "limit": cfg.eval_limit,
-                                     "few_shot": cfg.eval_few_shot, "split": cfg.resolved_eval_split(),
-                                     "data_dir": cfg.data_dir, "seed": cfg.seed},
-                            [PAIRS, KEY_HEADS] + [f"finetune/{v}" for v in cfg.finetune], ["eval"],
+    if cfg.eval.benchmarks:
+        stages.append(Stage("eval", {**seeded, **section(cfg.eval), "split": cfg.resolved_eval_split(),
+                                     "data_dir": cfg.data_dir},
+                            [PAIRS, KEY_HEADS] + [f"finetune/{v}" for v in cfg.variants], ["eval"],
                             lambda: _eval(cfg, run, get_model(), progress), keep=["eval/cache"]))
     # the eval folder's per-item cache is not a result; its table is
     upstream = [o if o != "eval" else "eval/results.json" for s in stages for o in s.owns]
@@ -75,10 +76,10 @@ def check_selection(names: list[str] | None, start: str | None, stages: list[Sta
     groups = list(dict.fromkeys(s.group for s in stages))
     for name in (names or []) + ([start] if start else []):
         if name not in known and name not in groups:
-            raise ValueError(f"unknown stage {name!r}; this config's stages: {', '.join(groups)} "
+            raise SettingError(f"unknown stage {name!r}; this config's stages: {', '.join(groups)} "
                              f"(or one of {', '.join(k for k in known if '/' in k) or 'no finetune variants'})")
     if names and start:
-        raise ValueError("give either --stages or --from, not both")
+        raise SettingError("give either --stages or --from, not both")
     if start:
         first = next(i for i, s in enumerate(stages) if start in (s.name, s.group))
         return {s.name for s in stages[first:]}
@@ -126,24 +127,27 @@ def _data(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     from .data.pairs import write_pairs
     from .data.templates import load_templates
 
+    section = cfg.data
     templates = load_templates()
-    if cfg.templates:
-        templates.templates = [t for t in templates.templates if t.id in cfg.templates]
-    tasks = templates.tasks if cfg.task == "all" else [cfg.task]
-    made = make_pairs(templates, tasks, PairConfig(n=cfg.n, few_shot=cfg.few_shot, shared_prefix=cfg.shared_prefix,
-                                                   seed=cfg.seed, single_token_answer=True),
+    if section.templates:
+        templates.templates = [t for t in templates.templates if t.id in section.templates]
+    tasks = templates.tasks if section.task == "all" else [section.task]
+    pairs = PairConfig(seed=cfg.seed, single_token_answer=True,
+                       **section.model_dump(include=set(PairConfig.__pydantic_fields__)))
+    made = make_pairs(templates, tasks, pairs,
                       model=model, keep_correct=True, batch_size=cfg.batch_size, progress=progress)
     if not made:
-        raise ValueError(f"{cfg.model} got none of the {cfg.n} {cfg.task} prompts right: nothing to patch")
+        raise UserError(f"{cfg.model} got none of the {section.n} {section.task} prompts right: nothing to patch; "
+                        "try more few-shot examples (data.few_shot) or another task")
     write_pairs(run / PAIRS, made)
 
 
 def _identify(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     from .patching import PatchConfig, describe, identify
 
-    effects, keys = identify(model, run / PAIRS, PatchConfig(method=cfg.method, metric=cfg.metric,
-                                                             batch_size=cfg.batch_size),
-                             run / "identify", threshold=cfg.threshold, top_k=cfg.top_k, progress=progress)
+    effects, keys = identify(model, run / PAIRS, PatchConfig.from_section(cfg.patch, batch_size=cfg.batch_size),
+                             run / "identify", threshold=cfg.patch.threshold, top_k=cfg.patch.top_k,
+                             progress=progress)
     print(describe(effects, keys))
 
 
@@ -156,9 +160,11 @@ def _selection(run: Path):
 def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     from .analysis.run import KnockoutRun, run_knockout
 
+    section = cfg.knockout
     run_knockout(model, KnockoutRun(data=str(run / PAIRS), out=str(run / "knockout"), selection=_selection(run),
-                                    k=cfg.knockout_k, seeds=cfg.seeds, seed=cfg.seed, n_samples=cfg.analysis_samples,
-                                    batch_size=cfg.batch_size, data_dir=_data_dir(cfg), transfer_n=cfg.transfer_n,
+                                    k=section.k, seeds=section.seeds, seed=cfg.seed, n_samples=section.n_samples,
+                                    batch_size=cfg.batch_size, mean_mode=section.mean_mode, data_dir=_data_dir(cfg),
+                                    transfer_n=section.transfer_n, transfer_control=section.transfer_control,
                                     progress=progress))
 
 
@@ -166,15 +172,16 @@ def _attention(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> 
     from .analysis.run import AttentionRun, run_attention
 
     run_attention(model, AttentionRun(data=str(run / PAIRS), out=str(run / "attention"), selection=_selection(run),
-                                      n_samples=cfg.analysis_samples, seed=cfg.seed, batch_size=cfg.batch_size,
+                                      n_samples=cfg.attention.n_samples, seed=cfg.seed, batch_size=cfg.batch_size,
                                       progress=progress))
 
 
 def _mlp(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     from .analysis.run import MLPRun, run_mlp
 
-    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), n_samples=cfg.analysis_samples,
-                          seed=cfg.seed, batch_size=cfg.batch_size, progress=progress))
+    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), n_samples=cfg.mlp.n_samples, seed=cfg.seed,
+                          batch_size=cfg.batch_size, case=cfg.mlp.case, case_answer=cfg.mlp.case_answer,
+                          progress=progress))
 
 
 def _data_dir(cfg: PipelineConfig) -> str | None:
@@ -183,7 +190,7 @@ def _data_dir(cfg: PipelineConfig) -> str | None:
 
 
 def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> Components:
-    """What a precise or random variant trains (see PipelineConfig.finetune for the names)."""
+    """What a precise or random variant trains (see PipelineConfig.variants for the names)."""
     from .effects import Effects
     from .runconfig import VARIANT
 
@@ -195,24 +202,22 @@ def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> C
     effects = Effects.load(run / EFFECTS, model)
     chosen = Components.select(effects, top_k=k, ) if m["k"] else keys  # else: as identify chose them
     if m["mlp"]:
-        n = int(m["m"]) if m["m"] else cfg.finetune_mlps
+        n = int(m["m"]) if m["m"] else cfg.finetune.mlps
         chosen = chosen.with_mlps(Components.select(effects, top_k=0, n_mlps=n).mlps, f"top-{n} MLPs")
     return chosen.check(model.n_layers, model.n_heads)
 
 
 def _finetune(cfg: PipelineConfig, run: Path, model, variant: str, progress: bool = True) -> None:
-    from .finetune import FinetuneConfig, describe, finetune, load_examples
+    from .finetune import describe, finetune, load_examples
     from .models.model import HookedModel
 
     method = "precise" if variant.startswith(("precise", "random")) else variant
-    examples = load_examples(cfg.finetune_data, data_dir=_data_dir(cfg), seed=cfg.seed)
-    ft = FinetuneConfig(method=method, lr=cfg.finetune_lr, batch_size=cfg.finetune_batch_size,
-                        micro_batch_size=cfg.finetune_micro_batch_size, epochs=cfg.finetune_epochs,
-                        max_steps=cfg.finetune_steps, seed=cfg.seed)
+    examples = load_examples(cfg.finetune.train, data_dir=_data_dir(cfg), seed=cfg.seed)
+    ft = cfg.finetune.recipe(method, cfg.seed)
     components = variant_components(variant, run, model, cfg) if method == "precise" else None
     # training changes weights in place; the analysis and evaluation keep the untouched model
     private = HookedModel(copy.deepcopy(model.hf), model.tokenizer, name=model.name, source=model.source)
-    info = finetune(private, examples, ft, run / "finetune" / variant, components, data_name=cfg.finetune_data,
+    info = finetune(private, examples, ft, run / "finetune" / variant, components, data_name=cfg.finetune.train,
                     progress=progress)
     print(describe(info))
 
@@ -228,18 +233,18 @@ def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     from .models import load_model
 
     heads = key_heads(run).heads
-    labels = eval_labels(cfg.model, len(heads), cfg.finetune)
+    labels = eval_labels(cfg.model, len(heads), cfg.variants)
     variants = [Variant.make("model", cfg.model, label=labels[0]),
                 Variant.make("knockout", cfg.model, label=labels[1], heads=[h.to_json() for h in heads],
                               data=str(run / PAIRS))]
     variants += [Variant.make("adapter", str(run / "finetune" / v), label=label)
-                 for v, label in zip(cfg.finetune, labels[2:])]
+                 for v, label in zip(cfg.variants, labels[2:])]
 
     def loader(name: str):
         return model if name in (cfg.model, model.name) else load_model(name, device=cfg.device, dtype=cfg.dtype)
 
-    evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval_benchmarks), data_dir=_data_dir(cfg),
-                                  limit=cfg.eval_limit, few_shot=cfg.eval_few_shot, split=cfg.resolved_eval_split(),
+    evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval.benchmarks), data_dir=_data_dir(cfg),
+                                  limit=cfg.eval.limit, few_shot=cfg.eval.few_shot, split=cfg.resolved_eval_split(),
                                   batch_size=cfg.batch_size,
                                   seed=cfg.seed, cache_dir=str(run / "eval" / "cache"), progress=progress),
              run / "eval", loader=loader)

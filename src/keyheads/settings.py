@@ -1,4 +1,4 @@
-"""Up-front checks of settings, and the flags every model-loading command shares.
+"""Up-front checks of settings that depend on this machine: device, dtype, writable paths.
 
 Each check returns the value (normalised where there is a canonical spelling) or raises
 SettingError naming the key, the value given and what is allowed, so that a typo or a device
@@ -6,19 +6,18 @@ this machine lacks fails in a second, before any model loads. The keys are confi
 ("device") or flags ("--device"); a flag reads as on the command line:
 
     --device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu
-    top_k: -3 given; must be an integer >= 1
+    device: 'cuda:7' given; this machine has no CUDA GPU (...)
 
-torch is imported only by the checks that need it (a CUDA or MPS device, bfloat16, --threads).
+torch is imported only by the checks that need it (a CUDA or MPS device, bfloat16). The settings
+models (keyheads.config) call these checks from their validators.
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import numbers
 import os
 import re
+import tempfile
 from pathlib import Path
-from typing import Sequence
 
 from .errors import SettingError
 
@@ -97,9 +96,23 @@ def _cannot_create(path: Path) -> str | None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         return f"cannot be created: {ancestor} is a file, not a folder"
-    if not os.access(ancestor, os.W_OK | os.X_OK):
+    if not _can_write_in(ancestor):
         return f"cannot be created: {ancestor} is not writable"
     return None
+
+
+def _can_write_in(folder: Path) -> bool:
+    """Whether a file can be made in `folder`, by making one: permission bits do not bind root, and
+    read-only or virtual file systems (/proc) say no only when asked."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".keyheads-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 def check_writable_dir(path: str | Path, key: str = "out") -> Path:
@@ -108,7 +121,7 @@ def check_writable_dir(path: str | Path, key: str = "out") -> Path:
     if folder.exists():
         if not folder.is_dir():
             raise SettingError(key, str(path), "is a file; give a folder")
-        if not os.access(folder, os.W_OK | os.X_OK):
+        if not _can_write_in(folder):
             raise SettingError(key, str(path), "the folder is not writable")
         return folder
     if why := _cannot_create(folder):
@@ -122,57 +135,8 @@ def check_writable_file(path: str | Path, key: str = "out") -> Path:
     if file.is_dir():
         raise SettingError(key, str(path), "is a folder; give a file name")
     if file.exists():
-        if not os.access(file.parent, os.W_OK | os.X_OK):  # files are replaced atomically, via the folder
+        if not _can_write_in(file.parent):  # files are replaced atomically, via the folder
             raise SettingError(key, str(path), f"its folder {file.parent} is not writable")
     elif why := _cannot_create(file):
         raise SettingError(key, str(path), why)
     return file
-
-
-# ---- numbers and choices ------------------------------------------------------------------------
-def check_int(key: str, value, minimum: int = 1) -> int:
-    """An integer >= minimum; bools, floats and strings are refused."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise SettingError(key, value, f"must be an integer >= {minimum}")
-    return int(value)
-
-
-def check_choice(key: str, value, allowed: Sequence) -> object:
-    """One of `allowed` (True is not taken for 1)."""
-    if not any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed):
-        raise SettingError(key, value, f"must be one of {', '.join(map(str, allowed))}")
-    return value
-
-
-# ---- the common flags ---------------------------------------------------------------------------
-def add_common_args(parser: argparse.ArgumentParser, *, seed_help: str | None = None) -> None:
-    """--device, --dtype, --threads, --seed and --quiet, in a group of their own. `seed_help` says
-    what the seed picks in this command."""
-    group = parser.add_argument_group("common options")
-    group.add_argument("--device", default=None, metavar="DEVICE",
-                       help=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
-                            "default: cuda if available, else cpu")
-    group.add_argument("--dtype", default=None, metavar="DTYPE",
-                       help=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
-    group.add_argument("--threads", type=int, default=None, metavar="N",
-                       help="CPU threads for torch (default: torch's; 1 is often fastest when other jobs "
-                            "share the cores)")
-    group.add_argument("--seed", type=int, default=0, metavar="N",
-                       help=(seed_help or "random seed: the same seed gives the same output") + " (default: %(default)s)")
-    group.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-def apply_common(args) -> None:
-    """Check the common flags (errors name the flag) and set torch's thread count. Call it first,
-    before any model loads; args.dtype becomes its canonical name."""
-    if hasattr(args, "device"):
-        args.device = check_device(args.device, "--device")
-    if hasattr(args, "dtype"):
-        args.dtype = check_dtype(args.dtype, "--dtype", device=getattr(args, "device", None))
-    if getattr(args, "seed", None) is not None:
-        check_int("--seed", args.seed, minimum=0)
-    if getattr(args, "threads", None) is not None:
-        check_int("--threads", args.threads, minimum=1)
-        import torch
-
-        torch.set_num_threads(args.threads)

@@ -18,7 +18,7 @@ def tiny_folder(tmp_path_factory):
 
 def test_cli_writes_aligned_pairs_for_all_tasks(tiny_folder, tmp_path, capsys):
     out = tmp_path / "pairs.jsonl"
-    args = ["data", "--model", str(tiny_folder), "--task", "all", "--n", "12", "--few-shot", "1",
+    args = ["data", "--model", str(tiny_folder), "--task", "all", "-n", "12", "--few-shot", "1",
             "--seed", "4", "--out", str(out)]
     assert main(args) == 0
     pairs = read_pairs(out)
@@ -32,8 +32,8 @@ def test_cli_writes_aligned_pairs_for_all_tasks(tiny_folder, tmp_path, capsys):
 
 def test_cli_template_selection_and_operands(tiny_folder, tmp_path):
     out = tmp_path / "sel.jsonl"
-    assert main(["data", "--model", str(tiny_folder), "--task", "all", "--n", "6", "--out", str(out),
-                 "--template", "add-eq-1,sub-qa-2", "--operands", "2-4"]) == 0
+    assert main(["data", "--model", str(tiny_folder), "--task", "all", "-n", "6", "--out", str(out),
+                 "--templates", "add-eq-1,sub-qa-2", "--operands", "2-4"]) == 0
     pairs = read_pairs(out)
     assert {p.template for p in pairs} == {"add-eq-1", "sub-qa-2"} and len(pairs) == 12
     assert all(2 <= int(v) <= 4 for p in pairs for v in p.operands.values())
@@ -43,11 +43,11 @@ def test_cli_bad_inputs_are_explained(tiny_folder, tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text('templates:\n  - {id: my-add, task: addition, text: "{A} plus {B} = {C}"}\n')
     out = tmp_path / "x.jsonl"
-    base = ["data", "--model", str(tiny_folder), "--n", "3", "--out", str(out)]
-    assert main(base + ["--templates", str(bad)]) == 2
+    base = ["data", "--model", str(tiny_folder), "-n", "3", "--out", str(out)]
+    assert main(base + ["--template-files", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "my-add" in err and "{OP}" in err
-    assert main(base + ["--template", "add-nope-1"]) == 2
+    assert main(base + ["--templates", "add-nope-1"]) == 2
     assert "add-nope-1" in capsys.readouterr().err
     assert main(base + ["--operands", "9-1"]) == 2
     assert "--operands" in capsys.readouterr().err

@@ -9,6 +9,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..io import write_json
 from ..components import Components, Head
@@ -22,6 +26,10 @@ from .common import (AnalysisError, Batches, alignment_warning, all_heads, answe
 from ..distributed import is_main, map_sharded
 from .knockout_curves import CurveConfig, knockout_curves, plot_curves, random_order, set_accuracies
 from .passes import PromptSet
+
+
+# the runs' settings: unknown keys are errors; Python callers may use the field names, flags the aliases
+RUN_CONFIG = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class Notes(list):
@@ -56,31 +64,37 @@ def choose_heads(model: HookedModel, sel: Selection) -> tuple[list[Head], Effect
 
 # ---- knockout ------------------------------------------------------------------------------
 
-@dataclass
-class KnockoutRun:
-    """data: pairs file; out: run folder; k: largest k of the curves; seeds: random orders;
-    n_samples: reference prompts used (seeded subset; None = all); mean_mode: aligned | global;
-    transfer_data: another pairs file, one transfer set per value of its `transfer_by` field
-    (task or template); data_dir: benchmark folder (SVAMP, GSM8K);
-    transfer_n: prompts per generated / benchmark transfer set (None = all); transfer_control: also knock
-    out as many random non-key heads on every transfer set (one more pass each)."""
+SUBSET = "reference prompts used, a seeded subset (None: all)"
 
-    data: str
-    out: str
-    selection: Selection = field(default_factory=Selection)
-    k: int = 20
-    seeds: int = 5
-    seed: int = 0
-    n_samples: int | None = 300
-    batch_size: int = 32
-    mean_mode: str = "aligned"
-    transfer: bool = True
-    transfer_data: str | None = None
-    transfer_by: str = "task"
-    data_dir: str | None = None
-    transfer_n: int | None = 100
-    transfer_control: bool = True
-    progress: bool = True
+
+@pydantic_dataclass(config=RUN_CONFIG)
+class KnockoutRun:
+    """Settings of `keyheads knockout`; the fields the `knockout:` section of a run config shares
+    are composed from these (keyheads.config.sections). `n_samples` is `limit` in flags and YAML."""
+
+    data: str = Field(description="pairs JSONL (reference, counterfactual, answer[, positions, operands])")
+    out: str = Field(description="run folder for JSON, CSV and PNG files")
+    selection: Selection = Field(default_factory=Selection, description="how the key heads are chosen")
+    k: int = Field(20, ge=1, description="the curves knock out k = 0..K heads (capped at the head count)")
+    seeds: int = Field(5, ge=1, description="random-rank orderings of the curves")
+    seed: int = Field(0, ge=0, description="picks the subset, the random-rank orderings, the control heads and the "
+                                           "transfer sets' prompts")
+    n_samples: Optional[int] = Field(300, ge=1, alias="limit", description=SUBSET)
+    batch_size: int = Field(32, ge=1, description="prompts per forward pass")
+    mean_mode: Literal["aligned", "global"] = Field("aligned", description="means per END-aligned position, or one "
+                                                                           "mean over all positions")
+    transfer: bool = Field(True, description="the transfer table")
+    transfer_data: Optional[str] = Field(None, description="another pairs file (other templates / tasks), one "
+                                                           "transfer set per value of its transfer_by field")
+    transfer_by: Literal["task", "template"] = Field("task", description="one transfer row per task or per "
+                                                                         "template of transfer_data")
+    data_dir: Optional[str] = Field(None, description="benchmark folder with svamp/SVAMP.json and "
+                                                      "gsm8k/test.jsonl (default $KEYHEADS_DATA)")
+    transfer_n: Optional[int] = Field(100, ge=1, description="prompts per generated / benchmark transfer set "
+                                                             "(None: all)")
+    transfer_control: bool = Field(True, description="also knock out as many random non-key heads on every "
+                                                     "transfer set (one more pass each)")
+    progress: bool = Field(True, description="progress bars")
 
 
 def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
@@ -219,18 +233,17 @@ def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: P
 
 # ---- attention -----------------------------------------------------------------------------
 
-@dataclass
+@pydantic_dataclass(config=RUN_CONFIG)
 class AttentionRun:
-    """data: pairs file with positions; out: run folder; n_samples: reference prompts per the
-    paper's 1000 (None = all); max_heads: most heads drawn in the figures."""
+    """Settings of `keyheads attention`; `n_samples` is `limit` in flags and YAML."""
 
-    data: str
-    out: str
-    selection: Selection = field(default_factory=Selection)
-    n_samples: int | None = 1000
-    seed: int = 0
-    batch_size: int = 16
-    progress: bool = True
+    data: str = Field(description="pairs JSONL with positions")
+    out: str = Field(description="run folder")
+    selection: Selection = Field(default_factory=Selection, description="how the key heads are chosen")
+    n_samples: Optional[int] = Field(1000, ge=1, alias="limit", description=SUBSET + "; the paper's 1000")
+    seed: int = Field(0, ge=0, description="picks the subset")
+    batch_size: int = Field(16, ge=1, description="prompts per forward pass")
+    progress: bool = Field(True, description="progress bars")
 
 
 def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
@@ -303,19 +316,19 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
 DEFAULT_CASE_PREFIX = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n"
 
 
-@dataclass
+@pydantic_dataclass(config=RUN_CONFIG)
 class MLPRun:
-    """data: pairs file with operands; out: run folder; n_samples: reference prompts (None = all);
-    case: the figure-6c prompt (default: '4 + 3 = ' after the data's own few-shot prefix)."""
+    """Settings of `keyheads mlp`; `n_samples` is `limit` in flags and YAML."""
 
-    data: str
-    out: str
-    n_samples: int | None = 1000
-    seed: int = 0
-    batch_size: int = 16
-    case: str | None = None
-    case_answer: str = "7"
-    progress: bool = True
+    data: str = Field(description="pairs JSONL with operands")
+    out: str = Field(description="run folder")
+    n_samples: Optional[int] = Field(1000, ge=1, alias="limit", description=SUBSET)
+    seed: int = Field(0, ge=0, description="picks the subset")
+    batch_size: int = Field(16, ge=1, description="prompts per forward pass")
+    case: Optional[str] = Field(None, description="prompt of the layer-by-layer case (figure 6c; default: "
+                                                  "'4 + 3 = ' after the data's own few-shot prefix)")
+    case_answer: str = Field("7", description="the case's answer")
+    progress: bool = Field(True, description="progress bars")
 
 
 def case_prompt(samples) -> str:

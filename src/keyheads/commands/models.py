@@ -1,41 +1,19 @@
-"""`keyheads models` and `keyheads generate`, and the flags every model-loading command shares."""
+"""`keyheads models` and `keyheads generate`, and the model loading every command shares."""
 from __future__ import annotations
 
-import argparse
+from .. import distributed, models  # models.load_model looked up at call time: tests stand in for it
+from ..config.commands import GenerateCommand, ModelsCommand
+from ..models import BUNDLED, DEFAULT_MODEL, cache_root
+from ..models.loading import _cache_valid, cached_folder
+from .flags import add_settings, settings
 
 
-class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows an option's default unless it is unset or its help already says it."""
-
-    def _get_help_string(self, action):
-        if action.default in (None, False) or "default" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
-
-
-def add_model_args(p: argparse.ArgumentParser, *, seed_help: str | None = None) -> None:
-    """--model and the common flags (--device, --dtype, --threads, --seed, --quiet)."""
-    from ..models import DEFAULT_MODEL
-    from ..settings import add_common_args
-
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="bundled name, .gguf file, local HF folder or hub id (default: %(default)s)")
-    add_common_args(p, seed_help=seed_help)
-
-
-def load_from_args(args):
-    """The model the flags name; the command has called keyheads.settings.apply_common first."""
-    from .. import distributed
-    from ..models import load_model
-
-    # under a launcher each process takes its own GPU, not all of them the first one
-    return load_model(args.model, device=args.device or distributed.default_device(), dtype=args.dtype)
+def load_from_args(cfg, model: str | None = None):
+    """The model the settings name (under a launcher each process takes its own GPU)."""
+    return models.load_model(model or cfg.model, device=cfg.device or distributed.default_device(), dtype=cfg.dtype)
 
 
 def cmd_models(args) -> int:
-    from ..models import BUNDLED, DEFAULT_MODEL, cache_root
-    from ..models.loading import _cache_valid, cached_folder
-
     print(f"cache: {cache_root()}  (set KEYHEADS_CACHE to move it)")
     rows = []
     for m in BUNDLED.values():
@@ -55,23 +33,18 @@ def cmd_models(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from ..settings import apply_common, check_int
-
-    apply_common(args)
-    check_int("--max-new-tokens", args.max_new_tokens, 1)
-    model = load_from_args(args)
-    prompt = args.prompt.encode().decode("unicode_escape") if args.escapes else args.prompt
-    print(model.generate(prompt, max_new_tokens=args.max_new_tokens))
+    cfg: GenerateCommand = settings(args)
+    model = load_from_args(cfg)
+    prompt = cfg.prompt.encode().decode("unicode_escape") if cfg.escapes else cfg.prompt
+    print(model.generate(prompt, max_new_tokens=cfg.max_new_tokens))
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser("models", help="list the bundled models: installed, cached, size, licence")
+    add_settings(p, ModelsCommand)
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("generate", help="greedy continuation of a prompt")
-    add_model_args(p, seed_help="decoding is greedy, so the seed changes nothing")
-    p.add_argument("prompt")
-    p.add_argument("--max-new-tokens", type=int, default=20, help="tokens to generate (default: 20)")
-    p.add_argument("--escapes", action="store_true", help="interpret backslash escapes such as \\n in the prompt")
+    add_settings(p, GenerateCommand)
     p.set_defaults(func=cmd_generate)

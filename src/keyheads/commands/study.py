@@ -1,58 +1,57 @@
 """`keyheads run` (the whole study from a config) and `keyheads demo` (the same on the bundled model).
 
 Both take every PipelineConfig setting as a flag, generated from the one definition in
-keyheads/runconfig.py; a flag wins over the YAML file, which wins over the defaults.
+keyheads/runconfig.py (a section's keys as `--section.key`, e.g. `--finetune.lr`); a flag wins over
+the YAML file, which wins over the defaults.
 """
 from __future__ import annotations
 
-import argparse
+from typing import Optional
 
-from .dataclass_args import add_dataclass_args
+from pydantic import Field
 
-COMMON = ("device", "dtype", "seed")  # PipelineConfig settings that are also common flags
-
-
-def _overrides(args) -> dict:
-    from dataclasses import fields
-
-    from ..runconfig import PipelineConfig
-
-    return {f.name: getattr(args, f.name) for f in fields(PipelineConfig) if getattr(args, f.name, None) is not None}
+from .. import pipeline
+from ..config.base import Count, Machine
+from ..demo import DEMO, demo_config
+from ..runconfig import PipelineConfig
+from .flags import add_settings, given
 
 
-def _run(args, cfg) -> int:
-    from ..pipeline import run_pipeline
+class RunFlags(PipelineConfig):
+    """The run config's settings, and two that change how it runs, not what it computes."""
 
+    threads: Optional[Count] = Field(None, description="CPU threads for torch (default: torch's)")
+    quiet: bool = Field(False, description="no progress bars")
+
+
+def _split(args) -> tuple[dict, dict]:
+    """(config overrides, how to run) from the flags given."""
+    overrides = given(args)
+    how = {k: overrides.pop(k) for k in ("threads", "quiet") if k in overrides}
+    return overrides, how
+
+
+def _run(args, cfg: PipelineConfig, how: dict) -> int:
+    quiet = how.pop("quiet", False)
+    Machine.model_validate(how).apply()
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
-    run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not args.quiet)
+    pipeline.run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not quiet)
     return 0
 
 
 def cmd_run(args) -> int:
-    from ..runconfig import PipelineConfig
-    from ..settings import apply_common
-
-    apply_common(args)
-    overrides = _overrides(args)
+    overrides, how = _split(args)
     cfg = PipelineConfig.from_yaml(args.config, **overrides) if args.config else PipelineConfig.make(**overrides)
-    return _run(args, cfg)
+    return _run(args, cfg, how)
 
 
 def cmd_demo(args) -> int:
-    from ..demo import demo_config
-    from ..settings import apply_common
-
-    apply_common(args)
-    return _run(args, demo_config(_overrides(args)))
+    overrides, how = _split(args)
+    return _run(args, demo_config(overrides), how)
 
 
-def _add_study_args(p: argparse.ArgumentParser) -> None:
-    from ..runconfig import PipelineConfig
-    from ..settings import add_common_args
-
-    add_dataclass_args(p, PipelineConfig, skip=COMMON, group_title="settings (also the YAML keys)")
-    add_common_args(p, seed_help="seeds the pairs, random orders, random heads and training order")
-    p.set_defaults(seed=None)  # unset: the YAML's or the config's default seed stands
+def _add_study_args(p) -> None:
+    add_settings(p, RunFlags)
     which = p.add_argument_group("which stages")
     which.add_argument("--stages", metavar="S,...", help="run only these stages (data, identify, knockout, attention, "
                        "mlp, finetune or finetune/VARIANT, eval, report); the others are left as they are")
@@ -66,8 +65,6 @@ def register(sub) -> None:
     p.add_argument("config", nargs="?", help="YAML file of settings (see configs/); flags override it")
     _add_study_args(p)
     p.set_defaults(func=cmd_run)
-
-    from ..demo import DEMO
 
     p = sub.add_parser("demo", help="the whole study on the bundled default model, small enough for a laptop CPU",
                        description="The whole study on the bundled SmolLM2-135M into runs/demo/report.html. The demo "

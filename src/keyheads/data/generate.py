@@ -12,6 +12,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
 from ..errors import CounterfactualError
 from .alignment import SameLength, aligned
 from .arithmetic import draw_operands
@@ -22,40 +25,31 @@ from .templates import OPERANDS, Slot, Template, TemplateError, TemplateSet, ope
 
 
 # ---- configuration ------------------------------------------------------------------------------
-@dataclass
+@pydantic_dataclass(config=ConfigDict(extra="forbid"))
 class PairConfig:
-    """How pairs are generated.
+    """How pairs are generated. Everything is deterministic given the seed; each template has its own
+    random stream, so adding a template or a task does not change the others' pairs. The fields and
+    descriptions are also flags of `keyheads data` and keys of a run's `data:` section."""
 
-    n: candidates per task, spread evenly over the task's templates (before --keep-correct).
-    few_shot: solved examples of the same template before each prompt, one a line. Reference and
-        counterfactual share them, so that only the final question differs.
-    shared_prefix: draw the few-shot examples once per template, so that every prompt of a
-        template starts with the same text. Analyses then compute that prefix once (its keys and
-        values are shared) instead of once per prompt. A question that repeats one of the
-        examples is rejected.
-    seed: everything is deterministic given the seed; each template has its own random stream,
-        so adding a template or a task does not change the others' pairs.
-    a_range, b_range: operand ranges, both ends included (the paper: 1..9).
-    allow_negative: subtraction may give a negative answer.
-    allow_fractions: division may give a non-integer answer (written with up to two decimals).
-    single_token_operands: reject samples whose operand spans several tokens (the paper's setting;
-        turn off for multi-digit operands with digit-splitting tokenizers).
-    single_token_answer: reject samples whose whole answer is more than one token ("12" with a
-        digit-splitting tokenizer); by default the answer token is the first one, as in the paper.
-    counterfactual_tries: counterfactual draws per sample before giving up on alignment.
-    """
-
-    n: int = 100
-    few_shot: int = 0
-    shared_prefix: bool = False
-    seed: int = 0
-    a_range: tuple[int, int] = (1, 9)
-    b_range: tuple[int, int] = (1, 9)
-    allow_negative: bool = False
-    allow_fractions: bool = False
-    single_token_operands: bool = True
-    single_token_answer: bool = False
-    counterfactual_tries: int = 50
+    n: int = Field(100, ge=1, description="candidate pairs per task, spread evenly over its templates, before "
+                                          "keeping the correct ones")
+    few_shot: int = Field(0, ge=0, description="solved examples of the same template before each prompt, one a "
+                                               "line; reference and counterfactual share them")
+    shared_prefix: bool = Field(False, description="draw the few-shot examples once per template, so that every "
+                                "prompt of a template starts with the same text and analyses compute it once (a "
+                                "question that repeats one of the examples is rejected)")
+    seed: int = Field(0, ge=0, description="picks operands, pool words and few-shot examples")
+    a_range: tuple[int, int] = Field((1, 9), description="operand A's range, both ends included (the paper: 1..9)")
+    b_range: tuple[int, int] = Field((1, 9), description="operand B's range, both ends included")
+    allow_negative: bool = Field(False, description="subtraction may have a negative answer")
+    allow_fractions: bool = Field(False, description="division may have a non-integer answer (up to two decimals)")
+    single_token_operands: bool = Field(True, description="reject operands that span several tokens (the paper's "
+                                        "setting; turn off for multi-digit operands with digit-splitting tokenizers; "
+                                        "positions then point at the last token)")
+    single_token_answer: bool = Field(False, description="reject answers of more than one token ('12' with a "
+                                      "digit-splitting tokenizer); by default the first token counts, as in the paper")
+    counterfactual_tries: int = Field(50, ge=1, description="counterfactual draws per sample before giving up on "
+                                                            "alignment")
 
 
 def parse_operands(text: str) -> tuple[tuple[int, int], tuple[int, int]]:

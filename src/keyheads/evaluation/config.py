@@ -1,8 +1,10 @@
 """The benchmarks by name and the settings of an evaluation run."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Literal, Optional, Sequence
+
+from pydantic import ConfigDict, Field, field_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..data.trainset import SplitConfig
 from .arith import ARITH_SETS
@@ -20,51 +22,49 @@ DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, 
 DEFAULT_NEW_TOKENS = {"gsm8k": 256, "addsub": 128, "singleeq": 128, "svamp": 128, **{name: 8 for name in ARITH}}
 
 
-@dataclass
+@pydantic_dataclass(config=ConfigDict(extra="forbid"))
 class EvalConfig:
-    """Settings of an evaluation run.
+    """Settings of an evaluation run; the fields and descriptions are also flags of `keyheads eval`
+    and keys of a run's `eval:` section (keyheads.config)."""
 
-    Attributes:
-        benchmarks: which of BENCHMARKS to run, in table order (default: TABLE_BENCHMARKS).
-        data_dir: the benchmarks folder (default $KEYHEADS_DATA, else the hub when online).
-        limit: evaluate only the first N items of each benchmark (MMLU: round-robin over
-            subjects, so a small N still covers many subjects).
-        batch_size: prompts per forward pass.
-        max_new_tokens: generation budget for the math and arith sets; None = DEFAULT_NEW_TOKENS.
-        few_shot: exemplars per prompt; None = DEFAULT_SHOTS (MMLU has at most 5 per subject).
-        cot: math exemplars show the GSM8K rationale before "The answer is N.".
-        seed: picks the GSM8K-train, CSQA-train and arith exemplars.
-        split: "full" (the whole test sets, as in the paper) or "heldout" (for AddSub,
-            SingleEq and SVAMP only the part the training-set builder leaves out; the arith
-            sets are held out either way).
-        heldout: the held-out split's seed and train fraction (must match the training set's).
-        cache_dir: folder of the per-item result caches; None = $KEYHEADS_CACHE/eval, shared
-            by all runs (entries are keyed by model fingerprint, prompt and settings).
-        progress: show progress bars.
-        shard: (k, n) to compute only the items in shard k of n (by item key), so that n
-            processes or GPUs sharing one cache split an evaluation; such a run writes no
-            table. A run without a shard then reads everything from the cache and writes it.
-    """
+    benchmarks: tuple[str, ...] = Field(TABLE_BENCHMARKS, description="benchmarks of the table, in its order; "
+                                        "arith-* sets are generated, the others read data_dir")
+    data_dir: Optional[str] = Field(None, description="the benchmarks folder (default $KEYHEADS_DATA, else the hub "
+                                                      "when online)")
+    limit: Optional[int] = Field(None, ge=1, description="only the first N items of each benchmark (MMLU: "
+                                 "round-robin over subjects, so a small N still covers many; None: all)")
+    batch_size: int = Field(16, ge=1, description="prompts per forward pass")
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="generation budget for the math and arith sets "
+                                          "(None: 256 for GSM8K, 128 for the other math sets, 8 for arith-*)")
+    few_shot: Optional[int] = Field(None, ge=0, description="exemplars per prompt (None: 4 for math and arith, 5 "
+                                                            "for MMLU/CSQA; MMLU has at most 5 per subject)")
+    cot: bool = Field(True, description="math exemplars show the GSM8K rationale before 'The answer is N.'")
+    seed: int = Field(0, ge=0, description="picks the GSM8K-train, CSQA-train and arith exemplars")
+    split: Literal["full", "heldout"] = Field(
+        "full", description="full (the whole test sets, as in the paper) or heldout (for AddSub, SingleEq and SVAMP "
+        "only the part the training-set builder leaves out; the arith sets are held out either way)")
+    heldout: SplitConfig = Field(default_factory=SplitConfig, description="the held-out split's seed and train "
+                                                                          "fraction (must match the training set's)")
+    cache_dir: Optional[str] = Field(None, description="per-item result cache, shared by runs (entries are keyed "
+                                     "by model fingerprint, prompt and settings; None: $KEYHEADS_CACHE/eval)")
+    progress: bool = Field(True, description="progress bars")
+    shard: Optional[tuple[int, int]] = Field(None, description="(k, n): compute only the items in shard k of n, so "
+                                             "that n processes sharing one cache split an evaluation; such a run "
+                                             "writes no table")
 
-    benchmarks: tuple[str, ...] = TABLE_BENCHMARKS
-    data_dir: str | None = None
-    limit: int | None = None
-    batch_size: int = 16
-    max_new_tokens: int | None = None
-    few_shot: int | None = None
-    cot: bool = True
-    seed: int = 0
-    split: str = "full"
-    heldout: SplitConfig = field(default_factory=SplitConfig)
-    cache_dir: str | None = None
-    progress: bool = True
-    shard: tuple[int, int] | None = None
+    @field_validator("benchmarks")
+    @classmethod
+    def _benchmarks(cls, v):
+        return check_benchmarks(v)
 
-    def __post_init__(self):
-        if self.shard is not None:
-            k, n = self.shard
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, v):
+        if v is not None:
+            k, n = v
             if not (n >= 1 and 0 <= k < n):
                 raise ValueError(f"shard {k}/{n} is not valid: use K/N with 0 <= K < N, e.g. 0/2 and 1/2")
+        return v
 
     def shots(self, bench: str) -> int:
         k = DEFAULT_SHOTS[bench] if self.few_shot is None else self.few_shot

@@ -15,10 +15,11 @@ import warnings
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ..components import Components
+from ..errors import BadFile, UserError
 from ..io import atomic_folder, atomic_path, read_json
 from ..models.fingerprint import base_fingerprint
 from ..models.model import HookedModel
@@ -28,8 +29,8 @@ ADAPTER = "adapter.safetensors"
 INFO = "finetune.json"
 
 
-class AdapterMismatch(ValueError):
-    pass
+class AdapterMismatch(UserError):
+    """An adapter put on a base model other than the one it was trained on."""
 
 
 def save_adapter(tuned: Tuned, folder: str | Path, meta: dict) -> Path:
@@ -42,12 +43,16 @@ def save_adapter(tuned: Tuned, folder: str | Path, meta: dict) -> Path:
 def read_adapter(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     path = Path(folder) / ADAPTER if Path(folder).is_dir() else Path(folder)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist (it is written by `keyheads finetune --method precise`)")
-    with safe_open(str(path), "pt") as f:
-        meta = json.loads((f.metadata() or {}).get("keyheads", "{}"))
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        raise BadFile(f"{path} does not exist (it is written by `keyheads finetune --method precise`)")
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = json.loads((f.metadata() or {}).get("keyheads", "{}"))
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:  # a truncated or foreign file
+        raise BadFile(f"{path} cannot be read ({err}): it is truncated or not a safetensors file; "
+                      "copy it again or re-run `keyheads finetune`") from None
     if "components" not in meta:
-        raise ValueError(f"{path} has no keyheads metadata; is it a keyheads precise-SFT adapter?")
+        raise BadFile(f"{path} has no keyheads metadata; is it a keyheads precise-SFT adapter?")
     return tensors, meta
 
 
@@ -190,11 +195,30 @@ def _split_delta_key(key: str) -> tuple[str, str, str, str]:
     return "delta", layer_path, kind, field
 
 
+INFO_KEYS = ("base_model", "base_fingerprint", "method", "tuned_params", "train")
+
+
 def read_info(folder: str | Path) -> dict:
     path = Path(folder) / INFO
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: {folder} is not a finished `keyheads finetune` run folder")
-    return read_json(path)
+        raise BadFile(f"{path} does not exist: {folder} is not a finished `keyheads finetune` run folder")
+    try:
+        info = read_json(path)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise BadFile(f"{path} is not valid JSON ({err}): re-run `keyheads finetune` into {folder}") from None
+    missing = [k for k in INFO_KEYS if not isinstance(info, dict) or k not in info]
+    if missing:
+        raise BadFile(f"{path} lacks {', '.join(missing)}: {folder} is not a finished `keyheads finetune` run "
+                      "folder (re-run `keyheads finetune` into it)")
+    return info
+
+
+def check_run_folder(folder: str | Path) -> dict:
+    """Read a run folder's finetune.json, and a precise run's adapter, before any model loads."""
+    info = read_info(folder)
+    if info["method"] == "precise":
+        read_adapter(folder)
+    return info
 
 
 def load_finetuned(folder: str | Path, loader) -> HookedModel:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import io
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
+from pydantic import ConfigDict, Field, field_validator
+from pydantic.dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from .. import distributed
@@ -45,28 +48,36 @@ def check_method(method: str) -> str:
     return method
 
 
-@dataclass
+@dataclass(config=ConfigDict(extra="forbid"))
 class PatchConfig:
-    """Settings of a patching run.
+    """Settings of a patching run; the fields and descriptions are also the flags of `keyheads patch`
+    and the `patch:` section of a run config (keyheads.config.sections)."""
 
-    Attributes:
-        method: path (exact, fast), activation (total effect), attribution (gradient
-            estimate), or path-naive (one forward per sender; for checking).
-        metric: relative-logit (the paper's), logit-diff, or prob.
-        batch_size: samples per batch, at most (batches are cut where token lengths jump, and
-            rows are padded on the left to the longest of their batch).
-        limit: use only the first N pairs.
-        min_abs_logit: relative-logit excludes samples whose original answer logit is
-            smaller than this in absolute value (they are counted as n_excluded).
-        first_token: allow multi-token answers and measure their first token.
-    """
+    method: str = Field("path", description="path (exact, fast), activation (total effect), attribution (gradient "
+                                            "estimate) or path-naive (one forward per sender; for checking)")
+    metric: str = Field("relative-logit", description="relative-logit (the paper's), logit-diff or prob")
+    batch_size: int = Field(16, ge=1, description="prompts per forward pass, at most (batches are cut where token "
+                                                  "lengths jump, and rows are padded on the left)")
+    limit: Optional[int] = Field(None, ge=1, description="use the first N pairs (None: all)")
+    min_abs_logit: float = Field(1e-2, description="relative-logit excludes samples whose original answer logit is "
+                                                   "closer to zero (they are counted as n_excluded)")
+    first_token: bool = Field(False, description="accept multi-token answers and measure their first token")
 
-    method: str = "path"
-    metric: str = "relative-logit"
-    batch_size: int = 16
-    limit: int | None = None
-    min_abs_logit: float = 1e-2
-    first_token: bool = False
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v):
+        return check_method(v)
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v):
+        return check_metric(v)
+
+    @classmethod
+    def from_section(cls, section, batch_size: int) -> "PatchConfig":
+        """From the settings of `keyheads patch` / a run's `patch:` section (keyheads.config.sections)."""
+        return cls(batch_size=batch_size, **{k: getattr(section, k) for k in cls.__pydantic_fields__
+                                             if k != "batch_size"})
 
 
 def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path | None = None,

@@ -1,0 +1,134 @@
+"""What every command's settings share: the machine fields, the seed, and error messages.
+
+Each command's settings are one pydantic model (keyheads.config.commands); its fields, types,
+defaults and `Field(description=...)` are the only definition. pydantic-settings'
+CliSettingsSource turns a model into the command's flags (keyheads.commands.flags) and
+keyheads.runconfig composes the same sections into the YAML of `keyheads run`. Checks that depend
+on this machine (device, dtype, a writable folder) are keyheads.settings functions, called from
+validators here, so that one style validates everything before any model loads.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional, get_args
+
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
+                      field_validator)
+from pydantic.fields import FieldInfo
+
+from ..errors import SettingError, UserError
+from ..settings import DEVICE_HELP, DTYPE_HELP, check_device, check_dtype
+
+Count = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[int, Field(ge=0)]
+
+
+class Section(BaseModel):
+    """A group of settings: unknown keys are errors, and assignments are checked too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_int(cls, value, info: ValidationInfo):
+        """True would pass as 1 (pydantic's lax mode), in composed fields too."""
+        if isinstance(value, bool) and info.field_name:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = get_args(annotation) or (annotation,)
+            if int in kinds and bool not in kinds:
+                raise SettingError(f"must be an integer, not {value}")
+        return value
+
+
+class Machine(Section):
+    """Where and how the model runs; shared by every model-loading command."""
+
+    device: Optional[str] = Field(None, description=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
+                                                    "default: cuda if available, else cpu")
+    dtype: Optional[str] = Field(None, description=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
+    threads: Optional[Count] = Field(None, description="CPU threads for torch (default: torch's; 1 is often "
+                                                       "fastest when other jobs share the cores)")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v):
+        return check_device(v)
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v, info: ValidationInfo):
+        return check_dtype(v, device=info.data.get("device"))
+
+    def apply(self) -> None:
+        """Set torch's thread count (the one setting that acts before a model loads)."""
+        if self.threads is not None:
+            import torch  # only when asked: the CLI starts without it
+
+            torch.set_num_threads(self.threads)
+
+
+class Quiet(Section):
+    """For the commands that show progress bars."""
+
+    quiet: bool = Field(False, description="no progress bars")
+
+
+def fields_of(cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> dict[str, tuple[Any, FieldInfo]]:
+    """A pydantic model's or dataclass's fields, for `create_model`: composed, not declared again."""
+    found = getattr(cls, "model_fields", None) or cls.__pydantic_fields__
+    return {name: (f.annotation, f) for name, f in found.items()
+            if name not in exclude and (not include or name in include)}
+
+
+def section_of(name: str, cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> Any:
+    """A Section with (some of) the fields of a pydantic dataclass or model, and their field validators.
+    (Typed Any: a class made at run time, which type checkers accept as a base class only so.)"""
+    fields: dict[str, Any] = fields_of(cls, exclude, include)
+    validators: dict[str, Any] = {}
+    for key, dec in cls.__pydantic_decorators__.field_validators.items():
+        kept = [f for f in dec.info.fields if f in fields]
+        if kept:
+            validators[key] = field_validator(*kept, mode=dec.info.mode)(dec.func)
+    return create_model(name, __base__=Section, __validators__=validators, **fields)
+
+
+# ---- error messages -----------------------------------------------------------------------------
+def _why(e: Any) -> str:
+    ctx = e.get("ctx") or {}
+    kind = e["type"]
+    if kind == "value_error" and isinstance(ctx.get("error"), SettingError) and ctx["error"].why:
+        return ctx["error"].why
+    if kind in ("greater_than_equal", "greater_than"):
+        bound = ctx.get("ge", ctx.get("gt"))
+        sign = ">=" if kind == "greater_than_equal" else ">"
+        return f"must be {'an integer ' if isinstance(bound, int) else ''}{sign} {bound:g}"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "must be an integer"
+    if kind == "extra_forbidden":
+        return "unknown setting"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '').replace(' or ', ', ')}".replace("'", "")
+    return e["msg"].removeprefix("Value error, ")
+
+
+def setting_error(err: ValidationError, flags: bool = False, where: str = "") -> UserError:
+    """A SettingError naming every invalid setting: `--flag value: why` (flags) or `key: value given; why`."""
+    lines = []
+    for e in err.errors():
+        raised = (e.get("ctx") or {}).get("error")
+        if isinstance(raised, UserError) and not isinstance(raised, SettingError):
+            return raised  # a broken file: its own message names it and says what to do
+        loc = [str(p) for p in e["loc"]]
+        given = e.get("input")
+        why = _why(e)
+        raised = (e.get("ctx") or {}).get("error")
+        if isinstance(raised, SettingError) and raised.why and isinstance(given, dict) and raised.key not in loc:
+            loc, given = loc + [raised.key], raised.value  # a section's check names its own setting
+        if not loc or isinstance(given, dict) and e["type"] == "value_error":
+            lines.append(why)  # about the whole config; the message names its settings
+        elif flags:
+            name = ".".join(loc).replace("_", "-")
+            lines.append(f"{'-' if len(name) == 1 else '--'}{name} {given}: {why}")  # as pydantic-settings names it
+        else:
+            lines.append(f"{'.'.join(loc)}: {given!r} given; {why}")
+    text = "; ".join(lines)
+    return SettingError(f"{where}: {text}" if where else text)

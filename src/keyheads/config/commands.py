@@ -1,0 +1,277 @@
+"""One settings model per command: its section (keyheads.config.sections), its files and the
+machine. keyheads.commands.flags generates each command's flags from these models."""
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import Field, field_validator
+from pydantic_settings import CliPositionalArg
+
+from ..analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection
+from ..heads import parse_heads, parse_layers
+from ..data.generate import PairConfig, parse_operands
+from ..data.trainset import SplitConfig
+from ..errors import SettingError
+from ..evaluation.tasks import EvalConfig
+from ..finetune.adapter import check_run_folder
+from ..finetune.config import FinetuneConfig
+from ..models import DEFAULT_MODEL
+from ..settings import check_writable_dir, check_writable_file
+from .base import Count, Machine, NonNegative, Quiet, Section, section_of
+from .sections import DataSection, PatchSection, check_train
+
+MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
+
+
+def names(cls) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+def existing_file(key: str, path: Optional[str], hint: str = "") -> Optional[str]:
+    if path is not None and not Path(path).is_file():
+        raise SettingError(key, path, "no such file" + (f" ({hint})" if hint else ""))
+    return path
+
+
+def check_list(key: str, text: Optional[str], parse) -> Optional[str]:
+    """A list of heads or layers, read as the command will read it; a malformed item is named."""
+    if text:
+        try:
+            parse(text)
+        except ValueError as err:
+            raise SettingError(key, text, str(err)) from None
+    return text
+
+
+class Loads(Machine):
+    model: str = Field(DEFAULT_MODEL, description=MODEL_HELP)
+
+
+class Works(Quiet, Loads):
+    """A model-loading command that shows progress bars."""
+
+
+class OutFolder(Section):
+    out: str = Field(description="run folder")
+
+    @field_validator("out")
+    @classmethod
+    def _out(cls, v):
+        check_writable_dir(v, "out")
+        return v
+
+
+class PairsIn(Section):
+    data: str = Field(description="pairs JSONL (reference, counterfactual, answer[, positions, operands])")
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, v):
+        return existing_file("data", v, "make one with `keyheads data`")
+
+
+_PairFlags: Any = section_of("_PairFlags", PairConfig, exclude=("n", "few_shot", "shared_prefix", "a_range", "b_range",
+                                                           "counterfactual_tries"))
+
+
+class DataCommand(DataSection, _PairFlags, Works):
+    out: str = Field(description="output .jsonl file")
+    template_files: list[str] = Field(default_factory=list, description="YAML template files to use instead of "
+                                      "the built-in ones; the word 'builtin' adds the built-in ones")
+    keep_correct: bool = Field(False, description="keep only the pairs whose answer the model predicts (argmax)")
+    operands: str = Field("1-9", description="operand range LO-HI, or LO-HI,LO-HI for A and B")
+    batch_size: Count = Field(32, description="prompts per forward pass for keep_correct")
+
+    def pairs(self) -> PairConfig:
+        a_range, b_range = parse_operands(self.operands)
+        shared = names(PairConfig) & set(type(self).model_fields)
+        return PairConfig(a_range=a_range, b_range=b_range, **self.model_dump(include=shared))
+
+    @field_validator("out")
+    @classmethod
+    def _out(cls, v):
+        check_writable_file(v, "out")
+        return v
+
+    @field_validator("operands")
+    @classmethod
+    def _operands(cls, v):
+        try:
+            parse_operands(v)
+        except ValueError as err:
+            raise SettingError("operands", v, str(err).split(": ", 1)[-1]) from None
+        return v
+
+
+class PatchCommand(PatchSection, OutFolder, PairsIn, Works):
+    batch_size: Count = Field(16, description="prompts per forward pass")
+    restart: bool = Field(False, description="discard a checkpoint in out and start over")
+
+
+class HeadChoice(Section):
+    effects: Optional[str] = Field(None, description="effects.json from `keyheads patch` (heads ranked most "
+                                                     "negative first)")
+    heads: Optional[str] = Field(None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting "
+                                                   "from effects)")
+    threshold: Optional[float] = Field(None, description="key heads: effect below this (default -0.05, the "
+                                                         "paper's -5%, unless top_k is given)")
+    top_k: Optional[Count] = Field(None, description="key heads: the K most negative (among those below "
+                                                     "threshold if that is given too)")
+
+    @field_validator("effects")
+    @classmethod
+    def _effects(cls, v):
+        return existing_file("effects", v, "it is written by `keyheads patch`")
+
+    @field_validator("heads")
+    @classmethod
+    def _heads(cls, v):
+        return check_list("heads", v, parse_heads)
+
+
+_Knockout: Any = section_of("_Knockout", KnockoutRun, exclude=("selection", "progress"))
+
+
+class KnockoutCommand(_Knockout, HeadChoice, OutFolder, PairsIn, Works):
+    @field_validator("transfer_data")
+    @classmethod
+    def _transfer_data(cls, v):
+        return existing_file("transfer_data", v)
+
+    def run(self) -> KnockoutRun:
+        return KnockoutRun(selection=selection(self), progress=not self.quiet,
+                           **self.model_dump(include=set(_Knockout.model_fields)))
+
+
+_Attention: Any = section_of("_Attention", AttentionRun, exclude=("selection", "progress"))
+_MLP: Any = section_of("_MLP", MLPRun, exclude=("progress",))
+
+
+class AttentionCommand(_Attention, HeadChoice, OutFolder, PairsIn, Works):
+    def run(self) -> AttentionRun:
+        shared = names(AttentionRun) - {"selection", "progress"}
+        return AttentionRun(selection=selection(self), progress=not self.quiet, **self.model_dump(include=shared))
+
+
+class MLPCommand(_MLP, OutFolder, PairsIn, Works):
+    def run(self) -> MLPRun:
+        shared = names(MLPRun) - {"progress"}
+        return MLPRun(progress=not self.quiet, **self.model_dump(include=shared))
+
+
+def selection(cfg: HeadChoice) -> Selection:
+    return Selection(heads=tuple(parse_heads(cfg.heads or "")), effects=cfg.effects, threshold=cfg.threshold,
+                     top_k=cfg.top_k)
+
+
+_EvalFlags: Any = section_of("_EvalFlags", EvalConfig, exclude=("split", "heldout", "progress", "shard"))
+
+
+class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
+    model: Optional[str] = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
+                                                                "the adapter's base model)")
+    knockout: Optional[str] = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
+    knockout_mlps: Optional[str] = Field(None, description="MLP layers to mean-ablate, e.g. '14,15'")
+    knockout_data: Optional[str] = Field(None, description="pairs file whose counterfactual prompts give the means")
+    adapter: list[str] = Field(default_factory=list, description="`keyheads finetune` run folders (precise, LoRA or "
+                               "full), one more row each; the first one's base model is the first row unless model "
+                               "is given")
+    base: bool = Field(True, description="the unmodified model's row (--no-base skips it when there is a knockout "
+                                         "or adapter row)")
+    baseline: Optional[str] = Field(None, description="another model evaluated first, as the reference row for Δ")
+    variant: list[dict[str, Any]] = Field(default_factory=list, description='more rows of any registered kind, as '
+                                          'JSON: {"kind": ..., "model": ..., "label": ..., "options": {...}}')
+    split: Literal["full", "heldout"] = EvalConfig.__pydantic_fields__["split"]  # type: ignore[attr-defined]
+    heldout_seed: NonNegative = Field(0, description="seed of the held-out split")
+    heldout_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="training share of the held-out split")
+    shard: Optional[str] = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark, so "
+                                 "that N processes sharing cache_dir split the work; then run without it for the "
+                                 "table. Under accelerate launch or torchrun the processes shard by themselves")
+
+    @field_validator("knockout_data")
+    @classmethod
+    def _knockout_data(cls, v):
+        return existing_file("knockout_data", v)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir(cls, v):
+        if v is not None:
+            check_writable_dir(v, "cache_dir")
+        return v
+
+    @field_validator("adapter")
+    @classmethod
+    def _adapters(cls, v):
+        for folder in v:
+            check_run_folder(folder)
+        return v
+
+    def eval_config(self, progress: bool) -> EvalConfig:
+        return EvalConfig(split=self.split, heldout=SplitConfig(self.heldout_seed, self.heldout_fraction),
+                          progress=progress, shard=check_shard(self.shard),
+                          **self.model_dump(include=set(_EvalFlags.model_fields)))
+
+
+_Recipe: Any = section_of("_Recipe", FinetuneConfig)
+
+
+class FinetuneCommand(_Recipe, OutFolder, Works):
+    train: str = Field(description="a JSONL of {prompt, completion}; 'trainset' (GSM8K train + held-out "
+                       "AddSub/SingleEq/SVAMP); or 'arith:multidigit,decimal[:N]' from the templates")
+    data_dir: Optional[str] = Field(None, description="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
+    limit: Optional[Count] = Field(None, description="use only the first N examples (None: all)")
+    effects: Optional[str] = Field(None, description="effects.json from `keyheads patch`, for top_k and mlps")
+    top_k: Optional[NonNegative] = Field(None, description="the K heads with the most negative effect")
+    heads: Optional[str] = Field(None, description="explicit heads, e.g. 14.2,21.2")
+    random_heads: Optional[Count] = Field(None, description="K seeded random heads (the control)")
+    mlps: Optional[NonNegative] = Field(None, description="also the M MLPs with the most negative effect")
+    mlp_layers: Optional[str] = Field(None, description="also these whole MLP layers, e.g. 14,15")
+
+    @field_validator("train")
+    @classmethod
+    def _train(cls, v):
+        return check_train(v)
+
+    @field_validator("heads")
+    @classmethod
+    def _heads(cls, v):
+        return check_list("heads", v, parse_heads)
+
+    @field_validator("mlp_layers")
+    @classmethod
+    def _mlp_layers(cls, v):
+        return check_list("mlp_layers", v, parse_layers)
+
+    def recipe(self) -> FinetuneConfig:
+        return FinetuneConfig(**self.model_dump(include=set(_Recipe.model_fields)))
+
+
+class MergeCommand(OutFolder, Machine):
+    adapter: str = Field(description="a `keyheads finetune --method precise` run folder")
+    out: str = Field(description="new folder to write")
+    model: Optional[str] = Field(None, description="base model (default: the one the adapter names)")
+    export: Literal["hf", "peft"] = Field("hf", description="hf: merged model folder; peft: the same change as a "
+                                                            "PEFT LoRA adapter (exact)")
+
+
+class GenerateCommand(Loads):
+    prompt: CliPositionalArg[str] = Field(description="the prompt")
+    max_new_tokens: Count = Field(20, description="tokens to generate")
+    escapes: bool = Field(False, description="interpret backslash escapes such as \\n in the prompt")
+
+
+class ModelsCommand(Section):
+    """No settings: lists the bundled models."""
+
+
+def check_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
+    if not text:
+        return None
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SettingError("--shard", text, "expected K/N, e.g. 0/4 for the first of four processes") from None
+    return k, n
