@@ -33,6 +33,14 @@ class MissingFile(BadFile, FileNotFoundError):
     """A file the input names that does not exist."""
 
 
+class DataNotFound(MissingFile):
+    """A benchmark is neither in the data folder nor reachable on the hub."""
+
+
+class ResumeMismatch(UserError):
+    """A checkpoint made with other settings than the run that would resume it."""
+
+
 class MalformedLine(BadFile):
     """A line of a JSONL file that is not a JSON object of the expected keys."""
 

@@ -53,8 +53,6 @@ def test_knockout_of_given_heads_without_effects(run, tmp_path, pairs_file):
     assert res["key_heads"]["heads"] == [{"layer": 0, "head": 1}, {"layer": 2, "head": 2}] and "curves" not in res
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="patching/results.py select_heads raises a plain ValueError, not yet a UserError")
 def test_empty_key_heads_is_an_error_naming_the_threshold(run, tmp_path, pairs_file, effects, capsys):
     rc = run(["knockout", "--data", str(pairs_file), "--effects", str(effects), "--threshold", "-0.5",
               "--out", str(tmp_path / "x"), "--quiet"])

@@ -50,8 +50,6 @@ def test_eval_input_errors(tiny_folder, tmp_path, capsys, monkeypatch):
     assert "--variant needs JSON like" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, raises=Exception,
-                   reason="data/benchmarks.py DataNotFound is not yet a UserError, so the CLI shows its traceback")
 def test_missing_benchmark_file_is_named(tiny_folder, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     base = ["eval", "--model", str(tiny_folder), "--out", str(tmp_path / "run"), "--quiet"]

@@ -237,15 +237,7 @@ BAD = {
 
 
 # raised by code that still raises a plain ValueError, not a UserError: the CLI shows its traceback
-NOT_YET_USER_ERRORS = {"head-out-of-range": "components.py", "mlp-out-of-range": "components.py",
-                       "effects-top-k-too-many": "components.py", "empty-jsonl": "finetune/data.py",
-                       "no-completion": "finetune/data.py", "empty-completion": "finetune/data.py"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=ValueError,
-                                               reason=f"{NOT_YET_USER_ERRORS[name]} raises a plain ValueError"))
-    if name in NOT_YET_USER_ERRORS else name for name in BAD])
+@pytest.mark.parametrize("name", list(BAD))
 def test_finetune_input_errors(name, tiny_folder, train_file, effects, tmp_path, capsys, spies):
     flags, rows, words, may_load = BAD[name]
     train = train_file if rows is None else _jsonl(tmp_path / "bad.jsonl", rows)
@@ -284,11 +276,6 @@ def test_merge_or_eval_of_a_truncated_adapter_is_one_line(adapter_run, tmp_path,
     assert spies["load"] == 0 and not (tmp_path / "m").exists()
 
 
-RESUME_NOT_YET = pytest.mark.xfail(strict=True, raises=ValueError,
-                                   reason="finetune/checkpoint.py ResumeMismatch is a plain ValueError, not a UserError")
-
-
-@RESUME_NOT_YET
 def test_resume_with_other_settings_is_refused(tiny_folder, train_file, tmp_path, capsys):
     out = tmp_path / "run"
     # a checkpoint after step 1 of 2 stays beside the finished run
@@ -357,7 +344,6 @@ def test_bundled_model_each_method(tmp_path, capsys):
     assert info(tmp_path / "full")["tuned_params"] == info(tmp_path / "full")["total_params"]
 
 
-@RESUME_NOT_YET
 def test_finished_run_with_other_settings_is_refused(tiny_folder, train_file, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(finetune_argv(tiny_folder, train_file, out, "--heads", "1.0")) == 0

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..errors import BadFile, DataNotFound, UserError
 from ..log import logger
 
 DATA_ENV = "KEYHEADS_DATA"
@@ -54,10 +55,6 @@ class Record:
         return None if self.label is None else LETTERS[self.label]
 
 
-class DataNotFound(FileNotFoundError):
-    """A benchmark is neither in the data folder nor reachable on the hub."""
-
-
 # ---- parsing the original formats ----------------------------------------------------------
 
 def parse_number(text: str) -> float:
@@ -70,7 +67,7 @@ def gsm8k_answer(solution: str) -> tuple[str, float]:
     """Split a GSM8K answer field into (rationale without calculator marks, final number)."""
     body, sep, final = solution.rpartition("####")
     if not sep:
-        raise ValueError(f"GSM8K answer without '#### N': {solution[-80:]!r}")
+        raise BadFile(f"GSM8K answer without '#### N': {solution[-80:]!r}")
     rationale = re.sub(r"<<[^>]*>>", "", body).strip()
     return rationale, parse_number(final)
 
@@ -79,7 +76,7 @@ def _read_json_list(path: Path) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of objects")
+        raise BadFile(f"{path}: expected a JSON list of objects")
     return data
 
 
@@ -147,7 +144,7 @@ def _mmlu_folder(folder: Path, split: str) -> list[Record]:
             reader = csv.reader(f)
             header = next(reader)
             if header[:6] != ["question", "choice0", "choice1", "choice2", "choice3", "answer"]:
-                raise ValueError(f"{path}: expected the header question,choice0..choice3,answer, got {header}")
+                raise BadFile(f"{path}: expected the header question,choice0..choice3,answer, got {header}")
             for i, row in enumerate(reader):
                 out.append(Record(f"{subject}/{i}", row[0].strip(), f"mmlu/{split}", choices=tuple(row[1:5]),
                                   label=int(row[5]), subject=subject))
@@ -207,7 +204,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
 
 def get_benchmark(name: str) -> Benchmark:
     if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+        raise UserError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
     return BENCHMARKS[name]
 
 
@@ -276,9 +273,9 @@ def load(name: str, split: str | None = None, data_dir: str | Path | None = None
     bench = get_benchmark(name)
     split = split or bench.evaluated
     if split not in bench.files:
-        raise ValueError(f"{name} has no split {split!r}; it has {', '.join(bench.files)}")
+        raise UserError(f"{name} has no split {split!r}; it has {', '.join(bench.files)}")
     if source not in ("auto", "local", "hub"):
-        raise ValueError(f"source must be auto, local or hub, not {source!r}")
+        raise UserError(f"source must be auto, local or hub, not {source!r}")
     folder = data_dir_from(data_dir)
     path = folder / bench.files[split] if folder else None
     if source != "hub" and path is not None and path.exists():

@@ -15,12 +15,9 @@ from safetensors.torch import load_file, save_file
 
 from ..io import atomic_folder, read_json, restore_set_aside, write_json
 from ..log import logger
+from ..errors import ResumeMismatch
 from ..provenance import changed_settings, flatten
 from .config import FinetuneConfig
-
-
-class ResumeMismatch(ValueError):
-    pass
 
 
 def differing_keys(old: dict, new: dict) -> list[str]:

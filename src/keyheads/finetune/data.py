@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import BadFile, UserError
 from ..data.arithmetic import ARITH_KINDS, draw_exact
 from ..data.render import draw_fillers, render
 from ..io import iter_jsonl
@@ -33,10 +34,10 @@ def read_jsonl_examples(path: str | Path) -> list[Example]:
     for number, row in iter_jsonl(path):
         missing = [k for k in ("prompt", "completion") if not isinstance(row.get(k), str)]
         if missing:
-            raise ValueError(f"{path}:{number}: no {' or '.join(missing)} string; each line must be "
+            raise BadFile(f"{path}:{number}: no {' or '.join(missing)} string; each line must be "
                              '{"prompt": "...", "completion": "..."} (the loss is on the completion)')
         if not row["completion"]:
-            raise ValueError(f"{path}:{number}: the completion is empty; there would be nothing to learn")
+            raise BadFile(f"{path}:{number}: the completion is empty; there would be nothing to learn")
         out.append(Example(row["prompt"], row["completion"]))
     return out
 
@@ -54,7 +55,7 @@ def arithmetic_examples(kind: str, n: int, seed: int = 0, template_ids: list[str
     from ..data.templates import load_templates
 
     if kind not in ARITH_KINDS:
-        raise ValueError(f"unknown arithmetic kind {kind!r}; known: {', '.join(ARITH_KINDS)}")
+        raise UserError(f"unknown arithmetic kind {kind!r}; known: {', '.join(ARITH_KINDS)}")
     tasks, operands = ARITH_KINDS[kind]
     templates = load_templates()
     # templates with a max_answer (time spans, dates, clocks) only stay true for small answers:
@@ -62,7 +63,7 @@ def arithmetic_examples(kind: str, n: int, seed: int = 0, template_ids: list[str
     chosen = [t for task in tasks for t in templates.for_task(task)
               if (not template_ids or t.id in template_ids) and t.max_answer is None]
     if not chosen:
-        raise ValueError(f"no template of {', '.join(tasks)} among {template_ids}")
+        raise UserError(f"no template of {', '.join(tasks)} among {template_ids}")
     rng = random.Random(f"{kind}-{seed}")
     out = []
     while len(out) < n:
@@ -82,9 +83,9 @@ def load_examples(spec: str, data_dir: str | None = None, seed: int = 0) -> list
         try:
             n = int(n) if n else 2000
         except ValueError:
-            raise ValueError(f"--train {spec!r}: N must be an integer, as in arith:multidigit:2000") from None
+            raise UserError(f"--train {spec!r}: N must be an integer, as in arith:multidigit:2000") from None
         if n < 1:
-            raise ValueError(f"--train {spec!r}: N must be >= 1")
+            raise UserError(f"--train {spec!r}: N must be >= 1")
         examples = [e for kind in kinds.split(",") for e in arithmetic_examples(kind.strip(), n, seed)]
     else:
         path = Path(spec)
@@ -92,7 +93,7 @@ def load_examples(spec: str, data_dir: str | None = None, seed: int = 0) -> list
             raise FileNotFoundError(f"--train {spec!r} is neither a JSONL file, 'trainset' nor 'arith:KINDS[:N]'")
         examples = read_jsonl_examples(path)
     if not examples:
-        raise ValueError(f"--train {spec!r} gave no training examples")
+        raise UserError(f"--train {spec!r} gave no training examples")
     return examples
 
 
@@ -118,7 +119,7 @@ def tokenize(tokenizer, examples: list[Example], max_length: int) -> list[Tokeni
         p = tokenizer(e.prompt, add_special_tokens=True)["input_ids"]
         c = tokenizer(e.completion, add_special_tokens=False)["input_ids"] + eos
         if len(p) + len(c) > max_length:
-            raise ValueError(f"training example {i} has {len(p) + len(c)} tokens, more than max_length "
+            raise UserError(f"training example {i} has {len(p) + len(c)} tokens, more than max_length "
                              f"{max_length}; raise --max-length or shorten it")
         out.append(Tokenized(p + c, len(p)))
     return out
