@@ -36,7 +36,7 @@ def test_two_processes_write_the_same_knockout_results(tmp_path):
 
     def argv(out):
         return ["knockout", "--model", str(folder), "--data", str(pairs), "--effects", str(effects), "--top-k", "3",
-                "--k", "8", "--seeds", "3", "--transfer-n", "12", "--out", str(out), "--quiet",
+                "-k", "8", "--seeds", "3", "--transfer-n", "12", "--out", str(out), "--quiet",
                 "--dtype", "float64"]  # float64: no near-tie of a random model flips with the batching
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node", "2",

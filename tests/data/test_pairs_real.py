@@ -41,8 +41,8 @@ def test_smollm2_keep_correct_cli_writes_correct_pairs(smollm2, tmp_path, monkey
 
     monkeypatch.setattr(command, "load_from_args", lambda args: smollm2)  # loading is tested elsewhere
     out = tmp_path / "add.jsonl"
-    assert main(["data", "--model", "smollm2-135m", "--task", "addition", "--n", "12", "--few-shot", "3",
-                 "--keep-correct", "--template", "add-eq-1,add-qa-2", "--out", str(out)]) == 0
+    assert main(["data", "--model", "smollm2-135m", "--task", "addition", "-n", "12", "--few-shot", "3",
+                 "--keep-correct", "--templates", "add-eq-1,add-qa-2", "--out", str(out)]) == 0
     pairs = read_pairs(out)
     assert len(pairs) >= 3  # SmolLM2 gets most three-shot additions right
     tok = smollm2.tokenizer

@@ -269,11 +269,14 @@ def test_lora_and_full_runs_load_back(method, examples, tmp_path):
 
     loader = loader_of("llama")
     got = logits(load_finetuned(tmp_path / "run", loader))
-    assert close(got, trained), (got - trained).abs().max()
+    # fp32 round-off relative to the logits' size: the loaded adapter sums its products in another order,
+    # and the last bits of that order differ between CPUs (1.1e-5 on logits up to 5.3 on some)
+    tol = 1e-5 * max(1.0, trained.abs().max().item())
+    assert close(got, trained, atol=tol), (got - trained).abs().max()
 
     loader = loader_of("llama")
     prepared = prepare(Variant.make("adapter", str(tmp_path / "run")), loader)
-    assert close(logits(prepared.model), trained)
+    assert close(logits(prepared.model), trained, atol=tol)
     for shared in loader.shared.values():  # the base (LoRA) or the loaded folder (full) is untouched
         assert shared.hf is not prepared.model.hf
     if method == "lora":
