@@ -27,9 +27,9 @@ from keyheads.analysis.knockout_curves import CurveConfig, curve_sets, knockout_
 from keyheads.analysis.passes import EndPasses, PromptSet  # noqa: E402
 from keyheads.cli import main as cli  # noqa: E402
 from keyheads.demo import demo_config  # noqa: E402
+from keyheads.effects import Effects  # noqa: E402
 from keyheads.knockout import compute_means  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
-from keyheads.effects import Effects  # noqa: E402
 
 
 def demo_data(folder: Path) -> Path:

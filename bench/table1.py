@@ -17,9 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
-from keyheads.report.figures import new_figure, save_figure  # noqa: E402
-from keyheads.report.rundata import (DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs,  # noqa: E402
-                                     stage_records)
+from keyheads.plotting import new_figure, save_figure  # noqa: E402
+from keyheads.report.rundata import DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs, stage_records  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 

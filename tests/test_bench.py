@@ -1,6 +1,5 @@
 """The benchmark scripts still import and set up against today's API (they are run by hand, not by CI)."""
 import importlib
-import sys
 from pathlib import Path
 
 import pytest

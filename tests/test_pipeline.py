@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from keyheads.evaluation.cache import read_rows
 from keyheads.errors import BadFile, UserError
+from keyheads.evaluation.cache import read_rows
 from keyheads.pipeline import run_pipeline
 from keyheads.runconfig import PipelineConfig, merge
 from keyheads.testing import tiny_model

@@ -21,7 +21,7 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
 
     parser = argparse.ArgumentParser(
         prog="keyheads",

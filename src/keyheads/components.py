@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from .effects import PAPER_THRESHOLD, Effects
 from .errors import BadFile, MissingFile, UserError
@@ -76,7 +76,7 @@ class Components:
             out.setdefault(layer, []).append(head)
         return out
 
-    def check(self, n_layers: int, n_heads: int) -> "Components":
+    def check(self, n_layers: int, n_heads: int) -> Components:
         """Itself, if every head and MLP exists in a model of this shape."""
         for layer, head in self.heads:
             if not (0 <= layer < n_layers and 0 <= head < n_heads):
@@ -91,25 +91,25 @@ class Components:
         layers = [l for l, _ in self.heads] + list(self.mlps)
         return min(layers) if layers else None
 
-    def with_mlps(self, mlps: Iterable[int], source: str = "") -> "Components":
+    def with_mlps(self, mlps: Iterable[int], source: str = "") -> Components:
         return Components(self.heads, tuple(mlps), " + ".join(s for s in (self.source, source) if s))
 
     def to_json(self) -> dict:
         return {"heads": [h.to_json() for h in self.heads], "mlps": list(self.mlps), "source": self.source}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Components":
+    def from_json(cls, data: dict) -> Components:
         return cls(tuple(heads_of(data.get("heads", []))), tuple(data.get("mlps", [])), data.get("source", "explicit"))
 
     # ---- the ways to choose ---------------------------------------------------------------------
     @classmethod
-    def explicit(cls, heads: str = "", mlps: str = "") -> "Components":
+    def explicit(cls, heads: str = "", mlps: str = "") -> Components:
         """From the command line: 'L.H,...' and 'L,...'."""
         return cls(tuple(parse_heads(heads)), tuple(parse_layers(mlps)), "explicit")
 
     @classmethod
     def select(cls, effects: Effects, threshold: float | None = None, top_k: int | None = None,
-               n_mlps: int = 0, name: str = "effects.json") -> "Components":
+               n_mlps: int = 0, name: str = "effects.json") -> Components:
         """The key heads of `effects` by `rank_heads`, and its `n_mlps` most negative MLPs.
 
         With neither threshold nor top_k the paper's -5% applies. An empty choice is an error that
@@ -137,7 +137,7 @@ class Components:
                    what + (f" + top-{n_mlps} MLPs" if n_mlps else "") + f" of {name}")
 
     @classmethod
-    def read_key_heads(cls, path: str | Path) -> "Components":
+    def read_key_heads(cls, path: str | Path) -> Components:
         """The key heads that identify chose, from its key_heads.json (its heads only, in its order)."""
         path = Path(path)
         if not path.is_file():
@@ -151,7 +151,7 @@ class Components:
         return cls(tuple(heads_of(record["heads"])), (), f"key heads ({path.parent.name}/{path.name})")
 
     @classmethod
-    def random_heads(cls, k: int, n_layers: int, n_heads: int, seed: int = 0) -> "Components":
+    def random_heads(cls, k: int, n_layers: int, n_heads: int, seed: int = 0) -> Components:
         """k heads drawn uniformly without replacement (the control for key heads)."""
         every = [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
         if not 1 <= k <= len(every):

@@ -7,9 +7,10 @@ process group (gloo on CPU, nccl on GPUs) the first time any function here is ca
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from functools import lru_cache
-from typing import Any, Callable, Sequence, TypeVar
+from functools import cache
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -27,7 +28,7 @@ def launched() -> bool:
     return any(int(os.environ.get(v) or 1) > 1 for v in _SIZE_VARS)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _state():
     if not launched():
         return None

@@ -42,7 +42,7 @@ class Effects:
         return dict(self.__dict__)
 
     @classmethod
-    def load(cls, path, model=None) -> "Effects":
+    def load(cls, path, model=None) -> Effects:
         """Read an effects.json; with `model`, check that its layers x heads match the model's."""
         path = Path(path)
         if not path.is_file():

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from .errors import BadFile, MissingFile, UserError
 
@@ -23,7 +24,7 @@ class Head(NamedTuple):
         return f"{self.layer}.{self.head}"
 
     @classmethod
-    def parse(cls, text: str) -> "Head":
+    def parse(cls, text: str) -> Head:
         """'14.2' -> Head(14, 2), with an error naming the bad text."""
         layer, dot, head = text.strip().partition(".")
         if not dot or not layer.isdigit() or not head.isdigit():
@@ -34,7 +35,7 @@ class Head(NamedTuple):
         return {"layer": self.layer, "head": self.head}
 
     @classmethod
-    def from_json(cls, data) -> "Head":
+    def from_json(cls, data) -> Head:
         """{"layer": L, "head": H} or an [L, H] pair."""
         try:
             if isinstance(data, dict):

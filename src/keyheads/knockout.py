@@ -10,14 +10,15 @@ records whether that happened, so reports can say it.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from .components import Components, Head
 from .models.model import HookedModel
+
 
 @dataclass
 class Knockout:
@@ -92,7 +93,7 @@ class Knockout:
         return state
 
     @classmethod
-    def from_state(cls, heads, mlps, state: dict[str, torch.Tensor], mode: str = "aligned") -> "Knockout":
+    def from_state(cls, heads, mlps, state: dict[str, torch.Tensor], mode: str = "aligned") -> Knockout:
         ko = cls([Head(*h) for h in heads], [int(m) for m in mlps], mode=mode)
         for key, t in state.items():
             name, layer = key.rsplit(".", 1)

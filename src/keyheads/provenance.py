@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 import transformers
 
-from . import __version__
+from .version import __version__
 
 
 def versions() -> dict:

@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .config.base import Count, NonNegative, Section, setting_error
-from .config.sections import (AnalysisSection, DataSection, EvalSection, FinetuneSection, KnockoutSection,
-                              MLPSection, PatchSection)
+from .config.sections import (
+    AnalysisSection,
+    DataSection,
+    EvalSection,
+    FinetuneSection,
+    KnockoutSection,
+    MLPSection,
+    PatchSection,
+)
+from .data.benchmarks import data_dir_from
 from .errors import BadFile, SettingError
 from .evaluation.tasks import ARITH
 from .settings import check_device, check_dtype, check_writable_dir
 
-from .data.benchmarks import data_dir_from
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs
 VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?|full|lora")
 
@@ -33,12 +39,12 @@ class PipelineConfig(Section):
 
     model: str = Field("smollm2-135m", description="bundled name, local folder, .gguf or hub id")
     out: str = Field("runs/demo", description="the run folder")
-    device: Optional[str] = Field(None, description="cpu, cuda, cuda:N, mps or auto (default: a GPU when there "
+    device: str | None = Field(None, description="cpu, cuda, cuda:N, mps or auto (default: a GPU when there "
                                                     "is one)")
-    dtype: Optional[str] = Field(None, description="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
+    dtype: str | None = Field(None, description="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
     seed: NonNegative = Field(0, description="seeds the pairs, the random orders, the random heads and the "
                                              "training order")
-    data_dir: Optional[str] = Field(None, description="benchmark folder (default $KEYHEADS_DATA)")
+    data_dir: str | None = Field(None, description="benchmark folder (default $KEYHEADS_DATA)")
     batch_size: Count = Field(16, description="prompts per forward pass (every stage; fine-tuning has "
                                               "finetune.micro_batch_size)")
     variants: list[str] = Field(default_factory=list, description=(
@@ -124,7 +130,7 @@ class PipelineConfig(Section):
         return self
 
     @classmethod
-    def make(cls, where: str = "", **values) -> "PipelineConfig":
+    def make(cls, where: str = "", **values) -> PipelineConfig:
         """The config from plain (nested) values; a SettingError lists every invalid setting."""
         try:
             return cls.model_validate(values)
@@ -132,7 +138,7 @@ class PipelineConfig(Section):
             raise setting_error(err, where=where) from None
 
     @classmethod
-    def from_yaml(cls, path: str | Path, **overrides) -> "PipelineConfig":
+    def from_yaml(cls, path: str | Path, **overrides) -> PipelineConfig:
         """The YAML file's settings, with `overrides` (nested dicts, as the flags give them) on top."""
         path = Path(path)
         if not path.is_file():

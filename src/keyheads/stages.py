@@ -18,10 +18,10 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 from .io import file_sha256, read_json, write_json
 from .provenance import changed_settings, machine, versions

@@ -15,8 +15,7 @@ from keyheads.data.render import render
 from keyheads.data.templates import load_templates
 from keyheads.evaluation import ARITH, EvalConfig, Prepared, evaluate
 from keyheads.evaluation import tasks as tasks_module
-from keyheads.evaluation.arith import (ARITH_SETS, N_ITEMS, N_POOL, arith_items, check_heldout,
-                                       heldout_templates)
+from keyheads.evaluation.arith import ARITH_SETS, N_ITEMS, N_POOL, arith_items, check_heldout, heldout_templates
 from keyheads.evaluation.cache import read_rows
 from keyheads.evaluation.extract import NUMBER
 from keyheads.evaluation.tasks import check_benchmarks, make_task

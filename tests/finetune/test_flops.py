@@ -9,7 +9,6 @@ gradients (plus the input gradient of the W_O column delta, whose input is the a
 FlopCounterMode counts mm/bmm (not norms, softmax, elementwise ops or the loss), so with eager
 attention the hand count is exact.
 """
-import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 

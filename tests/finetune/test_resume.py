@@ -3,9 +3,9 @@ to one that was never interrupted; a resume with other settings is refused, nami
 folder is returned as it is; checkpoint writes are atomic and leave no temporaries behind."""
 import logging
 import os
-import sys
 import re
 import shutil
+import sys
 import types
 from dataclasses import replace
 from pathlib import Path

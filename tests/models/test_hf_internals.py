@@ -105,7 +105,7 @@ def test_a_forward_cache_is_made_of_dynamic_layers_with_keys_and_values(llama):
 def test_sliding_window_layers_are_seen():
     model = tiny_model("gemma3")
     cache = prefix_cache(model, ids_of(model, SHOTS)[0])
-    assert [getattr(layer, "is_sliding") for layer in cache.layers] == [True, False, True]  # tiny.py's layer_types
+    assert [layer.is_sliding for layer in cache.layers] == [True, False, True]  # tiny.py's layer_types
     assert hf_internals.has_sliding_layers(cache)
     hf_internals.make_growing(cache, room=4)  # a sliding layer drops positions: it stays what it is
     assert [type(layer) is hf_internals.GrowingLayer for layer in cache.layers] == [False, True, False]

@@ -58,10 +58,10 @@ def run_folder(tmp_path_factory, tiny_data):
     from keyheads.analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection, run_attention, run_knockout, run_mlp
     from keyheads.components import Components
     from keyheads.effects import Effects
-    from keyheads.heads import heads_of
     from keyheads.evaluation import EvalConfig, Variant, evaluate
     from keyheads.finetune import Example, FinetuneConfig, finetune
     from keyheads.finetune.adapter import base_fingerprint
+    from keyheads.heads import heads_of
     from keyheads.patching import PatchConfig, identify
 
     threads = torch.get_num_threads()

@@ -14,8 +14,8 @@ does, and "text" otherwise. `lean` is the binary call between the two task roles
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -90,7 +90,7 @@ def top_other_tokens(model: HookedModel, end_rows: Sequence[np.ndarray], samples
     marked "(END)"): says what a head labelled "text" actually reads."""
     from collections import defaultdict
 
-    from ..report.figures import token_label
+    from ..plotting import token_label
 
     totals = [defaultdict(float) for _ in range(end_rows[0].shape[0])]
     for row, s in zip(end_rows, samples):
@@ -135,7 +135,7 @@ def label_heads(heads: Sequence[Head], mean_by_role: np.ndarray) -> list[HeadLab
 def plot_by_role(per_task: dict[str, np.ndarray], counts: dict[str, int], heads: Sequence[Head],
                  labels: Sequence[HeadLabel], path) -> None:
     """Figure 5: per task, grouped bars (one group per key head, one bar per role)."""
-    from ..report.figures import save_figure, subplots
+    from ..plotting import save_figure, subplots
 
     tasks = list(per_task)
     fig, axes = subplots(len(tasks), 1, figsize=(max(7.0, 0.9 * len(heads) + 2), 2.8 * len(tasks)), squeeze=False,
@@ -162,7 +162,7 @@ def plot_by_role(per_task: dict[str, np.ndarray], counts: dict[str, int], heads:
 def plot_cases(model: HookedModel, cases: Sequence[tuple[str, str]], end_rows: Sequence[np.ndarray],
                heads: Sequence[Head], path, max_tokens: int = 40) -> None:
     """Figure 7: per prompt, a heads x tokens heatmap of END attention (the last `max_tokens` tokens)."""
-    from ..report.figures import save_figure, subplots, token_label
+    from ..plotting import save_figure, subplots, token_label
 
     fig, axes = subplots(len(cases), 1, figsize=(12, 0.35 * len(heads) * len(cases) + 1.6 * len(cases)), squeeze=False,
                          constrained_layout=True)
@@ -193,7 +193,7 @@ def full_patterns(model: HookedModel, prompts: Sequence[str], head: Head) -> lis
 def plot_patterns(model: HookedModel, cases: Sequence[tuple[str, str]], patterns: Sequence[np.ndarray],
                   head: Head, label: str, path, max_tokens: int = 24) -> None:
     """Figure 16: one head's full attention pattern (query x key) on several prompts, tokens on the axes."""
-    from ..report.figures import save_figure, subplots, token_label
+    from ..plotting import save_figure, subplots, token_label
 
     fig, axes = subplots(1, len(cases), figsize=(4.6 * len(cases), 4.8), squeeze=False)
     for ax, (name, prompt), pat in zip(axes[0], cases, patterns):

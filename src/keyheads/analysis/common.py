@@ -2,19 +2,17 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import AnalysisError
 from ..components import Head
+from ..errors import AnalysisError
 from ..knockout import Knockout
 from ..models.model import HookedModel
-
-
 
 
 @dataclass

@@ -9,8 +9,8 @@ sets are nested in k, as for "effect-rank".
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -115,7 +115,7 @@ def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids
 
 
 def plot_curves(curves: Curves, path, title: str) -> None:
-    from ..report.figures import new_figure, save_figure
+    from ..plotting import new_figure, save_figure
 
     fig, ax = new_figure(7.5, 4.2)
     ks = np.array(curves.ks)

@@ -24,8 +24,8 @@ The paper reads (13-18-28) for LLaMA2-7B off the same kind of curves (figures 6,
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -185,7 +185,7 @@ def _marks(ax, tp: TurningPoints, labels: bool = True) -> None:
 
 def plot_curves(curves: dict[str, np.ndarray], tp: TurningPoints, path_in, path_out, model_name: str) -> None:
     """Figures 6(a) and 6(b): raw cosines (top) and the contrast the turning points are read from (bottom)."""
-    from ..report.figures import save_figure, subplots
+    from ..plotting import save_figure, subplots
 
     n, L = curves["in_A"].shape
     operand = (curves["in_A"] + curves["in_B"]) / 2 - curves["in_other"]
@@ -218,7 +218,7 @@ def plot_curves(curves: dict[str, np.ndarray], tp: TurningPoints, path_in, path_
 
 
 def plot_case(names: Sequence[str], cos: np.ndarray, prompt: str, answer: str, path, k: int = 3) -> None:
-    from ..report.figures import new_figure, save_figure
+    from ..plotting import new_figure, save_figure
 
     fig, ax = new_figure(max(5.0, 0.45 * len(names) + 2), 0.28 * cos.shape[0] + 1.5)
     lim = float(np.abs(cos).max()) or 1.0

@@ -20,8 +20,8 @@ rounding (tests/analysis/test_passes.py).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm

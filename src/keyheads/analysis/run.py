@@ -7,26 +7,34 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from ..io import write_json
 from ..components import Components, Head
+from ..distributed import is_main, map_sharded
 from ..effects import Effects
+from ..io import write_json
 from ..knockout import compute_means
 from ..models.model import HookedModel
 from . import attention as att
 from . import mlp as mlpmod
 from . import transfer as tr
-from .common import (AnalysisError, Batches, alignment_warning, all_heads, answer_token, fallback_note, knockout_subset, load_samples, read_pair_rows)
-from ..distributed import is_main, map_sharded
+from .common import (
+    AnalysisError,
+    alignment_warning,
+    all_heads,
+    answer_token,
+    fallback_note,
+    knockout_subset,
+    load_samples,
+    read_pair_rows,
+)
 from .knockout_curves import CurveConfig, knockout_curves, plot_curves, random_order, set_accuracies
 from .passes import PromptSet
-
 
 # the runs' settings: unknown keys are errors; Python callers may use the field names, flags the aliases
 RUN_CONFIG = ConfigDict(extra="forbid", populate_by_name=True)
@@ -79,18 +87,18 @@ class KnockoutRun:
     seeds: int = Field(5, ge=1, description="random-rank orderings of the curves")
     seed: int = Field(0, ge=0, description="picks the subset, the random-rank orderings, the control heads and the "
                                            "transfer sets' prompts")
-    n_samples: Optional[int] = Field(300, ge=1, alias="limit", description=SUBSET)
+    n_samples: int | None = Field(300, ge=1, alias="limit", description=SUBSET)
     batch_size: int = Field(32, ge=1, description="prompts per forward pass")
     mean_mode: Literal["aligned", "global"] = Field("aligned", description="means per END-aligned position, or one "
                                                                            "mean over all positions")
     transfer: bool = Field(True, description="the transfer table")
-    transfer_data: Optional[str] = Field(None, description="another pairs file (other templates / tasks), one "
+    transfer_data: str | None = Field(None, description="another pairs file (other templates / tasks), one "
                                                            "transfer set per value of its transfer_by field")
     transfer_by: Literal["task", "template"] = Field("task", description="one transfer row per task or per "
                                                                          "template of transfer_data")
-    data_dir: Optional[str] = Field(None, description="benchmark folder with svamp/SVAMP.json and "
+    data_dir: str | None = Field(None, description="benchmark folder with svamp/SVAMP.json and "
                                                       "gsm8k/test.jsonl (default $KEYHEADS_DATA)")
-    transfer_n: Optional[int] = Field(100, ge=1, description="prompts per generated / benchmark transfer set "
+    transfer_n: int | None = Field(100, ge=1, description="prompts per generated / benchmark transfer set "
                                                              "(None: all)")
     transfer_control: bool = Field(True, description="also knock out as many random non-key heads on every "
                                                      "transfer set (one more pass each)")
@@ -159,7 +167,7 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
 
 
 def _write_curves(out: Path, curves, model_name: str) -> None:
-    from ..report.figures import write_csv
+    from ..plotting import write_csv
 
     seeds = len(curves.random)
     header = ["k", "effect_rank_head", "effect_rank_accuracy", "random_mean", "random_std"] + \
@@ -186,7 +194,7 @@ def _format_curves(curves) -> str:
 def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: Path) -> dict:
     from ..data.benchmarks import DataNotFound, data_dir_from
     from ..io import atomic_write_text
-    from ..report.figures import write_csv
+    from ..plotting import write_csv
 
     n = cfg.transfer_n
     # the identification data itself first, as the reference row
@@ -240,14 +248,14 @@ class AttentionRun:
     data: str = Field(description="pairs JSONL with positions")
     out: str = Field(description="run folder")
     selection: Selection = Field(default_factory=Selection, description="how the key heads are chosen")
-    n_samples: Optional[int] = Field(1000, ge=1, alias="limit", description=SUBSET + "; the paper's 1000")
+    n_samples: int | None = Field(1000, ge=1, alias="limit", description=SUBSET + "; the paper's 1000")
     seed: int = Field(0, ge=0, description="picks the subset")
     batch_size: int = Field(16, ge=1, description="prompts per forward pass")
     progress: bool = Field(True, description="progress bars")
 
 
 def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
-    from ..report.figures import write_csv
+    from ..plotting import write_csv
 
     out = Path(cfg.out)
     notes = Notes()
@@ -322,10 +330,10 @@ class MLPRun:
 
     data: str = Field(description="pairs JSONL with operands")
     out: str = Field(description="run folder")
-    n_samples: Optional[int] = Field(1000, ge=1, alias="limit", description=SUBSET)
+    n_samples: int | None = Field(1000, ge=1, alias="limit", description=SUBSET)
     seed: int = Field(0, ge=0, description="picks the subset")
     batch_size: int = Field(16, ge=1, description="prompts per forward pass")
-    case: Optional[str] = Field(None, description="prompt of the layer-by-layer case (figure 6c; default: "
+    case: str | None = Field(None, description="prompt of the layer-by-layer case (figure 6c; default: "
                                                   "'4 + 3 = ' after the data's own few-shot prefix)")
     case_answer: str = Field("7", description="the case's answer")
     progress: bool = Field(True, description="progress bars")
@@ -343,7 +351,7 @@ def case_prompt(samples) -> str:
 
 
 def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
-    from ..report.figures import write_csv
+    from ..plotting import write_csv
 
     out = Path(cfg.out)
     samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)

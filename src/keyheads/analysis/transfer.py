@@ -12,9 +12,9 @@ and SVAMP / GSM8K questions ending in "The answer is ".
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from ..knockout import Knockout
 from ..models.model import HookedModel

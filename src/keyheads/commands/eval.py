@@ -8,8 +8,8 @@ from .. import distributed, models
 from ..config.commands import EvalCommand
 from ..errors import SettingError
 from ..evaluation import Variant, evaluate
-from ..heads import read_heads
 from ..finetune.adapter import read_info
+from ..heads import read_heads
 from ..models import DEFAULT_MODEL
 from .flags import add_settings, settings
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from .. import finetune as training  # training.finetune looked up at call time: tests count its calls
 from .. import models
 from ..components import Components
-from ..effects import Effects
 from ..config.commands import FinetuneCommand, MergeCommand
+from ..effects import Effects
 from ..errors import BadFile, SettingError
 from ..finetune.adapter import export_peft, merge, read_adapter
 from ..heads import parse_heads, parse_layers

@@ -6,8 +6,6 @@ the YAML file, which wins over the defaults.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import Field
 
 from .. import pipeline
@@ -20,7 +18,7 @@ from .flags import add_settings, given
 class RunFlags(PipelineConfig):
     """The run config's settings, and two that change how it runs, not what it computes."""
 
-    threads: Optional[Count] = Field(None, description="CPU threads for torch (default: torch's)")
+    threads: Count | None = Field(None, description="CPU threads for torch (default: torch's)")
     quiet: bool = Field(False, description="no progress bars")
 
 

@@ -9,10 +9,9 @@ validators here, so that one style validates everything before any model loads.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional, get_args
+from typing import Annotated, Any, get_args
 
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
-                      field_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 from pydantic.fields import FieldInfo
 
 from ..errors import SettingError, UserError
@@ -42,10 +41,10 @@ class Section(BaseModel):
 class Machine(Section):
     """Where and how the model runs; shared by every model-loading command."""
 
-    device: Optional[str] = Field(None, description=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
+    device: str | None = Field(None, description=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
                                                     "default: cuda if available, else cpu")
-    dtype: Optional[str] = Field(None, description=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
-    threads: Optional[Count] = Field(None, description="CPU threads for torch (default: torch's; 1 is often "
+    dtype: str | None = Field(None, description=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
+    threads: Count | None = Field(None, description="CPU threads for torch (default: torch's; 1 is often "
                                                        "fastest when other jobs share the cores)")
 
     @field_validator("device")

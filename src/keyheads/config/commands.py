@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import CliPositionalArg
 
 from ..analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection
-from ..heads import parse_heads, parse_layers
 from ..data.generate import PairConfig, parse_operands
 from ..data.trainset import SplitConfig
 from ..errors import SettingError
 from ..evaluation.tasks import EvalConfig
 from ..finetune.adapter import check_run_folder
 from ..finetune.config import FinetuneConfig
+from ..heads import parse_heads, parse_layers
 from ..models import DEFAULT_MODEL
 from ..settings import check_writable_dir, check_writable_file
 from .base import Count, Machine, NonNegative, Quiet, Section, section_of
@@ -29,13 +29,13 @@ def names(cls) -> set[str]:
     return {f.name for f in fields(cls)}
 
 
-def existing_file(key: str, path: Optional[str], hint: str = "") -> Optional[str]:
+def existing_file(key: str, path: str | None, hint: str = "") -> str | None:
     if path is not None and not Path(path).is_file():
         raise SettingError(key, path, "no such file" + (f" ({hint})" if hint else ""))
     return path
 
 
-def check_list(key: str, text: Optional[str], parse) -> Optional[str]:
+def check_list(key: str, text: str | None, parse) -> str | None:
     """A list of heads or layers, read as the command will read it; a malformed item is named."""
     if text:
         try:
@@ -111,13 +111,13 @@ class PatchCommand(PatchSection, OutFolder, PairsIn, Works):
 
 
 class HeadChoice(Section):
-    effects: Optional[str] = Field(None, description="effects.json from `keyheads patch` (heads ranked most "
+    effects: str | None = Field(None, description="effects.json from `keyheads patch` (heads ranked most "
                                                      "negative first)")
-    heads: Optional[str] = Field(None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting "
+    heads: str | None = Field(None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting "
                                                    "from effects)")
-    threshold: Optional[float] = Field(None, description="key heads: effect below this (default -0.05, the "
+    threshold: float | None = Field(None, description="key heads: effect below this (default -0.05, the "
                                                          "paper's -5%, unless top_k is given)")
-    top_k: Optional[Count] = Field(None, description="key heads: the K most negative (among those below "
+    top_k: Count | None = Field(None, description="key heads: the K most negative (among those below "
                                                      "threshold if that is given too)")
 
     @field_validator("effects")
@@ -170,23 +170,23 @@ _EvalFlags: Any = section_of("_EvalFlags", EvalConfig, exclude=("split", "heldou
 
 
 class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
-    model: Optional[str] = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
+    model: str | None = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
                                                                 "the adapter's base model)")
-    knockout: Optional[str] = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
-    knockout_mlps: Optional[str] = Field(None, description="MLP layers to mean-ablate, e.g. '14,15'")
-    knockout_data: Optional[str] = Field(None, description="pairs file whose counterfactual prompts give the means")
+    knockout: str | None = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
+    knockout_mlps: str | None = Field(None, description="MLP layers to mean-ablate, e.g. '14,15'")
+    knockout_data: str | None = Field(None, description="pairs file whose counterfactual prompts give the means")
     adapter: list[str] = Field(default_factory=list, description="`keyheads finetune` run folders (precise, LoRA or "
                                "full), one more row each; the first one's base model is the first row unless model "
                                "is given")
     base: bool = Field(True, description="the unmodified model's row (--no-base skips it when there is a knockout "
                                          "or adapter row)")
-    baseline: Optional[str] = Field(None, description="another model evaluated first, as the reference row for Δ")
+    baseline: str | None = Field(None, description="another model evaluated first, as the reference row for Δ")
     variant: list[dict[str, Any]] = Field(default_factory=list, description='more rows of any registered kind, as '
                                           'JSON: {"kind": ..., "model": ..., "label": ..., "options": {...}}')
     split: Literal["full", "heldout"] = EvalConfig.__pydantic_fields__["split"]  # type: ignore[attr-defined]
     heldout_seed: NonNegative = Field(0, description="seed of the held-out split")
     heldout_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="training share of the held-out split")
-    shard: Optional[str] = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark, so "
+    shard: str | None = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark, so "
                                  "that N processes sharing cache_dir split the work; then run without it for the "
                                  "table. Under accelerate launch or torchrun the processes shard by themselves")
 
@@ -221,14 +221,14 @@ _Recipe: Any = section_of("_Recipe", FinetuneConfig)
 class FinetuneCommand(_Recipe, OutFolder, Works):
     train: str = Field(description="a JSONL of {prompt, completion}; 'trainset' (GSM8K train + held-out "
                        "AddSub/SingleEq/SVAMP); or 'arith:multidigit,decimal[:N]' from the templates")
-    data_dir: Optional[str] = Field(None, description="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
-    limit: Optional[Count] = Field(None, description="use only the first N examples (None: all)")
-    effects: Optional[str] = Field(None, description="effects.json from `keyheads patch`, for top_k and mlps")
-    top_k: Optional[NonNegative] = Field(None, description="the K heads with the most negative effect")
-    heads: Optional[str] = Field(None, description="explicit heads, e.g. 14.2,21.2")
-    random_heads: Optional[Count] = Field(None, description="K seeded random heads (the control)")
-    mlps: Optional[NonNegative] = Field(None, description="also the M MLPs with the most negative effect")
-    mlp_layers: Optional[str] = Field(None, description="also these whole MLP layers, e.g. 14,15")
+    data_dir: str | None = Field(None, description="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
+    limit: Count | None = Field(None, description="use only the first N examples (None: all)")
+    effects: str | None = Field(None, description="effects.json from `keyheads patch`, for top_k and mlps")
+    top_k: NonNegative | None = Field(None, description="the K heads with the most negative effect")
+    heads: str | None = Field(None, description="explicit heads, e.g. 14.2,21.2")
+    random_heads: Count | None = Field(None, description="K seeded random heads (the control)")
+    mlps: NonNegative | None = Field(None, description="also the M MLPs with the most negative effect")
+    mlp_layers: str | None = Field(None, description="also these whole MLP layers, e.g. 14,15")
 
     @field_validator("train")
     @classmethod
@@ -252,7 +252,7 @@ class FinetuneCommand(_Recipe, OutFolder, Works):
 class MergeCommand(OutFolder, Machine):
     adapter: str = Field(description="a `keyheads finetune --method precise` run folder")
     out: str = Field(description="new folder to write")
-    model: Optional[str] = Field(None, description="base model (default: the one the adapter names)")
+    model: str | None = Field(None, description="base model (default: the one the adapter names)")
     export: Literal["hf", "peft"] = Field("hf", description="hf: merged model folder; peft: the same change as a "
                                                             "PEFT LoRA adapter (exact)")
 
@@ -267,7 +267,7 @@ class ModelsCommand(Section):
     """No settings: lists the bundled models."""
 
 
-def check_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
+def check_shard(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
     try:

@@ -5,7 +5,7 @@ its files and the machine (keyheads.config.commands); `keyheads run` composes th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -57,8 +57,8 @@ _Patching: Any = section_of("_Patching", PatchConfig, exclude=("batch_size",))
 class PatchSection(_Patching):
     """How heads and MLPs are patched (PatchConfig's fields) and which become the key heads."""
 
-    top_k: Optional[Count] = Field(None, description="key heads: the K most negative (below threshold if given)")
-    threshold: Optional[float] = Field(None, description="key heads: effect below this (default -0.05, the "
+    top_k: Count | None = Field(None, description="key heads: the K most negative (below threshold if given)")
+    threshold: float | None = Field(None, description="key heads: effect below this (default -0.05, the "
                                                          "paper's -5%, unless top_k is given)")
 
 

@@ -14,9 +14,9 @@ import importlib.util
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..errors import BadFile, DataNotFound, UserError
 from ..log import logger

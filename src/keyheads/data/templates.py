@@ -25,10 +25,10 @@ A pool is a list of strings or {range: [lo, hi]} (integers, both ends included).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Iterable
 
 import yaml
 

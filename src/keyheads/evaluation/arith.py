@@ -26,9 +26,9 @@ occurs twice in the list, so no exemplar repeats a test question, in any phrasin
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Sequence
+from functools import cache
 
 from ..data.arithmetic import ARITH_KINDS, NumberRange, draw_exact
 from ..data.render import draw_fillers, render
@@ -76,7 +76,7 @@ class ArithItem:
     answer: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def builtin_templates() -> TemplateSet:
     return load_templates()
 
@@ -99,7 +99,7 @@ def check_heldout(templates: Sequence[Template]) -> None:
                                    f"{kind!r} draws; the set would not be held out")
 
 
-@lru_cache(maxsize=None)
+@cache
 def arith_items(name: str) -> tuple[tuple[ArithItem, ...], tuple[ArithItem, ...]]:
     """(test items, exemplar pool) of one set, always the same."""
     spec = ARITH_SETS[name]

@@ -13,7 +13,7 @@ the summary is exact at any item count; 95% intervals come from a seeded bootstr
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

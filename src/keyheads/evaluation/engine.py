@@ -12,8 +12,8 @@ on the number of positions in a call (Knockout mode "global").
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..data.benchmarks import LETTERS, Record
 from ..numbers import format_number

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from .. import distributed
+from .. import (
+    distributed,
+    models,  # models.load_model looked up at call time: tests replace it
+)
 from ..io import atomic_write_text, write_json, write_jsonl
-from .. import models  # models.load_model looked up at call time: tests replace it
 from ..models.model import HookedModel
 from .cache import ResultCache, item_key
+from .config import EvalConfig, check_benchmarks
 from .engine import PrefixKV
 from .table import to_csv, to_markdown
-from .config import EvalConfig, check_benchmarks
 from .task_types import PairwiseTask, Task
 from .tasks import MathTask, make_task
 from .variants import Prepared, Variant, prepare

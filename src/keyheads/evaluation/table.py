@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Sequence
+from collections.abc import Sequence
 
 DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp": "SVAMP",
            "mmlu": "MMLU", "csqa": "CSQA", "generic-kl": "Generic"}

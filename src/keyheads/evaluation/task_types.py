@@ -6,8 +6,8 @@ edits itself), so the runner dispatches on the type.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..data.benchmarks import Record
 from ..models.model import HookedModel

@@ -2,19 +2,28 @@
 benchmark name (generic-kl is in drift.py, the task types in task_types.py)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..data.benchmarks import LETTERS, Record, get_benchmark, load
 from ..data.trainset import heldout_splits
 from ..models.model import HookedModel
 from .arith import ArithItem, arith_items, arith_prompt
-from .config import (ARITH, BENCHMARKS, CHOICE, DEFAULT_NEW_TOKENS, DEFAULT_SHOTS, DRIFT, MATH, TABLE_BENCHMARKS,
-                     EvalConfig, check_benchmarks)
+from .config import (
+    ARITH,
+    BENCHMARKS,
+    CHOICE,
+    DEFAULT_NEW_TOKENS,
+    DEFAULT_SHOTS,
+    DRIFT,
+    MATH,
+    TABLE_BENCHMARKS,
+    EvalConfig,
+    check_benchmarks,
+)
 from .drift import DriftTask
 from .engine import greedy_generate, next_token_logits
 from .extract import extract_answer, extract_first, numbers_match
-from .prompts import (STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced,
-                      round_robin)
+from .prompts import STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced, round_robin
 from .task_types import Item, Task
 
 __all__ = ["ARITH", "BENCHMARKS", "CHOICE", "DEFAULT_NEW_TOKENS", "DEFAULT_SHOTS", "DRIFT", "MATH", "TABLE_BENCHMARKS",

@@ -8,16 +8,16 @@ adding one function with `@register_kind("name")`; the evaluator only sees `Prep
 from __future__ import annotations
 
 import copy
-import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..data.pairs import read_pairs
 from ..finetune.adapter import load_finetuned, read_info
-from ..io import file_sha256
 from ..heads import heads_of
+from ..io import file_sha256
 from ..knockout import compute_means
 from ..models.fingerprint import parameters_fingerprint, short_sha, weights_fingerprint
 from ..models.model import HookedModel
@@ -41,7 +41,7 @@ class Variant:
     options: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def make(cls, kind: str, model: str, label: str = "", **options) -> "Variant":
+    def make(cls, kind: str, model: str, label: str = "", **options) -> Variant:
         return cls(kind, model, label, tuple(sorted(options.items())))
 
     def opt(self, key: str, default=None):
@@ -75,7 +75,7 @@ class Prepared:
 
     @classmethod
     def from_model(cls, model: HookedModel, label: str | None = None, edits: dict | None = None,
-                   extra: str = "") -> "Prepared":
+                   extra: str = "") -> Prepared:
         """Wrap an in-memory model; its fingerprint hashes the parameters themselves."""
         return cls(model, dict(edits or {}), short_sha(parameters_fingerprint(model) + extra), label or model.name)
 

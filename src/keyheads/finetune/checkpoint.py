@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..errors import ResumeMismatch
 from ..io import atomic_folder, read_json, restore_set_aside, write_json
 from ..log import logger
-from ..errors import ResumeMismatch
 from ..provenance import changed_settings, flatten
 from .config import FinetuneConfig
 

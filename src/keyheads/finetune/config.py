@@ -8,7 +8,7 @@ batch that `--batch-size` sets in every other command.
 from __future__ import annotations
 
 from dataclasses import asdict, fields
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
@@ -33,7 +33,7 @@ class FinetuneConfig:
     micro_batch_size: int = Field(8, ge=1, description="samples per forward pass in one process; gradients "
                                                        "accumulate up to optimizer_batch_size")
     epochs: float = Field(2.0, gt=0.0, description="passes over the data (paper: 2)")
-    max_steps: Optional[int] = Field(None, ge=1, description="stop after this many optimizer steps, if fewer "
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps, if fewer "
                                                              "than the epochs give")
     warmup_ratio: float = Field(0.02, ge=0.0, lt=1.0, description="share of the steps with a linear warm-up (paper: "
                                                               "0.02), then linear decay to 0")
@@ -49,7 +49,7 @@ class FinetuneConfig:
     adam_betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's betas (Trainer default)")
     adam_eps: float = Field(1e-8, description="AdamW's epsilon (Trainer default)")
     lora_rank: int = Field(8, ge=1, description="LoRA's rank")
-    lora_alpha: Optional[float] = Field(None, description="LoRA's scale (None: equal to the rank)")
+    lora_alpha: float | None = Field(None, description="LoRA's scale (None: equal to the rank)")
     seed: int = Field(0, ge=0, description="data order and any random initialisation (LoRA's A)")
     save_every: int = Field(50, ge=0, description="optimizer steps between checkpoints (0: only at the end)")
     max_length: int = Field(1024, ge=1, description="longest tokenised sample; longer samples are an error, "
@@ -61,7 +61,7 @@ class FinetuneConfig:
         return d
 
     @classmethod
-    def from_json(cls, data: dict) -> "FinetuneConfig":
+    def from_json(cls, data: dict) -> FinetuneConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

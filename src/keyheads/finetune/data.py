@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from ..errors import BadFile, UserError
 from ..data.arithmetic import ARITH_KINDS, draw_exact
 from ..data.render import draw_fillers, render
+from ..errors import BadFile, UserError
 from ..io import iter_jsonl
 
 

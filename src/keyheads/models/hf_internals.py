@@ -11,8 +11,8 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from torch import nn

@@ -6,8 +6,8 @@ returns. Points that are a module's input use forward pre-hooks, the others forw
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
-from typing import Callable, Iterable, Mapping
 
 import torch
 

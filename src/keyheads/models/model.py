@@ -1,9 +1,9 @@
 """The one model object every keyheads stage works with."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import torch
 

@@ -8,8 +8,8 @@ data/correct.py uses the clean passes alone.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import atomic_write_bytes
 from ..effects import Effects
+from ..io import atomic_write_bytes
 
 UNITS = {"relative-logit": ("relative change of the answer logit", 100.0, "%"),
          "logit-diff": ("change of the answer logit", 1.0, ""),

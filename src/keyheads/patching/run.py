@@ -15,7 +15,6 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
@@ -23,6 +22,7 @@ from pydantic.dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from .. import distributed
+from ..effects import Effects
 from ..io import atomic_write_bytes, file_sha256
 from ..models.model import HookedModel
 from .activation import activation_patch_batch
@@ -30,7 +30,6 @@ from .attribution import attribution_patch_batch
 from .metrics import check_metric
 from .naive import naive_path_patch_batch
 from .path import path_patch_batch
-from ..effects import Effects
 from .results import aggregate
 from .samples import batches, load_patch_samples
 
@@ -58,7 +57,7 @@ class PatchConfig:
     metric: str = Field("relative-logit", description="relative-logit (the paper's), logit-diff or prob")
     batch_size: int = Field(16, ge=1, description="prompts per forward pass, at most (batches are cut where token "
                                                   "lengths jump, and rows are padded on the left)")
-    limit: Optional[int] = Field(None, ge=1, description="use the first N pairs (None: all)")
+    limit: int | None = Field(None, ge=1, description="use the first N pairs (None: all)")
     min_abs_logit: float = Field(1e-2, description="relative-logit excludes samples whose original answer logit is "
                                                    "closer to zero (they are counted as n_excluded)")
     first_token: bool = Field(False, description="accept multi-token answers and measure their first token")
@@ -74,7 +73,7 @@ class PatchConfig:
         return check_metric(v)
 
     @classmethod
-    def from_section(cls, section, batch_size: int) -> "PatchConfig":
+    def from_section(cls, section, batch_size: int) -> PatchConfig:
         """From the settings of `keyheads patch` / a run's `patch:` section (keyheads.config.sections)."""
         return cls(batch_size=batch_size, **{k: getattr(section, k) for k in cls.__pydantic_fields__
                                              if k != "batch_size"})

@@ -7,9 +7,9 @@ mask keeps the padding out of every real position.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 
@@ -88,7 +88,7 @@ class Batch:
             return [self.ref.shape[1]] * self.ref.shape[0]
         return self.mask.sum(-1).tolist()
 
-    def by_length(self, pass_share: float = 0.05) -> list["Batch"]:
+    def by_length(self, pass_share: float = 0.05) -> list[Batch]:
         """The batch cut into runs of rows of similar length, each padded only to its longest.
 
         A batch that mixes lengths pads every short row to the longest. A pass over part of

@@ -10,9 +10,24 @@ from pathlib import Path
 from markupsafe import Markup
 
 from ..heads import Head, heads_of
-
-from .markup import (MACROS, bullet_list, cell, figures, heading, is_num, join, not_run, note, num, para, pct,
-                     read_json, section, signed_pct, table)
+from .markup import (
+    MACROS,
+    bullet_list,
+    cell,
+    figures,
+    heading,
+    is_num,
+    join,
+    not_run,
+    note,
+    num,
+    para,
+    pct,
+    read_json,
+    section,
+    signed_pct,
+    table,
+)
 
 
 def _effect(value, metric: str | None):

@@ -6,7 +6,7 @@ from pathlib import Path
 from markupsafe import Markup
 
 from ..numbers import human
-from .figures import loss_curves, png_bytes
+from ..plotting import loss_curves, png_bytes
 from .markup import MACROS, cell, heading, is_num, join, not_run, note, num, pct, png, points, section, table
 from .rundata import DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs, precise_runs
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import matplotlib
 
@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # no display: figures are files in the run folder
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ..io import atomic_write_bytes, atomic_write_text  # noqa: E402
+from .io import atomic_write_bytes, atomic_write_text  # noqa: E402
 
 
 def save_figure(fig, path: str | Path, dpi: int = 130) -> Path:
