@@ -152,13 +152,13 @@ def _identify(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> N
 
 
 def _selection(run: Path):
-    from .analysis.run import Selection
+    from .analysis.selection import Selection
 
     return Selection(heads=key_heads(run).heads, effects=str(run / EFFECTS))
 
 
 def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    from .analysis.run import KnockoutRun, run_knockout
+    from .analysis.knockout_run import KnockoutRun, run_knockout
 
     section = cfg.knockout
     run_knockout(model, KnockoutRun(data=str(run / PAIRS), out=str(run / "knockout"), selection=_selection(run),
@@ -169,7 +169,7 @@ def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> N
 
 
 def _attention(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    from .analysis.run import AttentionRun, run_attention
+    from .analysis.attention_run import AttentionRun, run_attention
 
     run_attention(model, AttentionRun(data=str(run / PAIRS), out=str(run / "attention"), selection=_selection(run),
                                       n_samples=cfg.attention.n_samples, seed=cfg.seed, batch_size=cfg.batch_size,
@@ -177,7 +177,7 @@ def _attention(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> 
 
 
 def _mlp(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    from .analysis.run import MLPRun, run_mlp
+    from .analysis.mlp_run import MLPRun, run_mlp
 
     run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), n_samples=cfg.mlp.n_samples, seed=cfg.seed,
                           batch_size=cfg.batch_size, case=cfg.mlp.case, case_answer=cfg.mlp.case_answer,

@@ -55,7 +55,10 @@ def _record(out: Path, stage: str, seconds: float, outputs: list[str], settings:
 
 @pytest.fixture(scope="session")
 def run_folder(tmp_path_factory, tiny_data):
-    from keyheads.analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection, run_attention, run_knockout, run_mlp
+    from keyheads.analysis.attention_run import AttentionRun, run_attention
+    from keyheads.analysis.knockout_run import KnockoutRun, run_knockout
+    from keyheads.analysis.mlp_run import MLPRun, run_mlp
+    from keyheads.analysis.selection import Selection
     from keyheads.components import Components
     from keyheads.effects import Effects
     from keyheads.evaluation import EvalConfig, Variant, evaluate

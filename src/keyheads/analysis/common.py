@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from pydantic import ConfigDict
 from tqdm.auto import tqdm
 
 from ..components import Head
@@ -197,3 +198,8 @@ def alignment_warning(model: HookedModel, cf_prompts: Sequence[str]) -> str:
             "END-aligned per-position means mix different templates' tokens at the same offset "
             "(positions beyond the shortest are averaged over fewer prompts); pass --mean-mode global "
             "to use one mean over all positions instead")
+
+
+# the runs' settings: unknown keys are errors; Python callers may use the field names, flags the aliases
+RUN_CONFIG = ConfigDict(extra="forbid", populate_by_name=True)
+SUBSET = "reference prompts used, a seeded subset (None: all)"

@@ -1,7 +1,9 @@
 """`keyheads knockout`, `keyheads attention` and `keyheads mlp`: validate and explain the key components."""
 from __future__ import annotations
 
-from ..analysis.run import run_attention, run_knockout, run_mlp
+from ..analysis.attention_run import run_attention
+from ..analysis.knockout_run import run_knockout
+from ..analysis.mlp_run import run_mlp
 from ..config.commands import AttentionCommand, KnockoutCommand, MLPCommand
 from .flags import add_settings, settings
 from .models import load_from_args

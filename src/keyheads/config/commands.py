@@ -9,7 +9,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import CliPositionalArg
 
-from ..analysis.run import AttentionRun, KnockoutRun, MLPRun, Selection
+from ..analysis.attention_run import AttentionRun
+from ..analysis.knockout_run import KnockoutRun
+from ..analysis.mlp_run import MLPRun
+from ..analysis.selection import Selection
 from ..data.generate import PairConfig, parse_operands
 from ..data.trainset import SplitConfig
 from ..errors import SettingError

@@ -9,7 +9,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..analysis.run import AttentionRun, KnockoutRun, MLPRun
+from ..analysis.attention_run import AttentionRun
+from ..analysis.knockout_run import KnockoutRun
+from ..analysis.mlp_run import MLPRun
 from ..data.generate import PairConfig
 from ..data.templates import TASKS, load_templates
 from ..errors import SettingError

@@ -1,0 +1,97 @@
+"""`keyheads attention`: where the key heads look from END, by token role, with labels and heatmaps."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from ..io import write_json
+from ..models.model import HookedModel
+from . import attention as att
+from . import transfer as tr
+from .common import (
+    RUN_CONFIG,
+    SUBSET,
+    AnalysisError,
+    load_samples,
+)
+from .selection import Notes, Selection, choose_heads
+
+
+@pydantic_dataclass(config=RUN_CONFIG)
+class AttentionRun:
+    """Settings of `keyheads attention`; `n_samples` is `limit` in flags and YAML."""
+
+    data: str = Field(description="pairs JSONL with positions")
+    out: str = Field(description="run folder")
+    selection: Selection = Field(default_factory=Selection, description="how the key heads are chosen")
+    n_samples: int | None = Field(1000, ge=1, alias="limit", description=SUBSET + "; the paper's 1000")
+    seed: int = Field(0, ge=0, description="picks the subset")
+    batch_size: int = Field(16, ge=1, description="prompts per forward pass")
+    progress: bool = Field(True, description="progress bars")
+
+
+def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
+    from ..plotting import write_csv
+
+    out = Path(cfg.out)
+    notes = Notes()
+    heads, effects = choose_heads(model, cfg.selection)
+    samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
+    missing = sum(1 for s in samples if not s.positions)
+    if missing:
+        raise AnalysisError(f"{cfg.data}: {missing} of {len(samples)} pairs have no 'positions' (token indices of A, "
+                            "B and the operator); attention by token role needs them - regenerate the file with "
+                            "`keyheads data`, which writes them")
+    rows = att.end_attention(model, [s.prompt for s in samples], heads, cfg.batch_size, cfg.progress)
+    roles = att.by_role(rows, samples)                                    # [n, heads, 5]
+    tasks = sorted({s.task for s in samples})
+    per_task = {t: roles[[i for i, s in enumerate(samples) if s.task == t]].mean(0) for t in tasks}
+    counts = {t: sum(1 for s in samples if s.task == t) for t in tasks}
+    labels = att.label_heads(heads, roles.mean(0))
+    top_other = att.top_other_tokens(model, rows, samples)
+    att.plot_by_role(per_task, counts, heads, labels, out / "attention_by_role.png")
+
+    # figure 16-style: END rows on one prompt per task; figure 7: the figure-4 formats the heads never saw
+    cases = [(f"{t} ({next(s.template for s in samples if s.task == t)})", next(s.prompt for s in samples
+                                                                             if s.task == t)) for t in tasks]
+    unseen = [(ts.name, ts.prompts[0]) for ts in (make(model, 1) for make in (tr.multidigit, tr.decimal, tr.year_span))]
+    for group, name in ((cases, "attention_cases.png"), (unseen, "attention_transfer_cases.png")):
+        group_rows = att.end_attention(model, [p for _, p in group], heads, progress=False)
+        att.plot_cases(model, group, group_rows, heads, out / name)
+    # figure 16: the full pattern of the strongest operator head and operand head
+    drawn = []
+    for kind in ("operator", "operand"):
+        best = max((l for l in labels if l.label == kind), key=lambda l: getattr(l, kind), default=None)
+        if best is None:
+            continue
+        task_cases = cases[:4]
+        pats = att.full_patterns(model, [p for _, p in task_cases], best.head)
+        name = f"attention_pattern_{best.head}.png"
+        att.plot_patterns(model, task_cases, pats, best.head, kind, out / name)
+        drawn.append(name)
+
+    csv_rows = []
+    for t in tasks + ["all"]:
+        m = roles.mean(0) if t == "all" else per_task[t]
+        for h, lab, vals in zip(heads, labels, m):
+            csv_rows.append([t, str(h), lab.label, *[float(v) for v in vals]])
+    write_csv(out / "attention_by_role.csv", ["task", "head", "label", *att.ROLES], csv_rows)
+    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "heads": [h.to_json() for h in heads],
+              "roles": list(att.ROLES), "per_task": {t: per_task[t].tolist() for t in tasks}, "counts": counts,
+              "all": roles.mean(0).tolist(),
+              "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
+              "effects": [{**h.to_json(), "effect": effects.effect(h)} for h in heads] if effects else None, "notes": list(notes)}
+    write_json(out / "attention.json", result)
+    print(f"{model.name}: END-token attention of {len(heads)} key heads over {len(samples)} reference prompts "
+          f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")
+    print(f"{'head':<7} {'label':<9} {'lean':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES)
+          + "  most-attended other tokens")
+    for lab, vals, top in zip(labels, roles.mean(0), top_other):
+        print(f"{str(lab.head):<7} {lab.label:<9} {lab.lean:<9} " + " ".join(f"{v:>11.3f}" for v in vals) + "  "
+              + ", ".join(f"{t} {v:.2f}" for t, v in top))
+    print(f"wrote {out}/attention.json, attention_by_role.csv, attention_by_role.png, attention_cases.png, "
+          "attention_transfer_cases.png"
+          + "".join(f", {d}" for d in drawn))
+    return result

@@ -1,0 +1,88 @@
+"""`keyheads mlp`: MLP inputs and outputs against the unembedding of operands and answer, by layer."""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from ..io import write_json
+from ..models.model import HookedModel
+from . import mlp as mlpmod
+from .common import (
+    RUN_CONFIG,
+    SUBSET,
+    answer_token,
+    load_samples,
+)
+
+DEFAULT_CASE_PREFIX = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n"
+
+
+@pydantic_dataclass(config=RUN_CONFIG)
+class MLPRun:
+    """Settings of `keyheads mlp`; `n_samples` is `limit` in flags and YAML."""
+
+    data: str = Field(description="pairs JSONL with operands")
+    out: str = Field(description="run folder")
+    n_samples: int | None = Field(1000, ge=1, alias="limit", description=SUBSET)
+    seed: int = Field(0, ge=0, description="picks the subset")
+    batch_size: int = Field(16, ge=1, description="prompts per forward pass")
+    case: str | None = Field(None, description="prompt of the layer-by-layer case (figure 6c; default: "
+                                                  "'4 + 3 = ' after the data's own few-shot prefix)")
+    case_answer: str = Field("7", description="the case's answer")
+    progress: bool = Field(True, description="progress bars")
+
+
+def case_prompt(samples) -> str:
+    """'4 + 3 = ' with the few-shot prefix of the data's first 'A + B = ' prompt (the paper's case)."""
+    for s in samples:
+        if s.operands and "A" in s.operands and "B" in s.operands:
+            tail = f"{s.operands['A']} + {s.operands['B']} ="
+            stripped = s.prompt.rstrip()
+            if stripped.endswith(tail):
+                return stripped[: len(stripped) - len(tail)] + "4 + 3 = "
+    return DEFAULT_CASE_PREFIX + "4 + 3 = "
+
+
+def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
+    from ..plotting import write_csv
+
+    out = Path(cfg.out)
+    samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
+    curves = mlpmod.probe(model, samples, cfg.batch_size, cfg.progress)
+    means = {k: v.mean(0) for k, v in curves.items()}
+    operand, answer = mlpmod.contrasts(means)
+    tp = mlpmod.turning_points(operand, answer)
+    mlpmod.plot_curves(curves, tp, out / "mlp_input_operands.png", out / "mlp_output_answer.png", model.name)
+
+    prompt = cfg.case or case_prompt(samples)
+    prompt, _ = answer_token(model, prompt, cfg.case_answer)
+    names, cos = mlpmod.case_numbers(model, prompt)
+    tops = mlpmod.top_numbers(names, cos)
+    mlpmod.plot_case(names, cos, prompt, cfg.case_answer, out / "mlp_case.png")
+
+    L = model.n_layers
+    write_csv(out / "mlp_curves.csv", ["layer", *[f"{k}_mean" for k in mlpmod.CURVES], *[f"{k}_std" for k in mlpmod.CURVES]],
+              [[l, *[float(means[k][l]) for k in mlpmod.CURVES], *[float(curves[k][:, l].std()) for k in mlpmod.CURVES]]
+               for l in range(L)])
+    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "read_point": mlpmod.mlp_read_point(model),
+              "curves": {k: v.tolist() for k, v in means.items()},
+              "operand_contrast": operand.tolist(), "answer_contrast": answer.tolist(),
+              "turning_points": asdict(tp), "rule": mlpmod.RULE,
+              "case": {"prompt": prompt, "answer": cfg.case_answer, "numbers": names, "top3_per_layer": tops,
+                       "cosine": cos.tolist()}}
+    write_json(out / "mlp.json", result)
+    print(f"{model.name}: MLP probes at END over {len(samples)} reference prompts ({mlpmod.mlp_read_point(model)} as MLP_in)")
+    print("layer  cos(in,A)  cos(in,B)  cos(in,other)  operand  cos(write,C)  cos(write,other)  answer  "
+          "top numbers in the case's MLP write")
+    for l in range(L):
+        print(f"{l:>5}  {means['in_A'][l]:>9.3f}  {means['in_B'][l]:>9.3f}  {means['in_other'][l]:>13.3f}  "
+              f"{operand[l]:>7.3f}  {means['write_C'][l]:>12.3f}  {means['write_other'][l]:>16.3f}  {answer[l]:>6.3f}  "
+              f"{' '.join(tops[l])}")
+    print(f"start-inflection-end: {tp.text()} (the operand contrast climbs from layer {tp.start} and peaks at "
+          f"{tp.inflection}; the answer contrast peaks at {tp.end})")
+    print(f"case {prompt.splitlines()[-1]!r} -> answer {cfg.case_answer}")
+    print(f"wrote {out}/mlp.json, mlp_curves.csv, mlp_input_operands.png, mlp_output_answer.png, mlp_case.png")
+    return result
