@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .config.base import Count, NonNegative, Section, setting_error
+from .config.base import Count, Device, DType, NonNegative, Section, setting_error
 from .config.sections import (
     AnalysisSection,
     DataSection,
@@ -28,7 +28,7 @@ from .config.sections import (
 from .data.benchmarks import data_dir_from
 from .errors import BadFile, SettingError
 from .evaluation.tasks import ARITH
-from .settings import check_device, check_dtype, check_writable_dir
+from .settings import check_writable_dir
 
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs
 VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?|full|lora")
@@ -39,9 +39,9 @@ class PipelineConfig(Section):
 
     model: str = Field("smollm2-135m", description="bundled name, local folder, .gguf or hub id")
     out: str = Field("runs/demo", description="the run folder")
-    device: str | None = Field(None, description="cpu, cuda, cuda:N, mps or auto (default: a GPU when there "
+    device: Device = Field(None, description="cpu, cuda, cuda:N, mps or auto (default: a GPU when there "
                                                     "is one)")
-    dtype: str | None = Field(None, description="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
+    dtype: DType = Field(None, description="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
     seed: NonNegative = Field(0, description="seeds the pairs, the random orders, the random heads and the "
                                              "training order")
     data_dir: str | None = Field(None, description="benchmark folder (default $KEYHEADS_DATA)")
@@ -79,16 +79,6 @@ class PipelineConfig(Section):
             if isinstance(out.get(name), dict) and isinstance(field.default, Section):
                 out[name] = merge(field.default.model_dump(by_alias=True), out[name])
         return out
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v):
-        return check_device(v)
-
-    @field_validator("dtype")
-    @classmethod
-    def _dtype(cls, v):
-        return check_dtype(v)
 
     @field_validator("out")
     @classmethod

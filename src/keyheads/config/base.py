@@ -9,9 +9,10 @@ validators here, so that one style validates everything before any model loads.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
+                      field_validator)
 from pydantic.fields import FieldInfo
 
 from ..errors import SettingError, UserError
@@ -19,6 +20,15 @@ from ..settings import DEVICE_HELP, DTYPE_HELP, check_device, check_dtype
 
 Count = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]
+
+
+def _dtype(value: str | None, info: ValidationInfo) -> str | None:
+    return check_dtype(value, device=info.data.get("device"))  # bfloat16 needs a GPU that has it
+
+
+# a device or dtype this machine has, checked when a command's or the run's settings are read
+Device = Annotated[Optional[str], AfterValidator(check_device)]
+DType = Annotated[Optional[str], AfterValidator(_dtype)]
 
 
 class Section(BaseModel):
@@ -41,21 +51,11 @@ class Section(BaseModel):
 class Machine(Section):
     """Where and how the model runs; shared by every model-loading command."""
 
-    device: str | None = Field(None, description=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
+    device: Device = Field(None, description=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
                                                     "default: cuda if available, else cpu")
-    dtype: str | None = Field(None, description=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
+    dtype: DType = Field(None, description=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
     threads: Count | None = Field(None, description="CPU threads for torch (default: torch's; 1 is often "
                                                        "fastest when other jobs share the cores)")
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v):
-        return check_device(v)
-
-    @field_validator("dtype")
-    @classmethod
-    def _dtype(cls, v, info: ValidationInfo):
-        return check_dtype(v, device=info.data.get("device"))
 
     def apply(self) -> None:
         """Set torch's thread count (the one setting that acts before a model loads)."""
