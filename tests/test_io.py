@@ -59,3 +59,13 @@ def test_a_swap_cut_between_its_renames_is_restored(tmp_path):
     assert (out / "w").read_text() == "old" and not set_aside(out).exists()
     restore_set_aside(out)  # nothing to do: a no-op
     assert (out / "w").read_text() == "old"
+
+
+def test_a_truncated_json_file_is_a_bad_file_naming_it(tmp_path):
+    from keyheads.errors import BadFile
+    from keyheads.io import read_json, write_json
+
+    path = write_json(tmp_path / "effects.json", {"heads": [[0.1, -0.2]], "mlps": [0.0]})
+    path.write_text(path.read_text()[:12])
+    with pytest.raises(BadFile, match="effects.json is not valid JSON"):
+        read_json(path)

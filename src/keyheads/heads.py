@@ -8,12 +8,12 @@ and `str(head)` writes it.
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from .errors import BadFile, MissingFile, UserError
+from .io import read_json
 
 
 class Head(NamedTuple):
@@ -80,10 +80,7 @@ def read_heads(spec: str) -> list[Head]:
     if not path.is_file():
         raise MissingFile(f"key-head file {path} does not exist")
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise BadFile(f"{path} is not valid JSON ({err})") from None
+        data = read_json(path)
         if isinstance(data, dict):
             data = data.get("heads")
         if not isinstance(data, list):

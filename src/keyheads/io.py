@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import MalformedLine
+from .errors import BadFile, MalformedLine
 
 
 def file_sha256(path: str | Path) -> str:
@@ -104,7 +104,12 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The JSON in `path`; a file that is not JSON (truncated, or another format) is a BadFile naming it."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BadFile(f"{path} is not valid JSON ({err}): it is truncated or not the file expected; "
+                      "write it again") from None
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:

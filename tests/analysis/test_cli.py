@@ -85,3 +85,16 @@ def test_attention_without_positions_says_so(run, tmp_path, effects, capsys):
     rc = run(["attention", "--data", str(bare), "--effects", str(effects), "--top-k", "2", "--out",
               str(tmp_path / "a"), "--quiet"])
     assert rc == 2 and "positions" in capsys.readouterr().err
+
+
+def test_a_truncated_effects_file_is_named_before_the_model_loads(run, tmp_path, pairs_file, effects, capsys,
+                                                                   monkeypatch):
+    import keyheads.commands.analysis as command
+
+    monkeypatch.setattr(command, "load_from_args", lambda cfg: pytest.fail("the model loaded before the check"))
+    broken = tmp_path / "effects.json"
+    broken.write_text(effects.read_text()[:40])
+    rc = run(["knockout", "--data", str(pairs_file), "--effects", str(broken), "--out", str(tmp_path / "x"),
+              "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{broken} is not valid JSON" in err and "Traceback" not in err

@@ -19,6 +19,7 @@ from ..errors import SettingError
 from ..evaluation.tasks import EvalConfig
 from ..finetune.adapter import check_run_folder
 from ..finetune.config import FinetuneConfig
+from ..effects import Effects
 from ..heads import parse_heads, parse_layers
 from ..models import DEFAULT_MODEL
 from ..settings import check_writable_dir, check_writable_file
@@ -126,7 +127,7 @@ class HeadChoice(Section):
     @field_validator("effects")
     @classmethod
     def _effects(cls, v):
-        return existing_file("effects", v, "it is written by `keyheads patch`")
+        return effects_file(v)
 
     @field_validator("heads")
     @classmethod
@@ -162,6 +163,14 @@ class MLPCommand(_MLP, OutFolder, PairsIn, Works):
     def run(self) -> MLPRun:
         shared = names(MLPRun) - {"progress"}
         return MLPRun(progress=not self.quiet, **self.model_dump(include=shared))
+
+
+def effects_file(path: str | None) -> str | None:
+    """An effects.json that exists and reads as one: a truncated or foreign file fails before any model loads."""
+    path = existing_file("effects", path, "it is written by `keyheads patch`")
+    if path is not None:
+        Effects.load(path)
+    return path
 
 
 def selection(cfg: HeadChoice) -> Selection:
@@ -237,6 +246,11 @@ class FinetuneCommand(_Recipe, OutFolder, Works):
     @classmethod
     def _train(cls, v):
         return check_train(v)
+
+    @field_validator("effects")
+    @classmethod
+    def _effects(cls, v):
+        return effects_file(v)
 
     @field_validator("heads")
     @classmethod
