@@ -8,6 +8,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..io import write_json
 from ..models.model import HookedModel
+from ..plotting import write_csv
 from . import attention as att
 from . import transfer as tr
 from .common import (
@@ -33,8 +34,6 @@ class AttentionRun:
 
 
 def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
-    from ..plotting import write_csv
-
     out = Path(cfg.out)
     notes = Notes()
     heads, effects = choose_heads(model, cfg.selection)

@@ -11,6 +11,7 @@ from pydantic import ConfigDict
 from tqdm.auto import tqdm
 
 from ..components import Head
+from ..data import pairs as pairs_file
 from ..errors import AnalysisError
 from ..knockout import Knockout
 from ..models.model import HookedModel
@@ -38,11 +39,9 @@ class Sample:
 
 def read_pair_rows(path: str | Path) -> list[dict]:
     """The pairs file as dicts (keyheads.data.pairs.read_pairs reads and validates every line)."""
-    from ..data.pairs import NoPairs, read_pairs
-
-    try:
-        return [p.to_dict() for p in read_pairs(path)]
-    except NoPairs as err:
+    try:  # read through the module, so that a test can watch every reader go through read_pairs
+        return [p.to_dict() for p in pairs_file.read_pairs(path)]
+    except pairs_file.NoPairs as err:
         raise AnalysisError(str(err)) from err
 
 

@@ -17,8 +17,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..components import Head
+from ..distributed import map_sharded
 from ..knockout import Knockout
 from ..models.model import HookedModel
+from ..plotting import new_figure, save_figure
 from .common import Batches, knockout_subset, predict
 from .passes import EndPasses, PromptSet
 
@@ -95,8 +97,6 @@ def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids
     point (the reference the fast passes are checked against). The accuracies of the `extra`
     sets come back in `Curves.extra`.
     """
-    from ..distributed import map_sharded
-
     sets, orders = curve_sets(ranked, candidates, cfg)
     sets += [list(s) for s in extra]
     if isinstance(prompts, Batches):
@@ -115,8 +115,6 @@ def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids
 
 
 def plot_curves(curves: Curves, path, title: str) -> None:
-    from ..plotting import new_figure, save_figure
-
     fig, ax = new_figure(7.5, 4.2)
     ks = np.array(curves.ks)
     ax.plot(ks, curves.effect, "o-", color="tab:red", label="effect-rank (most negative effect first)")

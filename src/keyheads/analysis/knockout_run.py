@@ -10,10 +10,12 @@ from typing import Literal
 from pydantic import Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..data.benchmarks import DataNotFound, data_dir_from
 from ..distributed import is_main, map_sharded
-from ..io import write_json
+from ..io import atomic_write_text, write_json
 from ..knockout import compute_means
 from ..models.model import HookedModel
+from ..plotting import write_csv
 from . import transfer as tr
 from .common import (
     RUN_CONFIG,
@@ -123,8 +125,6 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
 
 
 def _write_curves(out: Path, curves, model_name: str) -> None:
-    from ..plotting import write_csv
-
     seeds = len(curves.random)
     header = ["k", "effect_rank_head", "effect_rank_accuracy", "random_mean", "random_std"] + \
              [f"random_seed{s}" for s in range(seeds)]
@@ -148,10 +148,6 @@ def _format_curves(curves) -> str:
 
 
 def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: Path) -> dict:
-    from ..data.benchmarks import DataNotFound, data_dir_from
-    from ..io import atomic_write_text
-    from ..plotting import write_csv
-
     n = cfg.transfer_n
     # the identification data itself first, as the reference row
     ident = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..models.model import HookedModel
+from ..plotting import new_figure, save_figure, subplots
 from .common import AnalysisError, Sample, number_token
 from .passes import PromptSet, clean_passes
 
@@ -185,8 +186,6 @@ def _marks(ax, tp: TurningPoints, labels: bool = True) -> None:
 
 def plot_curves(curves: dict[str, np.ndarray], tp: TurningPoints, path_in, path_out, model_name: str) -> None:
     """Figures 6(a) and 6(b): raw cosines (top) and the contrast the turning points are read from (bottom)."""
-    from ..plotting import save_figure, subplots
-
     n, L = curves["in_A"].shape
     operand = (curves["in_A"] + curves["in_B"]) / 2 - curves["in_other"]
     answer = curves["write_C"] - curves["write_other"]
@@ -218,8 +217,6 @@ def plot_curves(curves: dict[str, np.ndarray], tp: TurningPoints, path_in, path_
 
 
 def plot_case(names: Sequence[str], cos: np.ndarray, prompt: str, answer: str, path, k: int = 3) -> None:
-    from ..plotting import new_figure, save_figure
-
     fig, ax = new_figure(max(5.0, 0.45 * len(names) + 2), 0.28 * cos.shape[0] + 1.5)
     lim = float(np.abs(cos).max()) or 1.0
     im = ax.imshow(cos, aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim)

@@ -9,6 +9,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..io import write_json
 from ..models.model import HookedModel
+from ..plotting import write_csv
 from . import mlp as mlpmod
 from .common import (
     RUN_CONFIG,
@@ -47,8 +48,6 @@ def case_prompt(samples) -> str:
 
 
 def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
-    from ..plotting import write_csv
-
     out = Path(cfg.out)
     samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
     curves = mlpmod.probe(model, samples, cfg.batch_size, cfg.progress)

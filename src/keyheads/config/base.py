@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, get_args
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 from pydantic.fields import FieldInfo
 
@@ -60,8 +61,6 @@ class Machine(Section):
     def apply(self) -> None:
         """Set torch's thread count (the one setting that acts before a model loads)."""
         if self.threads is not None:
-            import torch  # only when asked: the CLI starts without it
-
             torch.set_num_threads(self.threads)
 
 

@@ -241,7 +241,7 @@ def _missing(bench: Benchmark, split: str, path: Path | None) -> DataNotFound:
 
 
 def _load_hub(bench: Benchmark, split: str) -> list[Record]:
-    import datasets  # optional; only imported when used
+    import datasets  # noqa: PLC0415 -- optional (not a dependency of keyheads): only the hub path needs it
 
     hub_id, config = bench.hub
     rows: list[dict] = []

@@ -11,6 +11,7 @@ against everything that is evaluated.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import random
@@ -126,8 +127,6 @@ def write_trainset(out_dir: str | Path, data_dir: str | Path | None = None, cfg:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m keyheads.data.trainset", description=build_trainset.__doc__)
     p.add_argument("out", help="folder for train.jsonl and manifest.json")
     p.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA)")

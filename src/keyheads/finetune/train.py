@@ -17,6 +17,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from accelerate import Accelerator, DistributedDataParallelKwargs
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import FinetuneConfig
@@ -27,8 +30,6 @@ from .model import Tuned
 def make_accelerator(cpu: bool):
     """DDP without find_unused_parameters (every delta gets a gradient each step) and without
     re-broadcasting buffers on each forward (the deltas' copies of W0 are buffers, identical everywhere)."""
-    from accelerate import Accelerator, DistributedDataParallelKwargs
-
     return Accelerator(cpu=cpu, kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=False,
                                                                                broadcast_buffers=False)])
 
@@ -83,8 +84,6 @@ def make_optimizer(tuned: Tuned, cfg: FinetuneConfig) -> torch.optim.Optimizer:
 
 
 def make_scheduler(optimizer, cfg: FinetuneConfig, steps: int):
-    from transformers import get_linear_schedule_with_warmup
-
     return get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * steps), steps)
 
 
@@ -95,8 +94,6 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     `meta` (base fingerprint, components, data hash, ...) is stored with every checkpoint; a resume
     whose settings or meta differ is refused, naming the keys that differ.
     """
-    from tqdm.auto import tqdm
-
     if not data:
         raise ValueError("no training examples")
     acc = accelerator or make_accelerator(tuned.model.device.type == "cpu")

@@ -8,11 +8,13 @@ sums; a truncated or corrupt cache is detected and rebuilt, never loaded.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import MissingPackage, ModelNotFound
 from ..io import atomic_folder, file_sha256
@@ -68,8 +70,6 @@ def tie_embeddings(model) -> None:
 
 def _convert_gguf(gguf: Path, target: Path, tied: bool = False) -> None:
     """De-quantise a GGUF file into an fp32 safetensors folder, atomically."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     _require("gguf", "pip install gguf")
     folder, filename = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
@@ -88,8 +88,6 @@ def _convert_gguf(gguf: Path, target: Path, tied: bool = False) -> None:
 
 
 def _require(module: str, pip: str) -> None:
-    import importlib.util
-
     if importlib.util.find_spec(module) is None:
         raise MissingPackage(f"this needs the package {module!r}: install it with `{pip}`")
 
@@ -161,8 +159,6 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
         attn_implementation: passed to transformers (default: its own choice; keyheads
             switches to eager only while attention patterns are read).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     kind, location = _resolve(name_or_path)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -10,9 +10,11 @@ import io
 from pathlib import Path
 
 import numpy as np
+from matplotlib.colors import TwoSlopeNorm
 
 from ..effects import Effects
 from ..io import atomic_write_bytes
+from ..plotting import plt  # pyplot with the file-only backend that keyheads.plotting selects
 
 UNITS = {"relative-logit": ("relative change of the answer logit", 100.0, "%"),
          "logit-diff": ("change of the answer logit", 1.0, ""),
@@ -20,12 +22,6 @@ UNITS = {"relative-logit": ("relative change of the answer logit", 100.0, "%"),
 
 
 def draw_heatmap(effects: Effects, path: Path, key: list[tuple[int, int]] = (), title: str | None = None) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import TwoSlopeNorm
-
     label, scale, unit = UNITS[effects.metric]
     heads = np.asarray(effects.heads) * scale
     mlps = np.asarray(effects.mlps)[:, None] * scale
