@@ -77,11 +77,19 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
         for h, lab, vals in zip(heads, labels, m):
             csv_rows.append([t, str(h), lab.label, *[float(v) for v in vals]])
     write_csv(out / "attention_by_role.csv", ["task", "head", "label", *att.ROLES], csv_rows)
-    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "heads": [h.to_json() for h in heads],
-              "roles": list(att.ROLES), "per_task": {t: per_task[t].tolist() for t in tasks}, "counts": counts,
-              "all": roles.mean(0).tolist(),
-              "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
-              "effects": [{**h.to_json(), "effect": effects.effect(h)} for h in heads] if effects else None, "notes": list(notes)}
+    result = {
+        "model": model.name,
+        "data": cfg.data,
+        "n_samples": len(samples),
+        "heads": [h.to_json() for h in heads],
+        "roles": list(att.ROLES),
+        "per_task": {t: per_task[t].tolist() for t in tasks},
+        "counts": counts,
+        "all": roles.mean(0).tolist(),
+        "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
+        "effects": [{**h.to_json(), "effect": effects.effect(h)} for h in heads] if effects else None,
+        "notes": list(notes),
+    }
     write_json(out / "attention.json", result)
     print(f"{model.name}: END-token attention of {len(heads)} key heads over {len(samples)} reference prompts "
           f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")

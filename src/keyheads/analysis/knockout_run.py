@@ -82,7 +82,9 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
     k = min(cfg.k, len(candidates))
     if cfg.k > len(candidates):
         notes.add(f"--k {cfg.k} is more than the model's {len(candidates)} heads: capped at {k}")
-    print(f"{model.name}: {len(samples)} reference prompts from {cfg.data}; means over {len(cf)} counterfactual prompts")
+    print(
+        f"{model.name}: {len(samples)} reference prompts from {cfg.data}; means over {len(cf)} counterfactual prompts"
+    )
 
     # one pass over the counterfactual prompts gives the means of every head
     full = compute_means(model, cf, heads=candidates, batch_size=cfg.batch_size, mode=cfg.mean_mode,
@@ -183,7 +185,9 @@ def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: P
                                      "accuracy_random_heads", "relative_change_random_heads", "note"],
               [[r.name, r.n, r.before, r.after, r.relative_drop, "" if r.control is None else r.control,
                 r.control_drop, "; ".join(x for x in (r.note, r.fallback) if x)] for r in rows])
-    header = f"knocked out: {','.join(map(str, key_heads))}" + (f"\nrandom control: {','.join(map(str, control_heads))}" if control else "")
+    header = f"knocked out: {','.join(map(str, key_heads))}" + (
+        f"\nrandom control: {','.join(map(str, control_heads))}" if control else ""
+    )
     atomic_write_text(out / "transfer_cases.txt", f"{header}\n\n{table}\n\n{case_text}\n")
     return {"heads": [h.to_json() for h in key_heads],
             "random_heads": [h.to_json() for h in control_heads] if control else None,

@@ -35,9 +35,12 @@ from ..plotting import new_figure, save_figure, subplots
 from .common import AnalysisError, Sample, number_token
 from .passes import PromptSet, clean_passes
 
-RULE = ("operand curve s = (in_A + in_B)/2 - in_other, answer curve c = write_C - write_other (per-layer means); "
-        "inflection = argmax over l of s[l] - min(s[:l+1]) (the end of the largest climb); start = 1 + the last layer before the inflection with s < min(s[:inflection+1]) "
-        "+ 10% of the rise; end = argmax of c at or after the inflection")
+RULE = (
+    "operand curve s = (in_A + in_B)/2 - in_other, answer curve c = write_C - write_other (per-layer means); "
+    "inflection = argmax over l of s[l] - min(s[:l+1]) (the end of the largest climb); "
+    "start = 1 + the last layer before the inflection with s < min(s[:inflection+1]) "
+    "+ 10% of the rise; end = argmax of c at or after the inflection"
+)
 CURVES = ("in_A", "in_B", "in_other", "in_C", "write_C", "write_other")
 
 
@@ -98,7 +101,9 @@ def cosines(x: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
     return torch.einsum("nld,nd->nl", x, directions)
 
 
-def probe(model: HookedModel, samples: Sequence[Sample], batch_size: int = 16, progress: bool = True) -> dict[str, np.ndarray]:
+def probe(
+    model: HookedModel, samples: Sequence[Sample], batch_size: int = 16, progress: bool = True
+) -> dict[str, np.ndarray]:
     """The five curves per sample and layer, {name: [n, L]} (see the module docstring)."""
     mlp_in, write = end_vectors(model, [s.prompt for s in samples], batch_size, progress)
     a = [operand_token(model, s, "A") for s in samples]

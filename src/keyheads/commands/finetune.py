@@ -114,8 +114,11 @@ def register(sub) -> None:
     add_settings(p, FinetuneCommand)
     p.set_defaults(func=cmd_finetune)
 
-    p = sub.add_parser("merge", help="fold a precise-SFT adapter into a plain HF model folder, or export it as PEFT LoRA",
-                       description="Fold a precise-SFT adapter into its base model, or export it as a PEFT LoRA "
-                       "adapter. The base model loads on the CPU in float32 unless --device/--dtype say otherwise.")
+    p = sub.add_parser(
+        "merge",
+        help="fold a precise-SFT adapter into a plain HF model folder, or export it as PEFT LoRA",
+        description="Fold a precise-SFT adapter into its base model, or export it as a PEFT LoRA "
+        "adapter. The base model loads on the CPU in float32 unless --device/--dtype say otherwise.",
+    )
     add_settings(p, MergeCommand)
     p.set_defaults(func=cmd_merge)

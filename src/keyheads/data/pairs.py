@@ -75,7 +75,7 @@ def read_pairs(path: str | Path) -> list[Pair]:
     """
     pairs = []
     for number, obj in iter_jsonl(path):
-        def bad(why: str) -> MalformedLine:
+        def bad(why: str, number: int = number) -> MalformedLine:
             return MalformedLine(f"{path}:{number}: {why}")
 
         missing = [key for key in REQUIRED if key not in obj]

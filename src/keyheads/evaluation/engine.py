@@ -55,7 +55,9 @@ class PrefixKV:
         if lcp < self.min_len:
             return 0, None
         stored = self.ids
-        if not (stored is not None and lcp - self.slack <= len(stored) <= lcp and list(rows[0][:len(stored)]) == stored):
+        if not (
+            stored is not None and lcp - self.slack <= len(stored) <= lcp and list(rows[0][: len(stored)]) == stored
+        ):
             ids = torch.tensor([list(rows[0][:lcp])], device=self.model.device)
             cache = hf_internals.forward_last(self.model.hf, input_ids=ids, use_cache=True).past_key_values
             # Sliding-window layers drop old positions, so their cache cannot be shared this way.
@@ -150,6 +152,8 @@ def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
 
 
 @torch.no_grad()
-def next_token_logits(model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV | None = None) -> torch.Tensor:
+def next_token_logits(
+    model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV | None = None
+) -> torch.Tensor:
     """Logits [batch, vocab] of the token after each row."""
     return prefill(model, rows, prefix, use_cache=prefix is not None).logits

@@ -132,8 +132,10 @@ class ChoiceTask(Task):
         lt = letter_tokens(model.tokenizer, self.n_choices)
         rows = [ids + list(lt.extra) for ids in _ids(model, [it.prompt for it in items])]
         logits = next_token_logits(model, rows, prefix)
-        return [{"id": it.record.id, "scores": [float(x) for x in row_logits[list(lt.letters[:len(it.record.choices)])]]}
-                for it, row_logits in zip(items, logits)]
+        return [
+            {"id": it.record.id, "scores": [float(x) for x in row_logits[list(lt.letters[: len(it.record.choices)])]]}
+            for it, row_logits in zip(items, logits)
+        ]
 
     def score(self, item, row):
         pred = max(range(len(row["scores"])), key=row["scores"].__getitem__)

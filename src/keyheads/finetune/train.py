@@ -99,7 +99,9 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     acc = accelerator or make_accelerator(tuned.model.device.type == "cpu")
     world, rank = acc.num_processes, acc.process_index
     if cfg.batch_size % world:
-        raise ValueError(f"batch_size {cfg.batch_size} does not split over {world} processes; use a multiple of {world}")
+        raise ValueError(
+            f"batch_size {cfg.batch_size} does not split over {world} processes; use a multiple of {world}"
+        )
     out = Path(out)
     steps = total_steps(cfg, len(data))
     module = acc.prepare(tuned.module)
@@ -123,7 +125,8 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
             tokens = n_loss_tokens(batch)
             mine = batch[rank::world]
             micro = [mine[i:i + cfg.micro_batch_size] for i in range(0, len(mine), cfg.micro_batch_size)]
-            step_loss = torch.zeros((), dtype=torch.float64, device=device)  # read once per step: no sync per micro-batch
+            # read once per step: no sync per micro-batch
+            step_loss = torch.zeros((), dtype=torch.float64, device=device)
             for j, items in enumerate(micro):
                 inputs = collate(items, pad, device)
                 labels = inputs.pop("labels")

@@ -83,7 +83,9 @@ def _convert_gguf(gguf: Path, target: Path, tied: bool = False) -> None:
     with atomic_folder(target, replace=True) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        files = {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
+        files = {
+            p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()
+        }
         (tmp / MANIFEST).write_text(json.dumps({"source": str(gguf), "files": files}, indent=1))
 
 
@@ -115,7 +117,10 @@ def ensure_converted(name_or_path: str, progress: bool = True) -> Path:
     else:
         gguf = Path(name_or_path)
     if progress:
-        print(f"[keyheads] converting {gguf.name} to fp32 safetensors in {target} (once; from 30 s to a few minutes)", flush=True)
+        print(
+            f"[keyheads] converting {gguf.name} to fp32 safetensors in {target} (once; from 30 s to a few minutes)",
+            flush=True,
+        )
     _convert_gguf(gguf, target, tied=tied)
     if not _cache_valid(target):
         raise RuntimeError(f"cache folder {target} failed verification right after writing it; is the disk full?")

@@ -187,7 +187,7 @@ def batches(samples: Sequence[PatchSample], batch_size: int, device, pad_id: int
         chunk = order[start:stop]
         width = max(len(samples[i].ref_ids) for i in chunk)
 
-        def padded(ids: list[int]) -> list[int]:
+        def padded(ids: list[int], width: int = width) -> list[int]:
             return [pad_id] * (width - len(ids)) + ids
 
         lengths = torch.tensor([len(samples[i].ref_ids) for i in chunk])

@@ -72,7 +72,9 @@ def _random_at(ko: dict, n: int) -> tuple[float | None, float]:
 
 
 def transfer(run: Path) -> dict:
-    claim = "The key heads matter on arithmetic in other formats too (SVAMP, multi-digit, decimals), beyond random heads"
+    claim = (
+        "The key heads matter on arithmetic in other formats too (SVAMP, multi-digit, decimals), beyond random heads"
+    )
     ko = read_json(run / "knockout" / "knockout.json")
     rows = ((ko or {}).get("transfer") or {}).get("rows") if isinstance(ko, dict) else None
     if not rows:

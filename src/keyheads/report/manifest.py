@@ -91,7 +91,9 @@ def _stage_times(run: Path, records: dict[str, dict]) -> Markup:
 
 
 def _machine(records: dict[str, dict]) -> Markup:
-    machines = {json.dumps(r["machine"], sort_keys=True) for r in records.values() if isinstance(r.get("machine"), dict)}
+    machines = {
+        json.dumps(r["machine"], sort_keys=True) for r in records.values() if isinstance(r.get("machine"), dict)
+    }
     if not machines:
         return note(f"Machine: {NOT_RECORDED}.")
     return join((table(["key", "value"], [[k, json.dumps(v) if not isinstance(v, str) else v]
