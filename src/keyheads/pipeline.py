@@ -11,8 +11,10 @@ whose settings or inputs changed. `keyheads demo` runs it on the bundled model w
 from __future__ import annotations
 
 import copy
+import dataclasses
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from . import models
 from .analysis.attention_run import AttentionRun, run_attention
@@ -73,8 +75,12 @@ def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = Tru
     for variant in cfg.variants:
         extra = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
         inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []
+
+        def train_variant(v: str = variant) -> None:
+            _finetune(cfg, run, get_model(), v, progress)
+
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
-                            [f"finetune/{variant}"], lambda v=variant: _finetune(cfg, run, get_model(), v, progress)))
+                            [f"finetune/{variant}"], train_variant))
     if cfg.eval.benchmarks:
         stages.append(Stage("eval", {**seeded, **section(cfg.eval), "split": cfg.resolved_eval_split(),
                                      "data_dir": cfg.data_dir},
@@ -142,7 +148,7 @@ def _data(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
         templates.templates = [t for t in templates.templates if t.id in section.templates]
     tasks = templates.tasks if section.task == "all" else [section.task]
     pairs = PairConfig(seed=cfg.seed, single_token_answer=True,
-                       **section.model_dump(include=set(PairConfig.__pydantic_fields__)))
+                       **section.model_dump(include={f.name for f in dataclasses.fields(PairConfig)}))
     made = make_pairs(templates, tasks, pairs,
                       model=model, keep_correct=True, batch_size=cfg.batch_size, progress=progress)
     if not made:
@@ -165,7 +171,7 @@ def _selection(run: Path):
 def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     section = cfg.knockout
     run_knockout(model, KnockoutRun(data=str(run / PAIRS), out=str(run / "knockout"), selection=_selection(run),
-                                    k=section.k, seeds=section.seeds, seed=cfg.seed, n_samples=section.n_samples,
+                                    k=section.k, seeds=section.seeds, seed=cfg.seed, limit=section.n_samples,
                                     batch_size=cfg.batch_size, mean_mode=section.mean_mode, data_dir=_data_dir(cfg),
                                     transfer_n=section.transfer_n, transfer_control=section.transfer_control,
                                     progress=progress))
@@ -173,12 +179,12 @@ def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> N
 
 def _attention(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     run_attention(model, AttentionRun(data=str(run / PAIRS), out=str(run / "attention"), selection=_selection(run),
-                                      n_samples=cfg.attention.n_samples, seed=cfg.seed, batch_size=cfg.batch_size,
+                                      limit=cfg.attention.n_samples, seed=cfg.seed, batch_size=cfg.batch_size,
                                       progress=progress))
 
 
 def _mlp(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), n_samples=cfg.mlp.n_samples, seed=cfg.seed,
+    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), limit=cfg.mlp.n_samples, seed=cfg.seed,
                           batch_size=cfg.batch_size, case=cfg.mlp.case, case_answer=cfg.mlp.case_answer,
                           progress=progress))
 
@@ -191,6 +197,8 @@ def _data_dir(cfg: PipelineConfig) -> str | None:
 def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> Components:
     """What a precise or random variant trains (see PipelineConfig.variants for the names)."""
     m = VARIANT.fullmatch(variant)
+    if m is None or not m["kind"]:
+        raise ValueError(f"{variant!r} is not a precise or random variant")
     keys = key_heads(run)
     k = int(m["k"]) if m["k"] else len(keys.heads)
     if m["kind"] == "random":
@@ -204,7 +212,8 @@ def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> C
 
 
 def _finetune(cfg: PipelineConfig, run: Path, model, variant: str, progress: bool = True) -> None:
-    method = "precise" if variant.startswith(("precise", "random")) else variant
+    method: Literal["precise", "full", "lora"] = (
+        "precise" if variant.startswith(("precise", "random")) else "full" if variant == "full" else "lora")
     examples = load_examples(cfg.finetune.train, data_dir=_data_dir(cfg), seed=cfg.seed)
     ft = cfg.finetune.recipe(method, cfg.seed)
     components = variant_components(variant, run, model, cfg) if method == "precise" else None

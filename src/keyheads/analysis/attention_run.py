@@ -27,10 +27,10 @@ class AttentionRun:
     data: str = Field(description="pairs JSONL with positions")
     out: str = Field(description="run folder")
     selection: Selection = Field(default_factory=Selection, description="how the key heads are chosen")
-    n_samples: int | None = Field(1000, ge=1, alias="limit", description=SUBSET + "; the paper's 1000")
-    seed: int = Field(0, ge=0, description="picks the subset")
-    batch_size: int = Field(16, ge=1, description="prompts per forward pass")
-    progress: bool = Field(True, description="progress bars")
+    n_samples: int | None = Field(default=1000, ge=1, alias="limit", description=SUBSET + "; the paper's 1000")
+    seed: int = Field(default=0, ge=0, description="picks the subset")
+    batch_size: int = Field(default=16, ge=1, description="prompts per forward pass")
+    progress: bool = Field(default=True, description="progress bars")
 
 
 def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:

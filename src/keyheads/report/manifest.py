@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from markupsafe import Markup
 
@@ -19,7 +20,7 @@ VERSION_KEYS = ("keyheads", "torch", "transformers", "python")
 
 
 def _versions(records: dict[str, dict], runs: dict[str, dict]) -> Markup:
-    sources = {f"stages/{k}.json": r.get("versions") for k, r in records.items()}
+    sources: dict[str, Any] = {f"stages/{k}.json": r.get("versions") for k, r in records.items()}
     sources.update({f"finetune/{k}/finetune.json": r.get("versions") for k, r in runs.items()})
     sources = {k: v for k, v in sources.items() if isinstance(v, dict)}
     if not sources:

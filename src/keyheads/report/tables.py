@@ -80,7 +80,7 @@ def table2(t: EvalTable | None, runs: dict[str, dict]) -> Markup:
         row = [name, setting, _speed(info), _params(info)]
         er = t.of_run(name) if t else None
         for b in benches:
-            row += _acc(er, t.base, b) if er else [cell(None), cell(None)]
+            row += _acc(er, t.base, b) if er and t else [cell(None), cell(None)]
         rows.append(row)
     header = ["Variant", "Precise SFT setting", "Train speed", "Tuned params"]
     for b in benches:
