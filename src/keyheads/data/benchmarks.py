@@ -243,6 +243,8 @@ def _missing(bench: Benchmark, split: str, path: Path | None) -> DataNotFound:
 def _load_hub(bench: Benchmark, split: str) -> list[Record]:
     import datasets  # noqa: PLC0415 -- optional (not a dependency of keyheads): only the hub path needs it
 
+    if bench.hub is None or bench.hub_splits is None:
+        raise ValueError(f"{bench.name} has no hub copy")  # callers check bench.hub first
     hub_id, config = bench.hub
     rows: list[dict] = []
     for hub_split in bench.hub_splits[split]:

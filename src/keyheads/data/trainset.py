@@ -17,6 +17,7 @@ import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from ..io import write_json, write_jsonl
 from ..numbers import format_number
@@ -71,6 +72,8 @@ def evaluated_sets(data_dir: str | Path | None = None, cfg: SplitConfig = SplitC
 
 def target_text(record: Record) -> str:
     """The completion to train on, in the evaluation prompt's format (rationale, then the answer)."""
+    if record.answer is None:
+        raise ValueError(f"{record.source}/{record.id} has no numeric answer to train on")
     answer = format_number(record.answer)
     if record.source.startswith("gsm8k") and record.solution:
         return " ".join(record.solution.split("\n")) + f" The answer is {answer}."
@@ -86,7 +89,8 @@ def build_trainset(data_dir: str | Path | None = None, cfg: SplitConfig = SplitC
     candidates = load("gsm8k", "train", data_dir=data_dir) + [r for name in HELDOUT for r in splits[name][0]]
     evaluated = evaluated_sets(data_dir, cfg)
     banned = {question_key(r.question) for records in evaluated.values() for r in records}
-    rows, seen = [], set()
+    rows: list[dict[str, Any]] = []
+    seen = set()
     dropped = {"duplicate": 0, "evaluated": 0}
     for r in candidates:
         key = question_key(r.question)
