@@ -64,9 +64,10 @@ class PrefixKV:
             if hf_internals.has_sliding_layers(cache):
                 self.enabled = False
                 return 0, None
-            self.ids, self.cache = list(rows[0][:lcp]), cache
+            stored = self.ids = list(rows[0][:lcp])
+            self.cache = cache
             self.computed += 1
-        return len(self.ids), hf_internals.expanded_copy(self.cache, len(rows))
+        return len(stored), hf_internals.expanded_copy(self.cache, len(rows))
 
 
 @dataclass
@@ -145,10 +146,7 @@ def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
         out = model.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=step.next_pos[:, None],
                        past_key_values=step.cache, use_cache=True)
         step = Step(out.logits[:, -1].float(), out.past_key_values, mask, step.next_pos + 1)
-    for i, r in enumerate(results):
-        if r is None:  # max_new_tokens == 0
-            results[i] = ("", "length")
-    return results
+    return [("", "length") if r is None else r for r in results]  # None: max_new_tokens == 0
 
 
 @torch.no_grad()
