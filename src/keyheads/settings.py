@@ -17,6 +17,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import overload
 
 import torch
 
@@ -61,6 +62,10 @@ def check_device(value: str | None, key: str = "device") -> str | None:
     raise SettingError(key, value, f"unknown device; use {DEVICE_HELP}")
 
 
+@overload
+def check_dtype(value: str, key: str = ..., device: str | None = ...) -> str: ...
+@overload
+def check_dtype(value: None, key: str = ..., device: str | None = ...) -> None: ...
 def check_dtype(value: str | None, key: str = "dtype", device: str | None = None) -> str | None:
     """None (float32 on CPU, bfloat16 on a GPU) or a name from DTYPES; returns the canonical name.
 

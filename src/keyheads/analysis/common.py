@@ -140,7 +140,7 @@ def predict(model: HookedModel, batches: Batches, answer_ids: Sequence[int], edi
         idx = torch.tensor(chunk)
         top1[idx] = probs.argmax(-1)
         p_ans[idx] = probs.gather(1, answers[idx][:, None])[:, 0]
-        if topk:
+        if tk_ids is not None and tk_p is not None:  # topk > 0
             p, i = probs.topk(topk, dim=-1)
             tk_ids[idx], tk_p[idx] = i, p
     return Predictions(top1, p_ans, tk_ids, tk_p)

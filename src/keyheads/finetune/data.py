@@ -63,7 +63,7 @@ def arithmetic_examples(kind: str, n: int, seed: int = 0, template_ids: list[str
     if not chosen:
         raise UserError(f"no template of {', '.join(tasks)} among {template_ids}")
     rng = random.Random(f"{kind}-{seed}")
-    out = []
+    out: list[Example] = []
     while len(out) < n:
         template = chosen[len(out) % len(chosen)]
         a, b, answer = draw_exact(template.task, operands, rng)
@@ -77,9 +77,9 @@ def load_examples(spec: str, data_dir: str | None = None, seed: int = 0) -> list
     if spec == "trainset":
         examples = trainset_examples(data_dir)
     elif spec.startswith("arith:"):
-        kinds, _, n = spec[len("arith:"):].partition(":")
+        kinds, _, n_text = spec[len("arith:"):].partition(":")
         try:
-            n = int(n) if n else 2000
+            n = int(n_text) if n_text else 2000
         except ValueError:
             raise UserError(f"--train {spec!r}: N must be an integer, as in arith:multidigit:2000") from None
         if n < 1:

@@ -41,7 +41,8 @@ def total_steps(cfg: FinetuneConfig, n_examples: int) -> int:
 
 def batch_indices(step: int, n: int, batch_size: int, seed: int) -> list[int]:
     """The global batch of `step`: positions of a stream of seeded per-epoch permutations."""
-    out, pos = [], step * batch_size
+    out: list[int] = []
+    pos = step * batch_size
     while len(out) < batch_size:
         epoch, offset = divmod(pos, n)
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))

@@ -31,7 +31,7 @@ class PatchSample:
         answer_id: the first token of the answer, as it follows the reference prompt.
     """
 
-    line: int
+    line: int | None
     ref_ids: list[int]
     cf_ids: list[int]
     answer_id: int
