@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -73,7 +74,7 @@ def end_attention(model: HookedModel, prompts: Sequence[str], heads: Sequence[He
             for j, i in enumerate(group.index):
                 n = lengths[i]
                 out[i] = torch.stack([rows[l][j, h, T - n:] for l, h in heads]).numpy()
-    return out
+    return cast(list[np.ndarray], out)  # every prompt is in exactly one group
 
 
 def by_role(end_rows: Sequence[np.ndarray], samples: Sequence[Sample]) -> np.ndarray:
@@ -90,7 +91,7 @@ def top_other_tokens(model: HookedModel, end_rows: Sequence[np.ndarray], samples
                      k: int = 3) -> list[list[tuple[str, float]]]:
     """Per head, the k 'other words' tokens with the most attention on average (the END token itself is
     marked "(END)"): says what a head labelled "text" actually reads."""
-    totals = [defaultdict(float) for _ in range(end_rows[0].shape[0])]
+    totals: list[defaultdict[str, float]] = [defaultdict(float) for _ in range(end_rows[0].shape[0])]
     for row, s in zip(end_rows, samples):
         ids = model.tokens(s.prompt, add_special_tokens=True)
         roles = role_ids(s.positions, len(ids))

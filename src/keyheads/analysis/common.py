@@ -15,6 +15,7 @@ from ..data import pairs as pairs_file
 from ..errors import AnalysisError
 from ..knockout import Knockout
 from ..models.model import HookedModel
+from ..models.prompt_set import PromptSet
 
 
 @dataclass
@@ -184,7 +185,7 @@ class FallbackNote:
                 f"END-aligned counterfactual positions; their earlier positions used the global mean")
 
 
-def fallback_note(full: Knockout, batches: Batches) -> FallbackNote:
+def fallback_note(full: Knockout, batches: Batches | PromptSet) -> FallbackNote:
     return FallbackNote(batches.n, batches.longer_than(full.max_len), full.max_len, full.mode)
 
 

@@ -61,7 +61,12 @@ def random_order(heads: Sequence[Head], seed: int) -> list[Head]:
 def accuracy_with(model: HookedModel, batches: Batches, answer_ids: Sequence[int], full: Knockout | None,
                   heads: Sequence[Head]) -> float:
     """Top-1 accuracy with `heads` mean-ablated, by one full forward pass (the direct method)."""
-    edits = knockout_subset(full, heads).edits() if heads else None
+    if not heads:
+        edits = None
+    elif full is None:
+        raise ValueError("heads to knock out, but no means were computed")
+    else:
+        edits = knockout_subset(full, heads).edits()
     return predict(model, batches, answer_ids, edits).accuracy(answer_ids)
 
 
@@ -82,7 +87,7 @@ def set_accuracies(model: HookedModel, prompts: PromptSet, answer_ids: Sequence[
 def curve_sets(ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveConfig) -> tuple[list, list]:
     """(sets, random orders): the empty set, effect-rank sets k = 1..K, then each seed's k = 1..K."""
     orders = [random_order(candidates, cfg.seed + s) for s in range(cfg.seeds)]
-    sets = [[]] + [list(ranked[:k]) for k in range(1, cfg.k + 1)]
+    sets: list[list[Head]] = [[]] + [list(ranked[:k]) for k in range(1, cfg.k + 1)]
     for order in orders:
         sets += [order[:k] for k in range(1, cfg.k + 1)]
     return sets, orders

@@ -43,23 +43,25 @@ class KnockoutRun:
     selection: Selection = Field(default_factory=Selection, description="how the key heads are chosen")
     k: int = Field(default=20, ge=1, description="the curves knock out k = 0..K heads (capped at the head count)")
     seeds: int = Field(default=5, ge=1, description="random-rank orderings of the curves")
-    seed: int = Field(default=0, ge=0, description="picks the subset, the random-rank orderings, the control heads and the "
-                                           "transfer sets' prompts")
+    seed: int = Field(
+        default=0, ge=0, description="picks the subset, the random-rank orderings, the control heads and the "
+        "transfer sets' prompts")
     n_samples: int | None = Field(default=300, ge=1, alias="limit", description=SUBSET)
     batch_size: int = Field(default=32, ge=1, description="prompts per forward pass")
-    mean_mode: Literal["aligned", "global"] = Field(default="aligned", description="means per END-aligned position, or one "
-                                                                           "mean over all positions")
+    mean_mode: Literal["aligned", "global"] = Field(
+        default="aligned", description="means per END-aligned position, or one "
+        "mean over all positions")
     transfer: bool = Field(default=True, description="the transfer table")
     transfer_data: str | None = Field(default=None, description="another pairs file (other templates / tasks), one "
-                                                           "transfer set per value of its transfer_by field")
+                                                                   "transfer set per value of its transfer_by field")
     transfer_by: Literal["task", "template"] = Field(default="task", description="one transfer row per task or per "
-                                                                         "template of transfer_data")
+                                                                                 "template of transfer_data")
     data_dir: str | None = Field(default=None, description="benchmark folder with svamp/SVAMP.json and "
-                                                      "gsm8k/test.jsonl (default $KEYHEADS_DATA)")
+                                                              "gsm8k/test.jsonl (default $KEYHEADS_DATA)")
     transfer_n: int | None = Field(default=100, ge=1, description="prompts per generated / benchmark transfer set "
-                                                             "(None: all)")
+                                                                     "(None: all)")
     transfer_control: bool = Field(default=True, description="also knock out as many random non-key heads on every "
-                                                     "transfer set (one more pass each)")
+                                                             "transfer set (one more pass each)")
     progress: bool = Field(default=True, description="progress bars")
 
 
@@ -68,7 +70,7 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
     out = Path(cfg.out)
     notes = Notes()
     rows = read_pair_rows(cfg.data)
-    cf = [r.get("counterfactual") for r in rows]
+    cf: list[str] = [r.get("counterfactual") or "" for r in rows]
     if not all(cf):
         raise AnalysisError(f"{cfg.data}: knockout needs the counterfactual prompts (every line's 'counterfactual') "
                             "for the mean activations")

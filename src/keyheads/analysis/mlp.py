@@ -46,7 +46,7 @@ CURVES = ("in_A", "in_B", "in_other", "in_C", "write_C", "write_other")
 
 def number_vocab(model: HookedModel, up_to: int = 100) -> dict[str, int]:
     """Number text -> token for the numbers below `up_to` that are one token ('0'..'9' for digit tokenizers)."""
-    vocab = {}
+    vocab: dict[str, int] = {}
     for v in range(up_to):
         ids = [i for i in model.tokens(" " + str(v)) if model.tokenizer.decode([i]).strip()]
         if len(ids) == 1 and ids[0] not in vocab.values():
@@ -141,7 +141,8 @@ class TurningPoints:
         return f"{self.start}-{self.inflection}-{self.end}"
 
 
-def turning_points(operand_curve: Sequence[float], answer_curve: Sequence[float], frac: float = 0.1) -> TurningPoints:
+def turning_points(operand_curve: Sequence[float] | np.ndarray, answer_curve: Sequence[float] | np.ndarray,
+                   frac: float = 0.1) -> TurningPoints:
     """Start, inflection and end layers by the rule in the module docstring."""
     s = np.asarray(operand_curve, dtype=float)
     c = np.asarray(answer_curve, dtype=float)

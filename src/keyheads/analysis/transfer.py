@@ -114,7 +114,7 @@ def benchmark(model: HookedModel, name: str, data_dir: str | Path | None, n: int
     chosen = [records[i] for i in order]
     case = next((i for i, r in enumerate(chosen) if prefer and prefer in r.question), 0)
     prompts = [f"{WORD_FEW_SHOT}{_sentence(r.question)} The answer is " for r in chosen]
-    answers = [format_number(r.answer) for r in chosen]
+    answers = [format_number(r.numeric_answer()) for r in chosen]
     return _finish(model, f"{name.upper()} (first answer token)", prompts, answers, case,
                    note=f"{len(chosen)} of {len(records)} questions")
 

@@ -54,6 +54,12 @@ class Record:
     def letter(self) -> str | None:
         return None if self.label is None else LETTERS[self.label]
 
+    def numeric_answer(self) -> float:
+        """The answer of a math item; a ValueError for an item without one."""
+        if self.answer is None:
+            raise ValueError(f"{self.source}/{self.id} has no numeric answer")
+        return self.answer
+
 
 # ---- parsing the original formats ----------------------------------------------------------
 

@@ -72,9 +72,7 @@ def evaluated_sets(data_dir: str | Path | None = None, cfg: SplitConfig = SplitC
 
 def target_text(record: Record) -> str:
     """The completion to train on, in the evaluation prompt's format (rationale, then the answer)."""
-    if record.answer is None:
-        raise ValueError(f"{record.source}/{record.id} has no numeric answer to train on")
-    answer = format_number(record.answer)
+    answer = format_number(record.numeric_answer())
     if record.source.startswith("gsm8k") and record.solution:
         return " ".join(record.solution.split("\n")) + f" The answer is {answer}."
     return f"The answer is {answer}."

@@ -48,9 +48,7 @@ def pick_balanced(records: Sequence[Record], k: int, seed: int) -> list[Record]:
 
 def math_answer(record: Record, cot: bool) -> str:
     """The exemplar answer: the GSM8K rationale on one line, then "The answer is N."."""
-    if record.answer is None:
-        raise ValueError(f"{record.source}/{record.id} has no numeric answer for an exemplar")
-    final = f"The answer is {format_number(record.answer)}."
+    final = f"The answer is {format_number(record.numeric_answer())}."
     if cot and record.solution:
         return " ".join(record.solution.split()) + " " + final
     return final

@@ -82,7 +82,10 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
                 todo = [(k, it) for k, it in batch if k not in cache]
                 if todo:
                     items = [it for _, it in todo]
-                    results = task.run_pair(prepared, items, cfg) if isinstance(task, PairwiseTask) else task.run(model, items, prefix, cfg)
+                    if isinstance(task, PairwiseTask):
+                        results = task.run_pair(prepared, items, cfg)
+                    else:
+                        results = task.run(model, items, prefix, cfg)
                     cache.add({"key": k, "variant": prepared.label, **r} for (k, _), r in zip(todo, results))
                     right += sum(bool(task.score(it, r)["correct"]) for (_, it), r in zip(todo, results))
                     done += len(todo)

@@ -7,6 +7,7 @@ MLP effects are often an order of magnitude larger and would wash the heads out.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ UNITS = {"relative-logit": ("relative change of the answer logit", 100.0, "%"),
          "prob": ("change of the answer probability", 1.0, "")}
 
 
-def draw_heatmap(effects: Effects, path: Path, key: list[tuple[int, int]] = (), title: str | None = None) -> Path:
+def draw_heatmap(effects: Effects, path: Path, key: Sequence[tuple[int, int]] = (), title: str | None = None) -> Path:
     label, scale, unit = UNITS[effects.metric]
     heads = np.asarray(effects.heads) * scale
     mlps = np.asarray(effects.mlps)[:, None] * scale
