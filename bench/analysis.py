@@ -112,7 +112,8 @@ def main() -> None:
         f"{' --effects ...' if args.effects else ''}`",
         f"- model: smollm2-135m (fp32, CPU, {args.threads} threads, {platform.machine()}); the demo's data: {n} "
         f"addition prompts of {len(prompts.groups)} groups (members {sizes}), three-example prefix shared per template",
-        f"- {len(points(fast))} knockout sets: none, effect-rank k = 1..{args.k}, {args.seeds} random orders k = 1..{args.k}",
+        f"- {len(points(fast))} knockout sets: none, effect-rank k = 1..{args.k}, "
+        f"{args.seeds} random orders k = 1..{args.k}",
         f"- direct (one full forward per set, batch {args.batch_size}): {t_direct:.2f} s",
         f"- batched END-only passes: {t_fast:.2f} s",
         f"- **speed-up: {t_direct / t_fast:.1f}x** (target >= 4x); accuracies identical at every point: "

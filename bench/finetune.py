@@ -187,7 +187,11 @@ def report(args, rows: dict) -> None:
     rows = {c: r for c, r in rows.items() if "failed" not in r}
     first = next(iter(rows.values()))
     what = args.random_init and f"random-init {args.random_init}" or args.model
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({platform.processor() or platform.machine()})"
+    device = (
+        torch.cuda.get_device_name()
+        if args.device.startswith("cuda")
+        else f"CPU ({platform.processor() or platform.machine()})"
+    )
     lines = [f"Measured {datetime.date.today()} on {device}, {what} in {args.dtype or 'float32'}: "
              f"{args.optimizer_batch_size} samples per step ({args.micro_batch_size} per forward pass), "
              f"{args.prompt_len} prompt + {args.completion_len} completion tokens each, median of {args.steps} "
@@ -195,14 +199,20 @@ def report(args, rows: dict) -> None:
              f"{first['lowest_layer']} of {first['n_layers']}.", "",
              "| case | s/step | samples/s | peak memory | tuned params |", "|---|---|---|---|---|"]
     for case, r in rows.items():
-        lines.append(f"| {case} | {r['step']:.3f} | {args.optimizer_batch_size / r['step']:.2f} | {r['peak_gib']:.2f} GiB | "
-                     f"{r['tuned_params']:,} |")
+        lines.append(
+            f"| {case} | {r['step']:.3f} | {args.optimizer_batch_size / r['step']:.2f} | {r['peak_gib']:.2f} GiB | "
+            f"{r['tuned_params']:,} |"
+        )
     ratios = []
     if {"precise", "floor"} <= set(rows):
-        ratios.append(f"precise step / its floor: **{rows['precise']['step'] / rows['floor']['step']:.2f}x** (target 1.2x)")
+        ratios.append(
+            f"precise step / its floor: **{rows['precise']['step'] / rows['floor']['step']:.2f}x** (target 1.2x)"
+        )
     if {"precise", "full"} <= set(rows):
-        ratios.append(f"precise peak memory / full SFT's: **{rows['precise']['peak_gib'] / rows['full']['peak_gib']:.0%}** "
-                      "(target 50%)")
+        ratios.append(
+            f"precise peak memory / full SFT's: **{rows['precise']['peak_gib'] / rows['full']['peak_gib']:.0%}** "
+            "(target 50%)"
+        )
         ratios.append(f"speed precise / full SFT: **{rows['full']['step'] / rows['precise']['step']:.2f}x**")
     if {"precise", "lora"} <= set(rows):
         ratios.append(f"speed precise / LoRA: **{rows['lora']['step'] / rows['precise']['step']:.2f}x**")
@@ -214,7 +224,9 @@ def report(args, rows: dict) -> None:
     body = "\n".join(lines)
     print(body)
     if not args.no_write:
-        write_section(f"Fine-tuning speed and memory: {what} on {'GPU' if args.device.startswith('cuda') else 'CPU'}", body)
+        write_section(
+            f"Fine-tuning speed and memory: {what} on {'GPU' if args.device.startswith('cuda') else 'CPU'}", body
+        )
 
 
 if __name__ == "__main__":

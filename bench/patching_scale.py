@@ -121,14 +121,17 @@ def main() -> None:
         f"torch {torch.__version__}",
         f"- {args.prompts} prompts of {args.tokens} tokens, batches of {args.batch_size}; "
         f"{L * (H + 1)} senders per prompt",
-        f"- fast sweep: **{t_fast:.2f} s** (best of 3; {args.prompts / t_fast:.0f} prompts/s); all effects finite: {finite}",
+        f"- fast sweep: **{t_fast:.2f} s** (best of 3; {args.prompts / t_fast:.0f} prompts/s); "
+        f"all effects finite: {finite}",
         f"- FLOPs it must do: {passes / 1e12:.1f} TFLOP in the two capturing passes + {mlp_work / 1e12:.1f} TFLOP "
         f"of MLP work above the senders = {(passes + mlp_work) / 1e12:.1f} TFLOP",
-        f"- measured bf16 matmul rate ([16384, {model.d_model}] x [{model.d_model}, {model.config.intermediate_size}]): "
+        f"- measured bf16 matmul rate "
+        f"([16384, {model.d_model}] x [{model.d_model}, {model.config.intermediate_size}]): "
         f"{rate / 1e12:.0f} TFLOP/s; floor {floor:.2f} s; achieved {(passes + mlp_work) / t_fast / 1e12:.0f} TFLOP/s; "
         f"**fast / floor = {t_fast / floor:.2f}**",
         f"- peak GPU memory: **{peak / 2**30:.1f} GiB**, of which weights {weights / 2**30:.1f} GiB; "
-        f"for comparison, one [senders x batch, vocab] bf16 logit block would alone take {heads_x_vocab / 2**30:.1f} GiB",
+        f"for comparison, one [senders x batch, vocab] bf16 logit block "
+        f"would alone take {heads_x_vocab / 2**30:.1f} GiB",
     ]
     print("\n".join(lines))
     if not args.no_write:

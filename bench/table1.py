@@ -30,7 +30,11 @@ def pct(x) -> str:
 def cell(t: EvalTable, row, bench: str) -> str:
     if bench == DRIFT:
         d = t.drift(row)
-        return "-" if d is None else f"{d['kl']:.4f} [{d['kl_ci95'][0]:.4f}-{d['kl_ci95'][1]:.4f}], ppl {d['perplexity']:.2f}"
+        return (
+            "-"
+            if d is None
+            else f"{d['kl']:.4f} [{d['kl_ci95'][0]:.4f}-{d['kl_ci95'][1]:.4f}], ppl {d['perplexity']:.2f}"
+        )
     s = row.benchmarks.get(bench) or {}
     if row.acc(bench) is None:
         return "-"

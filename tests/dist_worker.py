@@ -87,7 +87,7 @@ def check_patch(r: int, argv: list[str]) -> dict:
     run_module.METHODS["path"] = counting
     for name, args in (("resume", argv), ("restart", argv + ["--restart"])):
         calls["n"] = 0
-        code, error = outcome(lambda: main(args))
+        code, error = outcome(lambda args=args: main(args))
         facts[name] = {"code": code, "error": error, "calls": calls["n"]}
         if name == "resume":
             facts["effects_after_resume"] = (out / "effects.json").read_text() if r == 0 else None

@@ -46,8 +46,12 @@ def test_mlp_knockout_equals_direct_replacement(model):
     ko = compute_means(model, CF, mlps=[0, 2], progress=False)
     got, _ = model.run(model.encode(REF), edit=ko.edits())
     _, cache = model.run(model.encode(CF), capture=["0.mlp_write", "2.mlp_write"])
-    want, _ = model.run(model.encode(REF), edit={k: (lambda x, m=v.mean(0): m.expand_as(x).clone())
-                                                  for k, v in cache.items()})
+
+    def mean_of(v):
+        m = v.mean(0)
+        return lambda x: m.expand_as(x).clone()
+
+    want, _ = model.run(model.encode(REF), edit={k: mean_of(v) for k, v in cache.items()})
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 

@@ -4,7 +4,9 @@ import pytest
 from keyheads.numbers import format_number, human
 
 
-@pytest.mark.parametrize("value, shown", [(51.0, "51"), (2.5, "2.5"), (-3, "-3"), (1 / 3, "0.333333"), (1e20, "100000000000000000000")])
+@pytest.mark.parametrize(
+    "value, shown", [(51.0, "51"), (2.5, "2.5"), (-3, "-3"), (1 / 3, "0.333333"), (1e20, "100000000000000000000")]
+)
 def test_format_number(value, shown):
     assert format_number(value) == shown
 

@@ -66,7 +66,9 @@ def test_every_stage_writes_its_outputs_and_record(run, tiny_data, capsys, monke
     knock = json.loads((run / "knockout" / "knockout.json").read_text())
     assert knock["key_heads"]["heads"] == [{"layer": k["layer"], "head": k["head"]} for k in keys["heads"]]
     ft = json.loads((run / "finetune" / "precise" / "finetune.json").read_text())
-    assert sorted((h["layer"], h["head"]) for h in ft["components"]["heads"]) == sorted((k["layer"], k["head"]) for k in keys["heads"])
+    assert sorted((h["layer"], h["head"]) for h in ft["components"]["heads"]) == sorted(
+        (k["layer"], k["head"]) for k in keys["heads"]
+    )
     rows = json.loads((run / "eval" / "results.json").read_text())["variants"]
     assert len(rows) == 3 and any("precise SFT" in r["label"] for r in rows)
     assert any((run / "eval" / "cache").iterdir())  # the evaluation cache lives in the run folder
@@ -316,7 +318,9 @@ def test_help_prints_every_setting(command, capsys):
     with pytest.raises(SystemExit) as done:
         main([command, "--help"])
     text = capsys.readouterr().out
-    assert done.value.code == 0 and "-5%" in text and "--eval.split" in text and "--finetune.optimizer-batch-size" in text
+    assert (
+        done.value.code == 0 and "-5%" in text and "--eval.split" in text and "--finetune.optimizer-batch-size" in text
+    )
 
 
 def test_keyheads_eval_adapter_reproduces_a_run_row(run, tiny_data, monkeypatch, tmp_path):  # noqa: F811
@@ -328,9 +332,32 @@ def test_keyheads_eval_adapter_reproduces_a_run_row(run, tiny_data, monkeypatch,
     rows = {r["label"]: r for r in json.loads((run / "eval" / "results.json").read_text())["variants"]}
     for variant in ("precise", "lora"):
         out, cache = tmp_path / f"again-{variant}", tmp_path / f"cache-{variant}"  # a fresh cache: recomputed
-        assert main(["eval", "--adapter", str(run / "finetune" / variant), "--no-base", "--benchmarks", "mmlu,arith-add",
-                     "--limit", "3", "--few-shot", "1", "--batch-size", "8", "--data-dir", str(tiny_data),
-                     "--out", str(out), "--cache-dir", str(cache), "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "--adapter",
+                    str(run / "finetune" / variant),
+                    "--no-base",
+                    "--benchmarks",
+                    "mmlu,arith-add",
+                    "--limit",
+                    "3",
+                    "--few-shot",
+                    "1",
+                    "--batch-size",
+                    "8",
+                    "--data-dir",
+                    str(tiny_data),
+                    "--out",
+                    str(out),
+                    "--cache-dir",
+                    str(cache),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         again = json.loads((out / "results.json").read_text())["variants"][0]
         row = rows[f"tiny + {variant} SFT"]
         for bench in ("mmlu", "arith-add"):

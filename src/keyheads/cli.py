@@ -8,6 +8,7 @@ import sys
 
 from .errors import UserError
 from .log import configure as configure_log
+from .version import __version__
 
 COMMAND_MODULES = (
     "keyheads.commands.models",
@@ -21,8 +22,6 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .version import __version__
-
     parser = argparse.ArgumentParser(
         prog="keyheads",
         description="Find, explain and fine-tune the attention heads and MLPs that do arithmetic in a language model.",

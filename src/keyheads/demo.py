@@ -29,8 +29,11 @@ def demo_config(overrides: dict) -> PipelineConfig:
     folder = data_dir_from(overrides.get("data_dir") or None)
     data_dir = str(folder) if folder else None
     if not data_dir:
-        print("note: KEYHEADS_DATA is not set, so the evaluation uses only the built-in arithmetic sets and the "
-              "SVAMP/GSM8K transfer is skipped (point it at a folder with gsm8k/, svamp/, addsub/, singleeq/, mmlu/, csqa/)")
+        print(
+            "note: KEYHEADS_DATA is not set, so the evaluation uses only the built-in arithmetic sets and the "
+            "SVAMP/GSM8K transfer is skipped "
+            "(point it at a folder with gsm8k/, svamp/, addsub/, singleeq/, mmlu/, csqa/)"
+        )
     benchmarks = list(ARITH) + (list(TABLE_BENCHMARKS) if data_dir else [])
     return PipelineConfig.make(**merge(merge(DEMO, {"eval": {"benchmarks": benchmarks}, "data_dir": data_dir}),
                                        overrides))

@@ -12,6 +12,10 @@ from datetime import timedelta
 from functools import cache
 from typing import Any, TypeVar
 
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -32,9 +36,6 @@ def launched() -> bool:
 def _state():
     if not launched():
         return None
-    import torch
-    from accelerate import PartialState
-
     # Without cpu=True, accelerate sees no GPU and quietly falls back to a single process.
     cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
     return PartialState(cpu=cpu, timeout=TIMEOUT)
@@ -82,8 +83,6 @@ def gather(obj: Any) -> list:
     """Every rank's `obj` (anything picklable: numpy arrays, dicts, ...), in rank order, on every rank."""
     if world() == 1:
         return [obj]
-    import torch.distributed as dist
-
     out: list = [None] * world()
     dist.all_gather_object(out, obj)
     return out

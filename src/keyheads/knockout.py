@@ -10,7 +10,7 @@ records whether that happened, so reports can say it.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -66,7 +66,7 @@ class Knockout:
         by_layer: dict[int, list[int]] = {}
         for layer, head in self.heads:
             by_layer.setdefault(layer, []).append(head)
-        edits = {}
+        edits: dict[str, Callable[..., torch.Tensor]] = {}
         for layer, heads in by_layer.items():
             index = torch.tensor(sorted(set(heads)))
 

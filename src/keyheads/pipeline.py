@@ -11,14 +11,33 @@ whose settings or inputs changed. `keyheads demo` runs it on the bundled model w
 from __future__ import annotations
 
 import copy
+import dataclasses
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
+from . import models
+from .analysis.attention_run import AttentionRun, run_attention
+from .analysis.knockout_run import KnockoutRun, run_knockout
+from .analysis.mlp_run import MLPRun, run_mlp
+from .analysis.selection import Selection
 from .components import Components
 from .data.benchmarks import data_dir_from
+from .data.generate import PairConfig, make_pairs
+from .data.pairs import write_pairs
+from .data.templates import load_templates
+from .effects import Effects
 from .errors import SettingError, UserError
+from .evaluation import EvalConfig, Variant, evaluate
+from .finetune import describe as describe_training
+from .finetune import finetune, load_examples
+from .finetune.adapter import base_fingerprint
 from .io import write_json
-from .runconfig import PipelineConfig
+from .models.model import HookedModel
+from .patching import PatchConfig, identify
+from .patching import describe as describe_effects
+from .report.html import write_html_report
+from .runconfig import VARIANT, PipelineConfig
 from .stages import Runner, Stage
 
 STAGE_GROUPS = ("data", "identify", "knockout", "attention", "mlp", "finetune", "eval", "report")
@@ -56,8 +75,12 @@ def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = Tru
     for variant in cfg.variants:
         extra = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
         inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []
+
+        def train_variant(v: str = variant) -> None:
+            _finetune(cfg, run, get_model(), v, progress)
+
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
-                            [f"finetune/{variant}"], lambda v=variant: _finetune(cfg, run, get_model(), v, progress)))
+                            [f"finetune/{variant}"], train_variant))
     if cfg.eval.benchmarks:
         stages.append(Stage("eval", {**seeded, **section(cfg.eval), "split": cfg.resolved_eval_split(),
                                      "data_dir": cfg.data_dir},
@@ -95,9 +118,7 @@ def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: st
 
     @cache
     def get_model():
-        from .models import load_model
-
-        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        model = models.load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
         print(model)
         return model
 
@@ -113,8 +134,6 @@ def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: st
 
 
 def _write_model_info(run: Path, model) -> None:
-    from .finetune.adapter import base_fingerprint
-
     write_json(run / "model.json", {"name": model.name, "source": str(model.source), "fingerprint":
                                     base_fingerprint(model), "n_layers": model.n_layers, "n_heads": model.n_heads,
                                     "dtype": str(model.dtype), "device": str(model.device)})
@@ -123,17 +142,13 @@ def _write_model_info(run: Path, model) -> None:
 # ---- the stages ------------------------------------------------------------------------------
 
 def _data(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    from .data.generate import PairConfig, make_pairs
-    from .data.pairs import write_pairs
-    from .data.templates import load_templates
-
     section = cfg.data
     templates = load_templates()
     if section.templates:
         templates.templates = [t for t in templates.templates if t.id in section.templates]
     tasks = templates.tasks if section.task == "all" else [section.task]
     pairs = PairConfig(seed=cfg.seed, single_token_answer=True,
-                       **section.model_dump(include=set(PairConfig.__pydantic_fields__)))
+                       **section.model_dump(include={f.name for f in dataclasses.fields(PairConfig)}))
     made = make_pairs(templates, tasks, pairs,
                       model=model, keep_correct=True, batch_size=cfg.batch_size, progress=progress)
     if not made:
@@ -143,43 +158,33 @@ def _data(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
 
 
 def _identify(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    from .patching import PatchConfig, describe, identify
-
     effects, keys = identify(model, run / PAIRS, PatchConfig.from_section(cfg.patch, batch_size=cfg.batch_size),
                              run / "identify", threshold=cfg.patch.threshold, top_k=cfg.patch.top_k,
                              progress=progress)
-    print(describe(effects, keys))
+    print(describe_effects(effects, keys))
 
 
 def _selection(run: Path):
-    from .analysis.selection import Selection
-
     return Selection(heads=key_heads(run).heads, effects=str(run / EFFECTS))
 
 
 def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    from .analysis.knockout_run import KnockoutRun, run_knockout
-
     section = cfg.knockout
     run_knockout(model, KnockoutRun(data=str(run / PAIRS), out=str(run / "knockout"), selection=_selection(run),
-                                    k=section.k, seeds=section.seeds, seed=cfg.seed, n_samples=section.n_samples,
+                                    k=section.k, seeds=section.seeds, seed=cfg.seed, limit=section.n_samples,
                                     batch_size=cfg.batch_size, mean_mode=section.mean_mode, data_dir=_data_dir(cfg),
                                     transfer_n=section.transfer_n, transfer_control=section.transfer_control,
                                     progress=progress))
 
 
 def _attention(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    from .analysis.attention_run import AttentionRun, run_attention
-
     run_attention(model, AttentionRun(data=str(run / PAIRS), out=str(run / "attention"), selection=_selection(run),
-                                      n_samples=cfg.attention.n_samples, seed=cfg.seed, batch_size=cfg.batch_size,
+                                      limit=cfg.attention.n_samples, seed=cfg.seed, batch_size=cfg.batch_size,
                                       progress=progress))
 
 
 def _mlp(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    from .analysis.mlp_run import MLPRun, run_mlp
-
-    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), n_samples=cfg.mlp.n_samples, seed=cfg.seed,
+    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), limit=cfg.mlp.n_samples, seed=cfg.seed,
                           batch_size=cfg.batch_size, case=cfg.mlp.case, case_answer=cfg.mlp.case_answer,
                           progress=progress))
 
@@ -191,10 +196,9 @@ def _data_dir(cfg: PipelineConfig) -> str | None:
 
 def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> Components:
     """What a precise or random variant trains (see PipelineConfig.variants for the names)."""
-    from .effects import Effects
-    from .runconfig import VARIANT
-
     m = VARIANT.fullmatch(variant)
+    if m is None or not m["kind"]:
+        raise ValueError(f"{variant!r} is not a precise or random variant")
     keys = key_heads(run)
     k = int(m["k"]) if m["k"] else len(keys.heads)
     if m["kind"] == "random":
@@ -208,10 +212,8 @@ def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> C
 
 
 def _finetune(cfg: PipelineConfig, run: Path, model, variant: str, progress: bool = True) -> None:
-    from .finetune import describe, finetune, load_examples
-    from .models.model import HookedModel
-
-    method = "precise" if variant.startswith(("precise", "random")) else variant
+    method: Literal["precise", "full", "lora"] = (
+        "precise" if variant.startswith(("precise", "random")) else "full" if variant == "full" else "lora")
     examples = load_examples(cfg.finetune.train, data_dir=_data_dir(cfg), seed=cfg.seed)
     ft = cfg.finetune.recipe(method, cfg.seed)
     components = variant_components(variant, run, model, cfg) if method == "precise" else None
@@ -219,7 +221,7 @@ def _finetune(cfg: PipelineConfig, run: Path, model, variant: str, progress: boo
     private = HookedModel(copy.deepcopy(model.hf), model.tokenizer, name=model.name, source=model.source)
     info = finetune(private, examples, ft, run / "finetune" / variant, components, data_name=cfg.finetune.train,
                     progress=progress)
-    print(describe(info))
+    print(describe_training(info))
 
 
 def eval_labels(model: str, n_heads: int, finetune: list[str]) -> list[str]:
@@ -229,9 +231,6 @@ def eval_labels(model: str, n_heads: int, finetune: list[str]) -> list[str]:
 
 
 def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    from .evaluation import EvalConfig, Variant, evaluate
-    from .models import load_model
-
     heads = key_heads(run).heads
     labels = eval_labels(cfg.model, len(heads), cfg.variants)
     variants = [Variant.make("model", cfg.model, label=labels[0]),
@@ -241,7 +240,7 @@ def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
                  for v, label in zip(cfg.variants, labels[2:])]
 
     def loader(name: str):
-        return model if name in (cfg.model, model.name) else load_model(name, device=cfg.device, dtype=cfg.dtype)
+        return model if name in (cfg.model, model.name) else models.load_model(name, device=cfg.device, dtype=cfg.dtype)
 
     evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval.benchmarks), data_dir=_data_dir(cfg),
                                   limit=cfg.eval.limit, few_shot=cfg.eval.few_shot, split=cfg.resolved_eval_split(),
@@ -251,6 +250,4 @@ def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
 
 
 def _report(run: Path) -> None:
-    from .report.html import write_html_report
-
     write_html_report(run)

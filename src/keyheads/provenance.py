@@ -1,7 +1,8 @@
 """What a result records about how it was made, and how two such records differ.
 
-`versions()` goes into every stage record and finetune.json, `machine()` into stage records; `changed_settings` says which
-settings differ between a stored record and a new run (stages re-run, checkpoints refuse to resume).
+`versions()` goes into every stage record and finetune.json, `machine()` into stage records;
+`changed_settings` says which settings differ between a stored record and a new run (stages re-run,
+checkpoints refuse to resume).
 """
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -63,7 +64,7 @@ class PipelineConfig(Section):
                                                                                "(`keyheads eval`; empty "
                                                                                "benchmarks: skip the stage)")
 
-    def resolved_eval_split(self) -> str:
+    def resolved_eval_split(self) -> Literal["full", "heldout"]:
         if self.eval.split != "auto":
             return self.eval.split
         return "heldout" if self.variants and self.finetune.train == "trainset" else "full"

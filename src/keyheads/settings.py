@@ -8,8 +8,7 @@ this machine lacks fails in a second, before any model loads. The keys are confi
     --device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu
     device: 'cuda:7' given; this machine has no CUDA GPU (...)
 
-torch is imported only by the checks that need it (a CUDA or MPS device, bfloat16). The settings
-models (keyheads.config) call these checks from their validators.
+The settings models (keyheads.config) call these checks from their validators.
 """
 from __future__ import annotations
 
@@ -18,6 +17,9 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import overload
+
+import torch
 
 from .errors import SettingError
 
@@ -46,8 +48,6 @@ def check_device(value: str | None, key: str = "device") -> str | None:
                                            "or give cpu or cuda")
         return value
     if isinstance(value, str) and (m := re.fullmatch(r"cuda(?::(\d+))?", value)):
-        import torch
-
         if not torch.cuda.is_available():
             raise SettingError(key, value, "this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu")
         count = torch.cuda.device_count()
@@ -56,14 +56,16 @@ def check_device(value: str | None, key: str = "device") -> str | None:
                                            f"(cuda:0 to cuda:{count - 1})")
         return value
     if value == "mps":
-        import torch
-
         if not torch.backends.mps.is_available():
             raise SettingError(key, value, "MPS (Apple GPU) is not available on this machine; use cpu")
         return value
     raise SettingError(key, value, f"unknown device; use {DEVICE_HELP}")
 
 
+@overload
+def check_dtype(value: str, key: str = ..., device: str | None = ...) -> str: ...
+@overload
+def check_dtype(value: None, key: str = ..., device: str | None = ...) -> None: ...
 def check_dtype(value: str | None, key: str = "dtype", device: str | None = None) -> str | None:
     """None (float32 on CPU, bfloat16 on a GPU) or a name from DTYPES; returns the canonical name.
 
@@ -77,8 +79,6 @@ def check_dtype(value: str | None, key: str = "dtype", device: str | None = None
     if name is None:
         raise SettingError(key, value, f"unknown dtype; use {DTYPE_HELP}")
     if name == "bfloat16" and (device is None or device == "auto" or str(device).startswith("cuda")):
-        import torch
-
         if torch.cuda.is_available():
             index = int(device.split(":")[1]) if device and ":" in device else torch.cuda.current_device()
             major, minor = torch.cuda.get_device_capability(index)

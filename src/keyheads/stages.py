@@ -18,7 +18,7 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,7 +63,7 @@ def _skipped(rel: str) -> bool:
     return any(p == "checkpoint" or p.startswith(".") for p in parts) or rel.endswith((".partial", ".tmp"))
 
 
-def hash_tree(run: Path, rels: list[str], keep: list[str] = ()) -> dict[str, str]:
+def hash_tree(run: Path, rels: list[str], keep: Sequence[str] = ()) -> dict[str, str | None]:
     """{run-relative file: sha256} for every file under `rels`, missing ones as None."""
     out: dict[str, str | None] = {}
     kept = [run / k for k in keep]

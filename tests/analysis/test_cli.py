@@ -30,11 +30,17 @@ def test_knockout_command(run, tmp_path, pairs_file, effects, shared_data, capsy
     assert rc == 0
     res = json.loads((out / "knockout.json").read_text())
     assert res["curves"]["k"] == list(range(13))  # capped at 3 x 4 heads
-    assert res["curves"]["effect_order"][:3] == [{"layer": 2, "head": 3}, {"layer": 2, "head": 2}, {"layer": 2, "head": 1}]
+    assert res["curves"]["effect_order"][:3] == [
+        {"layer": 2, "head": 3},
+        {"layer": 2, "head": 2},
+        {"layer": 2, "head": 1},
+    ]
     assert any("capped" in n for n in res["notes"])
     assert res["key_heads"]["heads"] == [{"layer": 2, "head": 3}, {"layer": 2, "head": 2}, {"layer": 2, "head": 1}]
     control = res["transfer"]["random_heads"]
-    assert len(control) == 3 and not {tuple(h.values()) for h in control} & {tuple(h.values()) for h in res["key_heads"]["heads"]}
+    assert len(control) == 3 and not {tuple(h.values()) for h in control} & {
+        tuple(h.values()) for h in res["key_heads"]["heads"]
+    }
     assert all(r["accuracy_random_heads"] is not None for r in res["transfer"]["rows"])
     names = [r["set"] for r in res["transfer"]["rows"]]
     assert any("multiplication" in n for n in names) and any("SVAMP" in n for n in names)

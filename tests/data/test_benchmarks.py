@@ -92,7 +92,9 @@ def test_csqa_labels_are_the_answer_keys(shared_data):
     records = load("csqa", "dev", data_dir=shared_data)
     for row, rec in zip(raw, records):
         assert rec.letter == row["answerKey"]
-        assert rec.choices[rec.label] == next(c["text"] for c in row["question"]["choices"] if c["label"] == row["answerKey"])
+        assert rec.choices[rec.label] == next(
+            c["text"] for c in row["question"]["choices"] if c["label"] == row["answerKey"]
+        )
 
 
 def test_missing_file_names_path_format_and_hub_id(tmp_path, monkeypatch):

@@ -32,7 +32,9 @@ def test_smollm2_every_template_aligned_with_positions_on_the_digits(smollm2):
                 assert p.reference.endswith(" ") and pieces[-1] == "Ġ"
             assert tok.convert_ids_to_tokens([c.answer_token]) == [p.answer[0]]
             assert answer_token_id(tok, p.reference, p.answer) == c.answer_token
-            assert p.answer == format_answer(compute_answer(task, int(p.operands["A"]), int(p.operands["B"]), PairConfig()))
+            assert p.answer == format_answer(
+                compute_answer(task, int(p.operands["A"]), int(p.operands["B"]), PairConfig())
+            )
             assert verify_pair(tok, p) == []
 
 

@@ -2,7 +2,9 @@
 from keyheads.data.wordproblems import question_pair
 from keyheads.testing.tiny import char_tokenizer
 
-PAPER = "On a 16 GB (gigabyte) capacity USB drive, 50% is already busy. Calculate the number of gigabytes still available."
+PAPER = (
+    "On a 16 GB (gigabyte) capacity USB drive, 50% is already busy. Calculate the number of gigabytes still available."
+)
 
 
 def test_paper_example():

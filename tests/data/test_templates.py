@@ -41,7 +41,8 @@ def test_render_equals_direct_substitution(builtin):
     rng = random.Random(0)
     for t in builtin.templates:
         values = {"A": "3", "B": "5", **draw_fillers(t, builtin.pools, rng)}
-        expected = SLOT.sub(lambda m: m.group(3) if m.group(1) == "OP" else values.get(m.group(1), ""), t.text)
+        expected = SLOT.sub(lambda m, values=values: m.group(3) if m.group(1) == "OP" else values.get(m.group(1), ""),
+                            t.text)
         r = render(t, values)
         assert r.text == expected, t.id  # {C} renders as nothing: the prompt stops there
         assert r.text[slice(*r.spans["A"])] == "3" and r.text[slice(*r.spans["B"])] == "5"

@@ -194,7 +194,9 @@ def test_generation_without_a_number_counts_as_wrong(tiny, tiny_data, tmp_path, 
 
 
 def test_bad_benchmark_and_missing_data_are_explained(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="unknown benchmark 'gsm9k'; known: gsm8k, addsub, singleeq, svamp, mmlu, csqa"):
+    with pytest.raises(
+        ValueError, match="unknown benchmark 'gsm9k'; known: gsm8k, addsub, singleeq, svamp, mmlu, csqa"
+    ):
         check_benchmarks(["gsm8k", "gsm9k"])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataNotFound, match=f"{tmp_path}/csqa/dev_rand_split.jsonl.*tau/commonsense_qa"):
@@ -247,7 +249,9 @@ def test_batches_do_not_mix_mmlu_subjects(tiny, tiny_data, tmp_path, monkeypatch
         return real_run(self, model, items, prefix, cfg)
 
     monkeypatch.setattr(tasks_module.ChoiceTask, "run", spy)
-    evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path, benchmarks=("mmlu",), batch_size=16), tmp_path / "r")
+    evaluate(
+        [Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path, benchmarks=("mmlu",), batch_size=16), tmp_path / "r"
+    )
     assert sorted(map(tuple, seen)) == [("math",) * 3, ("science",) * 3]
 
 

@@ -326,8 +326,21 @@ def test_bundled_model_each_method(tmp_path, capsys):
     import torch
 
     threads = torch.get_num_threads()
-    common = ["--model", "smollm2-135m", "--train", "arith:multidigit:8", "--max-steps", "1", "--optimizer-batch-size", "2",
-              "--micro-batch-size", "2", "--quiet", "--threads", "2"]
+    common = [
+        "--model",
+        "smollm2-135m",
+        "--train",
+        "arith:multidigit:8",
+        "--max-steps",
+        "1",
+        "--optimizer-batch-size",
+        "2",
+        "--micro-batch-size",
+        "2",
+        "--quiet",
+        "--threads",
+        "2",
+    ]
     runs = {"precise": ["--heads", "14.2,23.3"], "random": ["--random-heads", "4"], "full": ["--method", "full"],
             "lora": ["--method", "lora"]}
     try:

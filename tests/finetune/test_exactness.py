@@ -58,8 +58,12 @@ def reference_train(model, data, cfg, components):
     start = {n: p.detach().clone() for n, p in trained.items()}
     decay = [p for p in trained.values() if p.ndim >= 2]
     rest = [p for p in trained.values() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=cfg.adam_betas,
+        eps=cfg.adam_eps,
+    )
     from transformers import get_linear_schedule_with_warmup
 
     steps = cfg.max_steps

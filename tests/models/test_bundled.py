@@ -1,4 +1,6 @@
-"""Bundled models: parts joined and checked, reuse, clear errors, and tying a split-off unembedding back (no download)."""
+"""Bundled models: parts joined and checked, reuse, clear errors, and tying a split-off unembedding back
+(no download)."""
+
 import hashlib
 import os
 import stat

@@ -27,8 +27,24 @@ def _need_qwen():
 def test_cli_generate_adds():
     _need_qwen()
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    out = subprocess.run([sys.executable, "-m", "keyheads.cli", "generate", "--model", QWEN.name, "--escapes",
-                          "--max-new-tokens", "3", "1 + 2 = 3\\n15 + 27 = "], capture_output=True, text=True, env=env, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keyheads.cli",
+            "generate",
+            "--model",
+            QWEN.name,
+            "--escapes",
+            "--max-new-tokens",
+            "3",
+            "1 + 2 = 3\\n15 + 27 = ",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[0].strip() == "42"
 
@@ -45,7 +61,12 @@ def test_shape(qwen):
     assert hf.config.vocab_size == 151_936 and hf.get_input_embeddings().weight.shape == (151_936, 1536)
     assert hf.config.tie_word_embeddings and hf.get_output_embeddings().weight is hf.get_input_embeddings().weight
     attn = qwen.layer_module(0, "self_attn")
-    assert [getattr(attn, p).bias is not None for p in ("q_proj", "k_proj", "v_proj", "o_proj")] == [True, True, True, False]
+    assert [getattr(attn, p).bias is not None for p in ("q_proj", "k_proj", "v_proj", "o_proj")] == [
+        True,
+        True,
+        True,
+        False,
+    ]
     assert sum(p.numel() for p in hf.parameters()) == 1_543_714_304  # the tied matrix counted once
     assert [qwen.tokenizer.decode([t]) for t in qwen.tokens("15 + 27")] == ["1", "5", " +", " ", "2", "7"]
 
@@ -53,7 +74,9 @@ def test_shape(qwen):
 def test_head_slices_and_tied_unembedding_are_exact(qwen):
     batch = qwen.encode([SHOTS["+"] + "15 + 27 = "])
     resid = {}
-    last = qwen.layers[-1].register_forward_hook(lambda m, i, o: resid.setdefault("x", o[0] if isinstance(o, tuple) else o))
+    last = qwen.layers[-1].register_forward_hook(
+        lambda m, i, o: resid.setdefault("x", o[0] if isinstance(o, tuple) else o)
+    )
     try:
         logits, cache = qwen.run(batch, capture=[f"{n}.{p}" for n in (0, 27) for p in ("head_out", "attn_out")])
     finally:

@@ -86,7 +86,7 @@ def test_attribution_is_the_directional_derivative_of_path_patching(model):
     _, cf = model.run(batch.cf, capture=[f"{l}.head_out" for l in range(L)])
     eps = 1e-2
     for layer, head in [(0, 1), (L - 2, 3), (L - 1, 0)]:
-        def frozen(scale):
+        def frozen(scale, layer=layer, head=head):
             edits = {}
             for l in range(L):
                 def edit(z, l=l):
@@ -153,8 +153,11 @@ def test_left_padded_batches_match_one_sample_batches(model, method):
     padded = method(model, batch, "logit-diff")
     for row, i in enumerate(batch.index):
         s = samples[i]
-        one = method(model, Batch([i], torch.tensor([s.ref_ids]), torch.tensor([s.cf_ids]), torch.tensor([s.answer_id])),
-                     "logit-diff")
+        one = method(
+            model,
+            Batch([i], torch.tensor([s.ref_ids]), torch.tensor([s.cf_ids]), torch.tensor([s.answer_id])),
+            "logit-diff",
+        )
         torch.testing.assert_close(padded.original[row], one.original[0], atol=1e-5, rtol=0)
         torch.testing.assert_close(padded.heads[row], one.heads[0], atol=1e-5, rtol=0)
         torch.testing.assert_close(padded.mlps[row], one.mlps[0], atol=1e-5, rtol=0)
@@ -210,7 +213,7 @@ def test_batch_cuts_pad_least_against_every_possible_cut():
         # free number of groups, each costing `group_cost` padded positions
         cost = rng.choice([0, 2, 5, 100])
         got = _cuts(lengths, size, group_cost=cost)
-        total = lambda c: _padding(lengths, c) + cost * (len(c) - 1)  # noqa: E731
+        total = lambda c, lengths=lengths, cost=cost: _padding(lengths, c) + cost * (len(c) - 1)  # noqa: E731
         assert total(got) == min(total(c) for c in _every_cut(n, size))
 
 
@@ -234,7 +237,9 @@ def test_by_length_splits_a_batch_into_runs_trimmed_to_their_own_width():
     for part in parts:
         for row, i in enumerate(part.index):
             pad = part.ref.shape[1] - lengths[i]
-            assert part.ref[row, pad:].tolist() == samples[i].ref_ids and part.cf[row, pad:].tolist() == samples[i].cf_ids
+            assert (
+                part.ref[row, pad:].tolist() == samples[i].ref_ids and part.cf[row, pad:].tolist() == samples[i].cf_ids
+            )
             assert part.answer[row] == samples[i].answer_id
         assert part.ref.shape[1] == max(lengths[i] for i in part.index)
     assert parts[0].mask.tolist() == [[0, 1, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]]

@@ -36,20 +36,59 @@ def make_run(folder: Path, holds: bool) -> Path:
         transfer.append({"set": name, "n": 40, "accuracy_before": 0.5, "accuracy_after": 0.5 * (1 + rel),
                          "relative_change": rel, "accuracy_random_heads": 0.48, "relative_change_random_heads": -0.04,
                          "fallback": "", "note": ""})
-    write_json(folder / "knockout" / "knockout.json", {
-        "model": "hand-made", "n_samples": 50, "mean_mode": "aligned", "notes": [],
-        "key_heads": {"heads": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}], "accuracy_before": 0.8, "accuracy_after": after,
-                      "relative_change": (after - 0.8) / 0.8},
-        "curves": {"k": [0, 1, 2], "effect_rank": [0.8, 0.5, after], "random_rank": [[0.8, 0.79, 0.78]] * 2,
-                   "random_mean": [0.8, 0.79, 0.78], "random_std": [0.0, 0.01, 0.01], "effect_order": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}]},
-        "transfer": {"heads": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}], "random_heads": [{"layer": 3, "head": 1}, {"layer": 2, "head": 5}], "rows": transfer, "cases": []}})
+    write_json(
+        folder / "knockout" / "knockout.json",
+        {
+            "model": "hand-made",
+            "n_samples": 50,
+            "mean_mode": "aligned",
+            "notes": [],
+            "key_heads": {
+                "heads": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}],
+                "accuracy_before": 0.8,
+                "accuracy_after": after,
+                "relative_change": (after - 0.8) / 0.8,
+            },
+            "curves": {
+                "k": [0, 1, 2],
+                "effect_rank": [0.8, 0.5, after],
+                "random_rank": [[0.8, 0.79, 0.78]] * 2,
+                "random_mean": [0.8, 0.79, 0.78],
+                "random_std": [0.0, 0.01, 0.01],
+                "effect_order": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}],
+            },
+            "transfer": {
+                "heads": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}],
+                "random_heads": [{"layer": 3, "head": 1}, {"layer": 2, "head": 5}],
+                "rows": transfer,
+                "cases": [],
+            },
+        },
+    )
 
     labels = ("operand", "operator") if holds else ("text", "text")
-    write_json(folder / "attention" / "attention.json", {
-        "n_samples": 50, "heads": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}], "counts": {"addition": 50}, "notes": [],
-        "labels": [{"head": {"layer": 0, "head": i}, "label": lab, "lean": "operand", "operand_A_plus_B": 0.5, "operator": 0.2,
-                    "other_words": 0.1, "first_token": 0.2, "top_other_tokens": [["=", 0.05]]}
-                   for i, lab in enumerate(labels)]})
+    write_json(
+        folder / "attention" / "attention.json",
+        {
+            "n_samples": 50,
+            "heads": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}],
+            "counts": {"addition": 50},
+            "notes": [],
+            "labels": [
+                {
+                    "head": {"layer": 0, "head": i},
+                    "label": lab,
+                    "lean": "operand",
+                    "operand_A_plus_B": 0.5,
+                    "operator": 0.2,
+                    "other_words": 0.1,
+                    "first_token": 0.2,
+                    "top_other_tokens": [["=", 0.05]],
+                }
+                for i, lab in enumerate(labels)
+            ],
+        },
+    )
 
     tp = {"start": 1, "inflection": 2, "end": 3} if holds else {"start": 0, "inflection": 0, "end": 0}
     write_json(folder / "mlp" / "mlp.json", {
@@ -60,8 +99,15 @@ def make_run(folder: Path, holds: bool) -> Path:
 
     runs = {"precise-top2": ("precise", 1000, 50.0 if holds else 10.0), "full": ("full", 100000, 15.0)}
     for name, (method, tuned, speed) in runs.items():
-        comps = {"heads": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}], "mlps": [], "source": "top-2 heads of effects.json"} if method == "precise" \
+        comps = (
+            {
+                "heads": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}],
+                "mlps": [],
+                "source": "top-2 heads of effects.json",
+            }
+            if method == "precise"
             else None
+        )
         write_json(folder / "finetune" / name / "finetune.json", {
             "base_model": "hand-made", "base_fingerprint": "abc123", "method": method, "components": comps,
             "tuned_params": tuned, "total_params": 100000, "config": {"seed": 0},

@@ -18,8 +18,10 @@ PACKAGES = ["chromium", "chromium-driver"]
 
 
 def _binaries() -> tuple[str | None, str | None]:
-    return (shutil.which("chromium") or shutil.which("chromium-browser"),
-            shutil.which("chromedriver") or (os.path.exists("/usr/bin/chromedriver") and "/usr/bin/chromedriver") or None)
+    return (
+        shutil.which("chromium") or shutil.which("chromium-browser"),
+        shutil.which("chromedriver") or (os.path.exists("/usr/bin/chromedriver") and "/usr/bin/chromedriver") or None,
+    )
 
 
 def _apt(prefix: list[str]) -> None:
@@ -127,12 +129,15 @@ VIEWPORT = 1280  # the width the report must be read at without sideways scrolli
 WIDTHS = """var vw = window.innerWidth;
 function scrolls(box) { return ["auto", "scroll"].indexOf(getComputedStyle(box).overflowX) >= 0; }
 function boxed(el) { var b = el.closest(".table-box"); return b !== null && b !== el && scrolls(b); }
-function name(el) { return el.tagName.toLowerCase() + (el.className ? "." + String(el.className).split(" ").join(".") : ""); }
+function name(el) {
+  return el.tagName.toLowerCase() + (el.className ? "." + String(el.className).split(" ").join(".") : "");
+}
 return {
   inner: vw, scroll: document.documentElement.scrollWidth,
   boxes: Array.from(document.querySelectorAll("table")).map(function (t) {
     var box = t.parentElement, r = box.getBoundingClientRect();
-    return {table: t.className, wrapped: box.classList.contains("table-box") && scrolls(box), left: r.left, right: r.right,
+    return {table: t.className, wrapped: box.classList.contains("table-box") && scrolls(box),
+            left: r.left, right: r.right,
             scrolls: box.scrollWidth > box.clientWidth};
   }),
   outside: Array.from(document.querySelectorAll("body *")).filter(function (el) {

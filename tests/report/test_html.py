@@ -29,7 +29,16 @@ def test_sections_in_the_papers_order(report):
     assert page.startswith("<!DOCTYPE html>") and "<h1>keyheads run: tiny-llama</h1>" in page
     at = [page.index(f'<section id="{a}">') for a in ORDER]
     assert at == sorted(at)
-    for heading in ("figure 2", "figure 3", "figure 4", "figure 5", "figure 6", "tables 1 and 2", "Findings", "Manifest"):
+    for heading in (
+        "figure 2",
+        "figure 3",
+        "figure 4",
+        "figure 5",
+        "figure 6",
+        "tables 1 and 2",
+        "Findings",
+        "Manifest",
+    ):
         assert re.search(rf"<h2>[^<]*{heading}[^<]*</h2>", page), heading
     assert not any("did not run" in section_of(page, a) for a in ORDER[:6])  # every stage ran
 
@@ -71,7 +80,9 @@ def test_numbers_shown_are_the_json_numbers(report, run_folder):
     assert [float(r[3][0]) for r in table_rows(page, "curves")] == pytest.approx(curves["random_mean"], abs=0)
 
     labels = read(run_folder / "attention" / "attention.json")["labels"]
-    assert [(r[0][1], r[1][1]) for r in table_rows(page, "labels")] == [(f"{l['head']['layer']}.{l['head']['head']}", l["label"]) for l in labels]
+    assert [(r[0][1], r[1][1]) for r in table_rows(page, "labels")] == [
+        (f"{l['head']['layer']}.{l['head']['head']}", l["label"]) for l in labels
+    ]
 
     results = read(run_folder / "eval" / "results.json")["variants"]
     table1 = {r[0][1]: r for r in table_rows(page, "table1")}
@@ -202,6 +213,9 @@ def test_text_from_the_data_is_escaped_everywhere(tmp_path):
     (run / "identify" / "key_heads.json").write_text(json.dumps(keys))
     page = render(run)
     assert "<img src=x" not in page and "<b>0.0</b>" not in page and "https://" not in page
-    assert "<h1>keyheads run: &lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; see https&#58;//example.org</h1>" in page
+    assert (
+        "<h1>keyheads run: &lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; see https&#58;//example.org</h1>"
+        in page
+    )
     assert [r[1][1] for r in table_rows(page, "key-heads")][0] == "<b>0.0</b>"  # shown as the text it is
     assert page.count('<div class="table-box"><table class="sortable') == page.count("<table")

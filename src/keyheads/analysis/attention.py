@@ -14,14 +14,17 @@ does, and "text" otherwise. `lean` is the binary call between the two task roles
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
 
 from ..components import Head
 from ..models.model import HookedModel
+from ..plotting import save_figure, subplots, token_label
 from .common import AnalysisError, Sample
 from .passes import PromptSet, clean_passes
 
@@ -71,7 +74,7 @@ def end_attention(model: HookedModel, prompts: Sequence[str], heads: Sequence[He
             for j, i in enumerate(group.index):
                 n = lengths[i]
                 out[i] = torch.stack([rows[l][j, h, T - n:] for l, h in heads]).numpy()
-    return out
+    return cast(list[np.ndarray], out)  # every prompt is in exactly one group
 
 
 def by_role(end_rows: Sequence[np.ndarray], samples: Sequence[Sample]) -> np.ndarray:
@@ -88,11 +91,7 @@ def top_other_tokens(model: HookedModel, end_rows: Sequence[np.ndarray], samples
                      k: int = 3) -> list[list[tuple[str, float]]]:
     """Per head, the k 'other words' tokens with the most attention on average (the END token itself is
     marked "(END)"): says what a head labelled "text" actually reads."""
-    from collections import defaultdict
-
-    from ..plotting import token_label
-
-    totals = [defaultdict(float) for _ in range(end_rows[0].shape[0])]
+    totals: list[defaultdict[str, float]] = [defaultdict(float) for _ in range(end_rows[0].shape[0])]
     for row, s in zip(end_rows, samples):
         ids = model.tokens(s.prompt, add_special_tokens=True)
         roles = role_ids(s.positions, len(ids))
@@ -135,8 +134,6 @@ def label_heads(heads: Sequence[Head], mean_by_role: np.ndarray) -> list[HeadLab
 def plot_by_role(per_task: dict[str, np.ndarray], counts: dict[str, int], heads: Sequence[Head],
                  labels: Sequence[HeadLabel], path) -> None:
     """Figure 5: per task, grouped bars (one group per key head, one bar per role)."""
-    from ..plotting import save_figure, subplots
-
     tasks = list(per_task)
     fig, axes = subplots(len(tasks), 1, figsize=(max(7.0, 0.9 * len(heads) + 2), 2.8 * len(tasks)), squeeze=False,
                          constrained_layout=True)
@@ -162,8 +159,6 @@ def plot_by_role(per_task: dict[str, np.ndarray], counts: dict[str, int], heads:
 def plot_cases(model: HookedModel, cases: Sequence[tuple[str, str]], end_rows: Sequence[np.ndarray],
                heads: Sequence[Head], path, max_tokens: int = 40) -> None:
     """Figure 7: per prompt, a heads x tokens heatmap of END attention (the last `max_tokens` tokens)."""
-    from ..plotting import save_figure, subplots, token_label
-
     fig, axes = subplots(len(cases), 1, figsize=(12, 0.35 * len(heads) * len(cases) + 1.6 * len(cases)), squeeze=False,
                          constrained_layout=True)
     for ax, (name, prompt), row in zip(axes[:, 0], cases, end_rows):
@@ -193,8 +188,6 @@ def full_patterns(model: HookedModel, prompts: Sequence[str], head: Head) -> lis
 def plot_patterns(model: HookedModel, cases: Sequence[tuple[str, str]], patterns: Sequence[np.ndarray],
                   head: Head, label: str, path, max_tokens: int = 24) -> None:
     """Figure 16: one head's full attention pattern (query x key) on several prompts, tokens on the axes."""
-    from ..plotting import save_figure, subplots, token_label
-
     fig, axes = subplots(1, len(cases), figsize=(4.6 * len(cases), 4.8), squeeze=False)
     for ax, (name, prompt), pat in zip(axes[0], cases, patterns):
         ids = model.tokens(prompt, add_special_tokens=True)

@@ -8,6 +8,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..io import write_json
 from ..models.model import HookedModel
+from ..plotting import write_csv
 from . import attention as att
 from . import transfer as tr
 from .common import (
@@ -26,15 +27,13 @@ class AttentionRun:
     data: str = Field(description="pairs JSONL with positions")
     out: str = Field(description="run folder")
     selection: Selection = Field(default_factory=Selection, description="how the key heads are chosen")
-    n_samples: int | None = Field(1000, ge=1, alias="limit", description=SUBSET + "; the paper's 1000")
-    seed: int = Field(0, ge=0, description="picks the subset")
-    batch_size: int = Field(16, ge=1, description="prompts per forward pass")
-    progress: bool = Field(True, description="progress bars")
+    n_samples: int | None = Field(default=1000, ge=1, alias="limit", description=SUBSET + "; the paper's 1000")
+    seed: int = Field(default=0, ge=0, description="picks the subset")
+    batch_size: int = Field(default=16, ge=1, description="prompts per forward pass")
+    progress: bool = Field(default=True, description="progress bars")
 
 
 def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
-    from ..plotting import write_csv
-
     out = Path(cfg.out)
     notes = Notes()
     heads, effects = choose_heads(model, cfg.selection)
@@ -78,11 +77,19 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
         for h, lab, vals in zip(heads, labels, m):
             csv_rows.append([t, str(h), lab.label, *[float(v) for v in vals]])
     write_csv(out / "attention_by_role.csv", ["task", "head", "label", *att.ROLES], csv_rows)
-    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "heads": [h.to_json() for h in heads],
-              "roles": list(att.ROLES), "per_task": {t: per_task[t].tolist() for t in tasks}, "counts": counts,
-              "all": roles.mean(0).tolist(),
-              "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
-              "effects": [{**h.to_json(), "effect": effects.effect(h)} for h in heads] if effects else None, "notes": list(notes)}
+    result = {
+        "model": model.name,
+        "data": cfg.data,
+        "n_samples": len(samples),
+        "heads": [h.to_json() for h in heads],
+        "roles": list(att.ROLES),
+        "per_task": {t: per_task[t].tolist() for t in tasks},
+        "counts": counts,
+        "all": roles.mean(0).tolist(),
+        "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
+        "effects": [{**h.to_json(), "effect": effects.effect(h)} for h in heads] if effects else None,
+        "notes": list(notes),
+    }
     write_json(out / "attention.json", result)
     print(f"{model.name}: END-token attention of {len(heads)} key heads over {len(samples)} reference prompts "
           f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")

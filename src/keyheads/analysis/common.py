@@ -11,9 +11,11 @@ from pydantic import ConfigDict
 from tqdm.auto import tqdm
 
 from ..components import Head
+from ..data import pairs as pairs_file
 from ..errors import AnalysisError
 from ..knockout import Knockout
 from ..models.model import HookedModel
+from ..models.prompt_set import PromptSet
 
 
 @dataclass
@@ -38,11 +40,9 @@ class Sample:
 
 def read_pair_rows(path: str | Path) -> list[dict]:
     """The pairs file as dicts (keyheads.data.pairs.read_pairs reads and validates every line)."""
-    from ..data.pairs import NoPairs, read_pairs
-
-    try:
-        return [p.to_dict() for p in read_pairs(path)]
-    except NoPairs as err:
+    try:  # read through the module, so that a test can watch every reader go through read_pairs
+        return [p.to_dict() for p in pairs_file.read_pairs(path)]
+    except pairs_file.NoPairs as err:
         raise AnalysisError(str(err)) from err
 
 
@@ -141,7 +141,7 @@ def predict(model: HookedModel, batches: Batches, answer_ids: Sequence[int], edi
         idx = torch.tensor(chunk)
         top1[idx] = probs.argmax(-1)
         p_ans[idx] = probs.gather(1, answers[idx][:, None])[:, 0]
-        if topk:
+        if tk_ids is not None and tk_p is not None:  # topk > 0
             p, i = probs.topk(topk, dim=-1)
             tk_ids[idx], tk_p[idx] = i, p
     return Predictions(top1, p_ans, tk_ids, tk_p)
@@ -185,7 +185,7 @@ class FallbackNote:
                 f"END-aligned counterfactual positions; their earlier positions used the global mean")
 
 
-def fallback_note(full: Knockout, batches: Batches) -> FallbackNote:
+def fallback_note(full: Knockout, batches: Batches | PromptSet) -> FallbackNote:
     return FallbackNote(batches.n, batches.longer_than(full.max_len), full.max_len, full.mode)
 
 

@@ -17,8 +17,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..components import Head
+from ..distributed import map_sharded
 from ..knockout import Knockout
 from ..models.model import HookedModel
+from ..plotting import new_figure, save_figure
 from .common import Batches, knockout_subset, predict
 from .passes import EndPasses, PromptSet
 
@@ -59,7 +61,12 @@ def random_order(heads: Sequence[Head], seed: int) -> list[Head]:
 def accuracy_with(model: HookedModel, batches: Batches, answer_ids: Sequence[int], full: Knockout | None,
                   heads: Sequence[Head]) -> float:
     """Top-1 accuracy with `heads` mean-ablated, by one full forward pass (the direct method)."""
-    edits = knockout_subset(full, heads).edits() if heads else None
+    if not heads:
+        edits = None
+    elif full is None:
+        raise ValueError("heads to knock out, but no means were computed")
+    else:
+        edits = knockout_subset(full, heads).edits()
     return predict(model, batches, answer_ids, edits).accuracy(answer_ids)
 
 
@@ -80,7 +87,7 @@ def set_accuracies(model: HookedModel, prompts: PromptSet, answer_ids: Sequence[
 def curve_sets(ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveConfig) -> tuple[list, list]:
     """(sets, random orders): the empty set, effect-rank sets k = 1..K, then each seed's k = 1..K."""
     orders = [random_order(candidates, cfg.seed + s) for s in range(cfg.seeds)]
-    sets = [[]] + [list(ranked[:k]) for k in range(1, cfg.k + 1)]
+    sets: list[list[Head]] = [[]] + [list(ranked[:k]) for k in range(1, cfg.k + 1)]
     for order in orders:
         sets += [order[:k] for k in range(1, cfg.k + 1)]
     return sets, orders
@@ -95,8 +102,6 @@ def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids
     point (the reference the fast passes are checked against). The accuracies of the `extra`
     sets come back in `Curves.extra`.
     """
-    from ..distributed import map_sharded
-
     sets, orders = curve_sets(ranked, candidates, cfg)
     sets += [list(s) for s in extra]
     if isinstance(prompts, Batches):
@@ -115,8 +120,6 @@ def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids
 
 
 def plot_curves(curves: Curves, path, title: str) -> None:
-    from ..plotting import new_figure, save_figure
-
     fig, ax = new_figure(7.5, 4.2)
     ks = np.array(curves.ks)
     ax.plot(ks, curves.effect, "o-", color="tab:red", label="effect-rank (most negative effect first)")

@@ -10,10 +10,12 @@ from typing import Literal
 from pydantic import Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..data.benchmarks import DataNotFound, data_dir_from
 from ..distributed import is_main, map_sharded
-from ..io import write_json
+from ..io import atomic_write_text, write_json
 from ..knockout import compute_means
 from ..models.model import HookedModel
+from ..plotting import write_csv
 from . import transfer as tr
 from .common import (
     RUN_CONFIG,
@@ -39,26 +41,28 @@ class KnockoutRun:
     data: str = Field(description="pairs JSONL (reference, counterfactual, answer[, positions, operands])")
     out: str = Field(description="run folder for JSON, CSV and PNG files")
     selection: Selection = Field(default_factory=Selection, description="how the key heads are chosen")
-    k: int = Field(20, ge=1, description="the curves knock out k = 0..K heads (capped at the head count)")
-    seeds: int = Field(5, ge=1, description="random-rank orderings of the curves")
-    seed: int = Field(0, ge=0, description="picks the subset, the random-rank orderings, the control heads and the "
-                                           "transfer sets' prompts")
-    n_samples: int | None = Field(300, ge=1, alias="limit", description=SUBSET)
-    batch_size: int = Field(32, ge=1, description="prompts per forward pass")
-    mean_mode: Literal["aligned", "global"] = Field("aligned", description="means per END-aligned position, or one "
-                                                                           "mean over all positions")
-    transfer: bool = Field(True, description="the transfer table")
-    transfer_data: str | None = Field(None, description="another pairs file (other templates / tasks), one "
-                                                           "transfer set per value of its transfer_by field")
-    transfer_by: Literal["task", "template"] = Field("task", description="one transfer row per task or per "
-                                                                         "template of transfer_data")
-    data_dir: str | None = Field(None, description="benchmark folder with svamp/SVAMP.json and "
-                                                      "gsm8k/test.jsonl (default $KEYHEADS_DATA)")
-    transfer_n: int | None = Field(100, ge=1, description="prompts per generated / benchmark transfer set "
-                                                             "(None: all)")
-    transfer_control: bool = Field(True, description="also knock out as many random non-key heads on every "
-                                                     "transfer set (one more pass each)")
-    progress: bool = Field(True, description="progress bars")
+    k: int = Field(default=20, ge=1, description="the curves knock out k = 0..K heads (capped at the head count)")
+    seeds: int = Field(default=5, ge=1, description="random-rank orderings of the curves")
+    seed: int = Field(
+        default=0, ge=0, description="picks the subset, the random-rank orderings, the control heads and the "
+        "transfer sets' prompts")
+    n_samples: int | None = Field(default=300, ge=1, alias="limit", description=SUBSET)
+    batch_size: int = Field(default=32, ge=1, description="prompts per forward pass")
+    mean_mode: Literal["aligned", "global"] = Field(
+        default="aligned", description="means per END-aligned position, or one "
+        "mean over all positions")
+    transfer: bool = Field(default=True, description="the transfer table")
+    transfer_data: str | None = Field(default=None, description="another pairs file (other templates / tasks), one "
+                                                                   "transfer set per value of its transfer_by field")
+    transfer_by: Literal["task", "template"] = Field(default="task", description="one transfer row per task or per "
+                                                                                 "template of transfer_data")
+    data_dir: str | None = Field(default=None, description="benchmark folder with svamp/SVAMP.json and "
+                                                              "gsm8k/test.jsonl (default $KEYHEADS_DATA)")
+    transfer_n: int | None = Field(default=100, ge=1, description="prompts per generated / benchmark transfer set "
+                                                                     "(None: all)")
+    transfer_control: bool = Field(default=True, description="also knock out as many random non-key heads on every "
+                                                             "transfer set (one more pass each)")
+    progress: bool = Field(default=True, description="progress bars")
 
 
 def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
@@ -66,7 +70,7 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
     out = Path(cfg.out)
     notes = Notes()
     rows = read_pair_rows(cfg.data)
-    cf = [r.get("counterfactual") for r in rows]
+    cf: list[str] = [r.get("counterfactual") or "" for r in rows]
     if not all(cf):
         raise AnalysisError(f"{cfg.data}: knockout needs the counterfactual prompts (every line's 'counterfactual') "
                             "for the mean activations")
@@ -80,7 +84,9 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
     k = min(cfg.k, len(candidates))
     if cfg.k > len(candidates):
         notes.add(f"--k {cfg.k} is more than the model's {len(candidates)} heads: capped at {k}")
-    print(f"{model.name}: {len(samples)} reference prompts from {cfg.data}; means over {len(cf)} counterfactual prompts")
+    print(
+        f"{model.name}: {len(samples)} reference prompts from {cfg.data}; means over {len(cf)} counterfactual prompts"
+    )
 
     # one pass over the counterfactual prompts gives the means of every head
     full = compute_means(model, cf, heads=candidates, batch_size=cfg.batch_size, mode=cfg.mean_mode,
@@ -123,8 +129,6 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
 
 
 def _write_curves(out: Path, curves, model_name: str) -> None:
-    from ..plotting import write_csv
-
     seeds = len(curves.random)
     header = ["k", "effect_rank_head", "effect_rank_accuracy", "random_mean", "random_std"] + \
              [f"random_seed{s}" for s in range(seeds)]
@@ -148,10 +152,6 @@ def _format_curves(curves) -> str:
 
 
 def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: Path) -> dict:
-    from ..data.benchmarks import DataNotFound, data_dir_from
-    from ..io import atomic_write_text
-    from ..plotting import write_csv
-
     n = cfg.transfer_n
     # the identification data itself first, as the reference row
     ident = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
@@ -187,7 +187,9 @@ def _run_transfer(model, cfg: KnockoutRun, full, key_heads, notes: Notes, out: P
                                      "accuracy_random_heads", "relative_change_random_heads", "note"],
               [[r.name, r.n, r.before, r.after, r.relative_drop, "" if r.control is None else r.control,
                 r.control_drop, "; ".join(x for x in (r.note, r.fallback) if x)] for r in rows])
-    header = f"knocked out: {','.join(map(str, key_heads))}" + (f"\nrandom control: {','.join(map(str, control_heads))}" if control else "")
+    header = f"knocked out: {','.join(map(str, key_heads))}" + (
+        f"\nrandom control: {','.join(map(str, control_heads))}" if control else ""
+    )
     atomic_write_text(out / "transfer_cases.txt", f"{header}\n\n{table}\n\n{case_text}\n")
     return {"heads": [h.to_json() for h in key_heads],
             "random_heads": [h.to_json() for h in control_heads] if control else None,

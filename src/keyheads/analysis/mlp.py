@@ -31,18 +31,22 @@ import numpy as np
 import torch
 
 from ..models.model import HookedModel
+from ..plotting import new_figure, save_figure, subplots
 from .common import AnalysisError, Sample, number_token
 from .passes import PromptSet, clean_passes
 
-RULE = ("operand curve s = (in_A + in_B)/2 - in_other, answer curve c = write_C - write_other (per-layer means); "
-        "inflection = argmax over l of s[l] - min(s[:l+1]) (the end of the largest climb); start = 1 + the last layer before the inflection with s < min(s[:inflection+1]) "
-        "+ 10% of the rise; end = argmax of c at or after the inflection")
+RULE = (
+    "operand curve s = (in_A + in_B)/2 - in_other, answer curve c = write_C - write_other (per-layer means); "
+    "inflection = argmax over l of s[l] - min(s[:l+1]) (the end of the largest climb); "
+    "start = 1 + the last layer before the inflection with s < min(s[:inflection+1]) "
+    "+ 10% of the rise; end = argmax of c at or after the inflection"
+)
 CURVES = ("in_A", "in_B", "in_other", "in_C", "write_C", "write_other")
 
 
 def number_vocab(model: HookedModel, up_to: int = 100) -> dict[str, int]:
     """Number text -> token for the numbers below `up_to` that are one token ('0'..'9' for digit tokenizers)."""
-    vocab = {}
+    vocab: dict[str, int] = {}
     for v in range(up_to):
         ids = [i for i in model.tokens(" " + str(v)) if model.tokenizer.decode([i]).strip()]
         if len(ids) == 1 and ids[0] not in vocab.values():
@@ -97,7 +101,9 @@ def cosines(x: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
     return torch.einsum("nld,nd->nl", x, directions)
 
 
-def probe(model: HookedModel, samples: Sequence[Sample], batch_size: int = 16, progress: bool = True) -> dict[str, np.ndarray]:
+def probe(
+    model: HookedModel, samples: Sequence[Sample], batch_size: int = 16, progress: bool = True
+) -> dict[str, np.ndarray]:
     """The five curves per sample and layer, {name: [n, L]} (see the module docstring)."""
     mlp_in, write = end_vectors(model, [s.prompt for s in samples], batch_size, progress)
     a = [operand_token(model, s, "A") for s in samples]
@@ -135,7 +141,8 @@ class TurningPoints:
         return f"{self.start}-{self.inflection}-{self.end}"
 
 
-def turning_points(operand_curve: Sequence[float], answer_curve: Sequence[float], frac: float = 0.1) -> TurningPoints:
+def turning_points(operand_curve: Sequence[float] | np.ndarray, answer_curve: Sequence[float] | np.ndarray,
+                   frac: float = 0.1) -> TurningPoints:
     """Start, inflection and end layers by the rule in the module docstring."""
     s = np.asarray(operand_curve, dtype=float)
     c = np.asarray(answer_curve, dtype=float)
@@ -185,8 +192,6 @@ def _marks(ax, tp: TurningPoints, labels: bool = True) -> None:
 
 def plot_curves(curves: dict[str, np.ndarray], tp: TurningPoints, path_in, path_out, model_name: str) -> None:
     """Figures 6(a) and 6(b): raw cosines (top) and the contrast the turning points are read from (bottom)."""
-    from ..plotting import save_figure, subplots
-
     n, L = curves["in_A"].shape
     operand = (curves["in_A"] + curves["in_B"]) / 2 - curves["in_other"]
     answer = curves["write_C"] - curves["write_other"]
@@ -218,8 +223,6 @@ def plot_curves(curves: dict[str, np.ndarray], tp: TurningPoints, path_in, path_
 
 
 def plot_case(names: Sequence[str], cos: np.ndarray, prompt: str, answer: str, path, k: int = 3) -> None:
-    from ..plotting import new_figure, save_figure
-
     fig, ax = new_figure(max(5.0, 0.45 * len(names) + 2), 0.28 * cos.shape[0] + 1.5)
     lim = float(np.abs(cos).max()) or 1.0
     im = ax.imshow(cos, aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim)

@@ -9,6 +9,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..io import write_json
 from ..models.model import HookedModel
+from ..plotting import write_csv
 from . import mlp as mlpmod
 from .common import (
     RUN_CONFIG,
@@ -47,8 +48,6 @@ def case_prompt(samples) -> str:
 
 
 def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
-    from ..plotting import write_csv
-
     out = Path(cfg.out)
     samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
     curves = mlpmod.probe(model, samples, cfg.batch_size, cfg.progress)
@@ -64,17 +63,37 @@ def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
     mlpmod.plot_case(names, cos, prompt, cfg.case_answer, out / "mlp_case.png")
 
     L = model.n_layers
-    write_csv(out / "mlp_curves.csv", ["layer", *[f"{k}_mean" for k in mlpmod.CURVES], *[f"{k}_std" for k in mlpmod.CURVES]],
-              [[l, *[float(means[k][l]) for k in mlpmod.CURVES], *[float(curves[k][:, l].std()) for k in mlpmod.CURVES]]
-               for l in range(L)])
-    result = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "read_point": mlpmod.mlp_read_point(model),
-              "curves": {k: v.tolist() for k, v in means.items()},
-              "operand_contrast": operand.tolist(), "answer_contrast": answer.tolist(),
-              "turning_points": asdict(tp), "rule": mlpmod.RULE,
-              "case": {"prompt": prompt, "answer": cfg.case_answer, "numbers": names, "top3_per_layer": tops,
-                       "cosine": cos.tolist()}}
+    write_csv(
+        out / "mlp_curves.csv",
+        ["layer", *[f"{k}_mean" for k in mlpmod.CURVES], *[f"{k}_std" for k in mlpmod.CURVES]],
+        [
+            [l, *[float(means[k][l]) for k in mlpmod.CURVES], *[float(curves[k][:, l].std()) for k in mlpmod.CURVES]]
+            for l in range(L)
+        ],
+    )
+    result = {
+        "model": model.name,
+        "data": cfg.data,
+        "n_samples": len(samples),
+        "read_point": mlpmod.mlp_read_point(model),
+        "curves": {k: v.tolist() for k, v in means.items()},
+        "operand_contrast": operand.tolist(),
+        "answer_contrast": answer.tolist(),
+        "turning_points": asdict(tp),
+        "rule": mlpmod.RULE,
+        "case": {
+            "prompt": prompt,
+            "answer": cfg.case_answer,
+            "numbers": names,
+            "top3_per_layer": tops,
+            "cosine": cos.tolist(),
+        },
+    }
     write_json(out / "mlp.json", result)
-    print(f"{model.name}: MLP probes at END over {len(samples)} reference prompts ({mlpmod.mlp_read_point(model)} as MLP_in)")
+    print(
+        f"{model.name}: MLP probes at END over {len(samples)} reference prompts "
+        f"({mlpmod.mlp_read_point(model)} as MLP_in)"
+    )
     print("layer  cos(in,A)  cos(in,B)  cos(in,other)  operand  cos(write,C)  cos(write,other)  answer  "
           "top numbers in the case's MLP write")
     for l in range(L):

@@ -59,12 +59,14 @@ def _lowest(heads: Sequence[Head], n_layers: int) -> int:
     return min((l for l, _ in heads), default=n_layers)
 
 
-def _head_edits(full: Knockout, sets: Sequence[Sequence[Head]], repeat: int, length: int, lo: int, hi: int,
+def _head_edits(full: Knockout | None, sets: Sequence[Sequence[Head]], repeat: int, length: int, lo: int, hi: int,
                 n_heads: int) -> dict:
     """Edit functions mean-ablating set s's heads in rows s*repeat..(s+1)*repeat-1, positions lo..hi-1."""
     layers = sorted({l for s in sets for l, _ in s})
     edits = {}
     for layer in layers:
+        if full is None:
+            raise ValueError("heads to knock out, but no means were computed")
         mask = torch.zeros(len(sets), n_heads, dtype=torch.bool)
         for r, s in enumerate(sets):
             for l, h in s:

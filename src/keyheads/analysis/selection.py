@@ -40,6 +40,6 @@ def choose_heads(model: HookedModel, sel: Selection) -> tuple[list[Head], Effect
     effects = Effects.load(sel.effects, model) if sel.effects else None
     if sel.heads:
         return list(Components(tuple(sel.heads)).check(model.n_layers, model.n_heads).heads), effects
-    if effects is None:
+    if effects is None or sel.effects is None:
         raise AnalysisError("say which heads: --effects effects.json (from `keyheads patch`) or --heads L.H,...")
     return list(Components.select(effects, sel.threshold, sel.top_k, name=Path(sel.effects).name).heads), effects

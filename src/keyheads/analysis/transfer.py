@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..data.benchmarks import load
 from ..knockout import Knockout
 from ..models.model import HookedModel
 from ..numbers import format_number
@@ -100,8 +101,6 @@ def year_span(model: HookedModel, n: int, seed: int = 0) -> TransferSet:
 def benchmark(model: HookedModel, name: str, data_dir: str | Path | None, n: int | None,
               seed: int = 0, prefer: str = "") -> TransferSet:
     """SVAMP or GSM8K questions: few-shot + question + ' The answer is '; target: first answer token."""
-    from ..data.benchmarks import load
-
     records = load(name, data_dir=data_dir)
     if not records:
         raise AnalysisError(f"{name}: no questions found")
@@ -115,7 +114,7 @@ def benchmark(model: HookedModel, name: str, data_dir: str | Path | None, n: int
     chosen = [records[i] for i in order]
     case = next((i for i, r in enumerate(chosen) if prefer and prefer in r.question), 0)
     prompts = [f"{WORD_FEW_SHOT}{_sentence(r.question)} The answer is " for r in chosen]
-    answers = [format_number(r.answer) for r in chosen]
+    answers = [format_number(r.numeric_answer()) for r in chosen]
     return _finish(model, f"{name.upper()} (first answer token)", prompts, answers, case,
                    note=f"{len(chosen)} of {len(records)} questions")
 

@@ -28,7 +28,9 @@ def cmd_mlp(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("knockout", help="mean-ablation knockout: effect-rank vs random-rank curves, key heads, transfer")
+    p = sub.add_parser(
+        "knockout", help="mean-ablation knockout: effect-rank vs random-rank curves, key heads, transfer"
+    )
     add_settings(p, KnockoutCommand)
     p.set_defaults(func=cmd_knockout)
 

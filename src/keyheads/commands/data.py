@@ -19,7 +19,8 @@ template files (YAML):
     - {id: my-add-1, task: addition, text: "{A} {OP:plus} {B} makes {C}"}
   {A} {B} operands, {C} the answer (last; the prompt is what precedes it), {OP:word} the operator the
   counterfactual replaces, {NAME} a pool word, {OBJECT~} a pool word the counterfactual changes.
-  Own pools: `pools: {FRUIT: [kiwis, figs]}`; use the file with --template-files. Built-in templates: keyheads/data/templates/*.yaml.
+  Own pools: `pools: {FRUIT: [kiwis, figs]}`; use the file with --template-files.
+  Built-in templates: keyheads/data/templates/*.yaml.
 
 output (one pair a line):
   {"task": "addition", "template": "add-eq-1", "reference": "3 + 5 = ", "counterfactual": "3 @ 5 = ",

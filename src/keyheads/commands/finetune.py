@@ -48,6 +48,12 @@ def check_component_args(args, method: str = "precise") -> None:
         raise BadFile(f"--effects {args.effects}: no such file (it is written by `keyheads patch`)")
 
 
+def _ranked_by(effects: Effects | None) -> Effects:
+    if effects is None:  # check_component_args requires --effects with --top-k and --mlps
+        raise SettingError("--top-k and --mlps rank by effect: give --effects effects.json (from `keyheads patch`)")
+    return effects
+
+
 def components_from_args(args, model, seed: int = 0):
     """Heads (top-k of effects, explicit, or random) and MLPs (top-m of effects, or explicit)."""
     check_component_args(args, "precise")
@@ -58,11 +64,11 @@ def components_from_args(args, model, seed: int = 0):
     elif args.random_heads is not None:
         chosen = Components.random_heads(args.random_heads, model.n_layers, model.n_heads, seed)
     elif args.top_k:
-        chosen = Components.select(effects, top_k=args.top_k, name=name)
+        chosen = Components.select(_ranked_by(effects), top_k=args.top_k, name=name)
     else:
         chosen = Components((), (), "no heads")
     if args.mlps:
-        ranked = Components.select(effects, top_k=0, n_mlps=args.mlps, name=name)
+        ranked = Components.select(_ranked_by(effects), top_k=0, n_mlps=args.mlps, name=name)
         chosen = chosen.with_mlps(ranked.mlps, f"top-{args.mlps} MLPs")
     elif args.mlp_layers:
         chosen = chosen.with_mlps(parse_layers(args.mlp_layers), f"MLPs {args.mlp_layers}")
@@ -114,8 +120,11 @@ def register(sub) -> None:
     add_settings(p, FinetuneCommand)
     p.set_defaults(func=cmd_finetune)
 
-    p = sub.add_parser("merge", help="fold a precise-SFT adapter into a plain HF model folder, or export it as PEFT LoRA",
-                       description="Fold a precise-SFT adapter into its base model, or export it as a PEFT LoRA "
-                       "adapter. The base model loads on the CPU in float32 unless --device/--dtype say otherwise.")
+    p = sub.add_parser(
+        "merge",
+        help="fold a precise-SFT adapter into a plain HF model folder, or export it as PEFT LoRA",
+        description="Fold a precise-SFT adapter into its base model, or export it as a PEFT LoRA "
+        "adapter. The base model loads on the CPU in float32 unless --device/--dtype say otherwise.",
+    )
     add_settings(p, MergeCommand)
     p.set_defaults(func=cmd_merge)

@@ -11,8 +11,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Optional, get_args
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
-                      field_validator)
+import torch
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 
 from ..errors import SettingError, UserError
@@ -60,8 +69,6 @@ class Machine(Section):
     def apply(self) -> None:
         """Set torch's thread count (the one setting that acts before a model loads)."""
         if self.threads is not None:
-            import torch  # only when asked: the CLI starts without it
-
             torch.set_num_threads(self.threads)
 
 

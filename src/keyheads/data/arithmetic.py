@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
+from typing import cast
 
 from .templates import Template
 
@@ -24,7 +25,7 @@ class AnswerRules:
 EXACT = AnswerRules()
 
 
-def compute_answer(task: str, a: int, b: int, config: AnswerRules = EXACT):
+def compute_answer(task: str, a: int | Decimal, b: int | Decimal, config: AnswerRules = EXACT):
     """The answer as a number, or None when the task's rules exclude these operands."""
     if task == "addition":
         return a + b
@@ -35,7 +36,7 @@ def compute_answer(task: str, a: int, b: int, config: AnswerRules = EXACT):
     if task == "division":
         if b == 0:
             return None
-        q = Fraction(a, b)
+        q = Fraction(a) / Fraction(b)
         return q if q.denominator == 1 or config.allow_fractions else None
     if task == "exponentiation":
         return a ** b
@@ -72,7 +73,7 @@ class NumberRange:
 
     @property
     def decimals(self) -> int:
-        return max(0, -Decimal(self.lo).as_tuple().exponent)
+        return max(0, -cast(int, Decimal(self.lo).as_tuple().exponent))  # an int for every finite number
 
     def draw(self, rng: random.Random) -> str:
         d = self.decimals

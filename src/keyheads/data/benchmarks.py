@@ -54,6 +54,12 @@ class Record:
     def letter(self) -> str | None:
         return None if self.label is None else LETTERS[self.label]
 
+    def numeric_answer(self) -> float:
+        """The answer of a math item; a ValueError for an item without one."""
+        if self.answer is None:
+            raise ValueError(f"{self.source}/{self.id} has no numeric answer")
+        return self.answer
+
 
 # ---- parsing the original formats ----------------------------------------------------------
 
@@ -241,8 +247,10 @@ def _missing(bench: Benchmark, split: str, path: Path | None) -> DataNotFound:
 
 
 def _load_hub(bench: Benchmark, split: str) -> list[Record]:
-    import datasets  # optional; only imported when used
+    import datasets  # noqa: PLC0415 -- optional (not a dependency of keyheads): only the hub path needs it
 
+    if bench.hub is None or bench.hub_splits is None:
+        raise ValueError(f"{bench.name} has no hub copy")  # callers check bench.hub first
     hub_id, config = bench.hub
     rows: list[dict] = []
     for hub_split in bench.hub_splits[split]:

@@ -56,9 +56,9 @@ def parse_operands(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
     """"1-9" -> both operands in 1..9; "10-99,1-9" -> A in 10..99, B in 1..9."""
     ranges = []
     for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
+        lo_text, _, hi_text = part.strip().partition("-")
         try:
-            lo, hi = int(lo), int(hi or lo)
+            lo, hi = int(lo_text), int(hi_text or lo_text)
         except ValueError:
             raise ValueError(f"--operands {text!r}: expected LO-HI or LO-HI,LO-HI, e.g. 1-9") from None
         if lo < 0 or hi < lo:
@@ -189,6 +189,7 @@ class Generator:
     def _counterfactual(self, template: Template, values: dict, rng: random.Random) -> Rendered:
         pools, parts = self.pools, template.parts
         op = template.operator
+        assert op.word is not None  # the OP slot always has its word (build_template checks)
         left = left_context(parts, parts.index(op), values)
         choices = self.same_length(operator_pool(template), pools[operator_pool(template)], op.word, left)
         if not choices:
@@ -226,7 +227,8 @@ class Generator:
         out = []
         for k, t in enumerate(usable):
             want = self.config.n // len(usable) + (k < self.config.n % len(usable))
-            rng, got, tries = self.rng(t), [], 0
+            rng, tries = self.rng(t), 0
+            got: list[Candidate] = []
             while len(got) < want and tries < 20 * want + 100:
                 tries += 1
                 c = self.sample(t, rng)
@@ -253,7 +255,8 @@ def make_pairs(templates: TemplateSet, tasks: list[str], config: PairConfig, tok
     """
     tokenizer = tokenizer if tokenizer is not None else model.tokenizer
     gen = Generator(templates, tokenizer, config)
-    kept, all_scores = [], []
+    kept: list[Pair] = []
+    all_scores: list = []
     for task in tasks:
         t0 = time.perf_counter()
         log(f"{task}: generating {config.n} candidates")

@@ -75,7 +75,7 @@ def read_pairs(path: str | Path) -> list[Pair]:
     """
     pairs = []
     for number, obj in iter_jsonl(path):
-        def bad(why: str) -> MalformedLine:
+        def bad(why: str, number: int = number) -> MalformedLine:
             return MalformedLine(f"{path}:{number}: {why}")
 
         missing = [key for key in REQUIRED if key not in obj]
@@ -176,9 +176,10 @@ def verify_pair(tokenizer, pair: Pair) -> list[str]:
                 problems.append(f"operand {key} differs between reference and counterfactual")
         if ref_ids[pair.positions["operator"]] == cf_ids[pair.positions["operator"]]:
             problems.append("the operator token is the same in reference and counterfactual")
-    for key in OPERANDS if pair.operands else ():
+    operands = pair.operands or {}
+    for key in OPERANDS if operands else ():
         s, e = ref_off[pair.positions[key]]
-        token, operand = pair.reference[s:e].strip(), pair.operands[key]
+        token, operand = pair.reference[s:e].strip(), operands[key]
         # a single-token operand is that token; a multi-token one ends with it
         if not token or not operand.endswith(token):
             problems.append(f"position {key} points at {pair.reference[s:e]!r}, not at operand {operand!r}")

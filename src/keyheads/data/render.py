@@ -42,7 +42,8 @@ def render(template: Template, values: dict[str, str], op_word: str | None = Non
 
 def draw_fillers(template: Template, pools: dict, rng: random.Random) -> dict[str, str]:
     """One value per filler slot; slots sharing a pool (NAME, NAME2) get different values."""
-    values, taken = {}, {}
+    values: dict[str, str] = {}
+    taken: dict[str, set[str]] = {}  # pool -> values drawn from it
     for name in template.fillers:
         pool = template.pool_of[name]
         used = taken.setdefault(pool, set())

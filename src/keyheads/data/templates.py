@@ -105,7 +105,8 @@ class TemplateSet:
 # ---- parsing ------------------------------------------------------------------------------------
 def parse_text(template_id: str, text: str) -> tuple:
     """Split a template text into literal strings and Slots; errors name the template."""
-    parts, pos = [], 0
+    parts: list[str | Slot] = []
+    pos = 0
     for m in _SLOT.finditer(text):
         if m.start() > pos:
             parts.append(text[pos:m.start()])
@@ -184,8 +185,8 @@ def build_template(raw: dict, pools: dict, source: str = "") -> Template:
     return Template(tid, task, text, parts, pool_of, max_answer, source)
 
 
-def _is_word(word: str) -> bool:
-    return any(c.isalpha() for c in word)
+def _is_word(word: str | None) -> bool:
+    return word is not None and any(c.isalpha() for c in word)
 
 
 def operator_pool(template: Template) -> str:
@@ -238,7 +239,8 @@ def load_templates(files: Iterable[str | Path] | None = None) -> TemplateSet:
     for source, doc in chosen:
         if source not in builtin:
             pools.update(_read_pools(doc.get("pools", {}), source))
-    templates, seen = [], {}
+    templates: list[Template] = []
+    seen: dict[str, str] = {}  # template id -> the file that defines it
     for source, doc in chosen:
         raw = doc.get("templates", [])
         if not isinstance(raw, list):

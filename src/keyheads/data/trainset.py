@@ -11,11 +11,13 @@ against everything that is evaluated.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from ..io import write_json, write_jsonl
 from ..numbers import format_number
@@ -70,7 +72,7 @@ def evaluated_sets(data_dir: str | Path | None = None, cfg: SplitConfig = SplitC
 
 def target_text(record: Record) -> str:
     """The completion to train on, in the evaluation prompt's format (rationale, then the answer)."""
-    answer = format_number(record.answer)
+    answer = format_number(record.numeric_answer())
     if record.source.startswith("gsm8k") and record.solution:
         return " ".join(record.solution.split("\n")) + f" The answer is {answer}."
     return f"The answer is {answer}."
@@ -85,7 +87,8 @@ def build_trainset(data_dir: str | Path | None = None, cfg: SplitConfig = SplitC
     candidates = load("gsm8k", "train", data_dir=data_dir) + [r for name in HELDOUT for r in splits[name][0]]
     evaluated = evaluated_sets(data_dir, cfg)
     banned = {question_key(r.question) for records in evaluated.values() for r in records}
-    rows, seen = [], set()
+    rows: list[dict[str, Any]] = []
+    seen = set()
     dropped = {"duplicate": 0, "evaluated": 0}
     for r in candidates:
         key = question_key(r.question)
@@ -126,8 +129,6 @@ def write_trainset(out_dir: str | Path, data_dir: str | Path | None = None, cfg:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m keyheads.data.trainset", description=build_trainset.__doc__)
     p.add_argument("out", help="folder for train.jsonl and manifest.json")
     p.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA)")

@@ -28,30 +28,34 @@ class EvalConfig:
     """Settings of an evaluation run; the fields and descriptions are also flags of `keyheads eval`
     and keys of a run's `eval:` section (keyheads.config)."""
 
-    benchmarks: tuple[str, ...] = Field(TABLE_BENCHMARKS, description="benchmarks of the table, in its order; "
-                                        "arith-* sets are generated, the others read data_dir")
-    data_dir: str | None = Field(None, description="the benchmarks folder (default $KEYHEADS_DATA, else the hub "
-                                                      "when online)")
-    limit: int | None = Field(None, ge=1, description="only the first N items of each benchmark (MMLU: "
-                                 "round-robin over subjects, so a small N still covers many; None: all)")
-    batch_size: int = Field(16, ge=1, description="prompts per forward pass")
-    max_new_tokens: int | None = Field(None, ge=1, description="generation budget for the math and arith sets "
-                                          "(None: 256 for GSM8K, 128 for the other math sets, 8 for arith-*)")
-    few_shot: int | None = Field(None, ge=0, description="exemplars per prompt (None: 4 for math and arith, 5 "
-                                                            "for MMLU/CSQA; MMLU has at most 5 per subject)")
-    cot: bool = Field(True, description="math exemplars show the GSM8K rationale before 'The answer is N.'")
-    seed: int = Field(0, ge=0, description="picks the GSM8K-train, CSQA-train and arith exemplars")
+    benchmarks: tuple[str, ...] = Field(
+        default=TABLE_BENCHMARKS, description="benchmarks of the table, in its order; "
+        "arith-* sets are generated, the others read data_dir")
+    data_dir: str | None = Field(
+        default=None, description="the benchmarks folder (default $KEYHEADS_DATA, else the hub "
+        "when online)")
+    limit: int | None = Field(default=None, ge=1, description="only the first N items of each benchmark (MMLU: "
+                                         "round-robin over subjects, so a small N still covers many; None: all)")
+    batch_size: int = Field(default=16, ge=1, description="prompts per forward pass")
+    max_new_tokens: int | None = Field(default=None, ge=1, description="generation budget for the math and arith sets "
+                                                  "(None: 256 for GSM8K, 128 for the other math sets, 8 for arith-*)")
+    few_shot: int | None = Field(default=None, ge=0, description="exemplars per prompt (None: 4 for math and arith, 5 "
+                                                                    "for MMLU/CSQA; MMLU has at most 5 per subject)")
+    cot: bool = Field(default=True, description="math exemplars show the GSM8K rationale before 'The answer is N.'")
+    seed: int = Field(default=0, ge=0, description="picks the GSM8K-train, CSQA-train and arith exemplars")
     split: Literal["full", "heldout"] = Field(
-        "full", description="full (the whole test sets, as in the paper) or heldout (for AddSub, SingleEq and SVAMP "
-        "only the part the training-set builder leaves out; the arith sets are held out either way)")
+        default="full", description="full (the whole test sets, as in the paper) or heldout (for AddSub, SingleEq "
+        "and SVAMP only the part the training-set builder leaves out; the arith sets are held out either way)")
     heldout: SplitConfig = Field(default_factory=SplitConfig, description="the held-out split's seed and train "
                                                                           "fraction (must match the training set's)")
-    cache_dir: str | None = Field(None, description="per-item result cache, shared by runs (entries are keyed "
-                                     "by model fingerprint, prompt and settings; None: $KEYHEADS_CACHE/eval)")
-    progress: bool = Field(True, description="progress bars")
-    shard: tuple[int, int] | None = Field(None, description="(k, n): compute only the items in shard k of n, so "
-                                             "that n processes sharing one cache split an evaluation; such a run "
-                                             "writes no table")
+    cache_dir: str | None = Field(
+        default=None, description="per-item result cache, shared by runs (entries are keyed "
+        "by model fingerprint, prompt and settings; None: $KEYHEADS_CACHE/eval)")
+    progress: bool = Field(default=True, description="progress bars")
+    shard: tuple[int, int] | None = Field(
+        default=None, description="(k, n): compute only the items in shard k of n, so "
+        "that n processes sharing one cache split an evaluation; such a run "
+        "writes no table")
 
     @field_validator("benchmarks")
     @classmethod

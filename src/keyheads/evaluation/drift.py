@@ -81,18 +81,19 @@ class DriftTask(PairwiseTask):
         return ""
 
     def settings(self, model, cfg):
-        return {"type": "drift", "v": 2, "reference": self.reference.fingerprint}
+        return {"type": "drift", "v": 2, "reference": self.the_reference().fingerprint}
 
     def run_pair(self, prepared, items, cfg) -> list[dict]:
-        ref_tok, tok = self.reference.model.tokenizer, prepared.model.tokenizer
+        reference = self.the_reference()
+        ref_tok, tok = reference.model.tokenizer, prepared.model.tokenizer
         rows = []
         for it in items:
             ids = tok(it.prompt)["input_ids"]
             if ref_tok(it.prompt)["input_ids"] != ids:
-                raise ValueError(f"{NAME}: {prepared.label} and the reference {self.reference.label} tokenise "
+                raise ValueError(f"{NAME}: {prepared.label} and the reference {reference.label} tokenise "
                                  "differently; KL needs one vocabulary")
             var = log_probs(prepared, ids)
-            ref = var if prepared.fingerprint == self.reference.fingerprint else log_probs(self.reference, ids)
+            ref = var if prepared.fingerprint == reference.fingerprint else log_probs(reference, ids)
             rows.append({"id": it.record.id, **item_sums(ref, var, ids)})
         return rows
 

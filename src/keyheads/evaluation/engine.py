@@ -55,16 +55,19 @@ class PrefixKV:
         if lcp < self.min_len:
             return 0, None
         stored = self.ids
-        if not (stored is not None and lcp - self.slack <= len(stored) <= lcp and list(rows[0][:len(stored)]) == stored):
+        if not (
+            stored is not None and lcp - self.slack <= len(stored) <= lcp and list(rows[0][: len(stored)]) == stored
+        ):
             ids = torch.tensor([list(rows[0][:lcp])], device=self.model.device)
             cache = hf_internals.forward_last(self.model.hf, input_ids=ids, use_cache=True).past_key_values
             # Sliding-window layers drop old positions, so their cache cannot be shared this way.
             if hf_internals.has_sliding_layers(cache):
                 self.enabled = False
                 return 0, None
-            self.ids, self.cache = list(rows[0][:lcp]), cache
+            stored = self.ids = list(rows[0][:lcp])
+            self.cache = cache
             self.computed += 1
-        return len(self.ids), hf_internals.expanded_copy(self.cache, len(rows))
+        return len(stored), hf_internals.expanded_copy(self.cache, len(rows))
 
 
 @dataclass
@@ -143,13 +146,12 @@ def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
         out = model.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=step.next_pos[:, None],
                        past_key_values=step.cache, use_cache=True)
         step = Step(out.logits[:, -1].float(), out.past_key_values, mask, step.next_pos + 1)
-    for i, r in enumerate(results):
-        if r is None:  # max_new_tokens == 0
-            results[i] = ("", "length")
-    return results
+    return [("", "length") if r is None else r for r in results]  # None: max_new_tokens == 0
 
 
 @torch.no_grad()
-def next_token_logits(model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV | None = None) -> torch.Tensor:
+def next_token_logits(
+    model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV | None = None
+) -> torch.Tensor:
     """Logits [batch, vocab] of the token after each row."""
     return prefill(model, rows, prefix, use_cache=prefix is not None).logits

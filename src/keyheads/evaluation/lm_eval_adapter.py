@@ -24,6 +24,7 @@ try:
 except ImportError as err:  # keep the message actionable
     raise MissingPackage("the lm-eval adapter needs lm-evaluation-harness: `pip install lm_eval[hf]`") from err
 
+from .. import models
 from ..heads import read_heads
 from .variants import Variant, prepare
 
@@ -46,10 +47,8 @@ class KeyheadsLM(HFLM):
     def __init__(self, model: str = "smollm2-135m", knockout: str | None = None, knockout_mlps: str | None = None,
                  knockout_data: str | None = None, kind: str | None = None, device: str | None = None,
                  dtype: str | None = None, **kwargs):
-        from ..models import load_model
-
         variant = variant_from_args(model, knockout, knockout_mlps, knockout_data, kind)
-        self.prepared = prepare(variant, lambda name: load_model(name, device=device, dtype=dtype))
+        self.prepared = prepare(variant, lambda name: models.load_model(name, device=device, dtype=dtype))
         hooked = self.prepared.model
         super().__init__(pretrained=hooked.hf, tokenizer=hooked.tokenizer, **kwargs)
         # The hooks stay installed while this object lives; lm-eval calls the model many times.

@@ -5,15 +5,18 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..data.benchmarks import LETTERS, Record
 from ..numbers import format_number
 from .extract import NUMBER
 
+T = TypeVar("T")  # what pick chooses among: records, or generated arith items
+
 STOPS = ("\n\n", "Question:")  # the model starts the next exemplar: its answer is over
 
 
-def pick(records: Sequence[Record], k: int, seed: int) -> list[Record]:
+def pick(records: Sequence[T], k: int, seed: int) -> list[T]:
     """k records chosen by a seeded sample, in a fixed order (the same prompt on every machine)."""
     if k <= 0:
         return []
@@ -45,7 +48,7 @@ def pick_balanced(records: Sequence[Record], k: int, seed: int) -> list[Record]:
 
 def math_answer(record: Record, cot: bool) -> str:
     """The exemplar answer: the GSM8K rationale on one line, then "The answer is N."."""
-    final = f"The answer is {format_number(record.answer)}."
+    final = f"The answer is {format_number(record.numeric_answer())}."
     if cot and record.solution:
         return " ".join(record.solution.split()) + " " + final
     return final
@@ -117,7 +120,7 @@ def letter_tokens(tokenizer, n: int, stem: str = "Question?\nAnswer:") -> Letter
             raise ValueError(f"the tokenizer merges 'Answer:' with the letter {letter!r}; cannot score letters")
         tails.append(full[len(base):])
     if all(len(t) == 1 for t in tails):
-        extra = ()
+        extra: tuple[int, ...] = ()
     elif all(len(t) == 2 for t in tails) and len({t[0] for t in tails}) == 1:
         extra = (tails[0][0],)  # the space is its own token: feed it, then read the letter
     else:
@@ -130,10 +133,11 @@ def letter_tokens(tokenizer, n: int, stem: str = "Question?\nAnswer:") -> Letter
 
 def round_robin(records: list[Record]) -> list[Record]:
     """Subject by subject interleaving: question 0 of every subject, then question 1, ..."""
-    by_subject: dict[str, list[Record]] = {}
+    by_subject: dict[str | None, list[Record]] = {}
     for r in records:
         by_subject.setdefault(r.subject, []).append(r)
-    out, depth = [], max(len(v) for v in by_subject.values())
+    out: list[Record] = []
+    depth = max(len(v) for v in by_subject.values())
     for i in range(depth):
         out.extend(v[i] for v in by_subject.values() if i < len(v))
     return out

@@ -61,7 +61,7 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
     """
     model = prepared.model
     pairwise = isinstance(task, PairwiseTask)
-    if pairwise:
+    if isinstance(task, PairwiseTask):
         task.reference = reference or prepared
     settings = task.settings(model, cfg)
     keys = [item_key(prepared.fingerprint, task.name, it.prompt, settings) for it in task.items]
@@ -82,7 +82,10 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
                 todo = [(k, it) for k, it in batch if k not in cache]
                 if todo:
                     items = [it for _, it in todo]
-                    results = task.run_pair(prepared, items, cfg) if pairwise else task.run(model, items, prefix, cfg)
+                    if isinstance(task, PairwiseTask):
+                        results = task.run_pair(prepared, items, cfg)
+                    else:
+                        results = task.run(model, items, prefix, cfg)
                     cache.add({"key": k, "variant": prepared.label, **r} for (k, _), r in zip(todo, results))
                     right += sum(bool(task.score(it, r)["correct"]) for (_, it), r in zip(todo, results))
                     done += len(todo)
@@ -93,7 +96,14 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
     timing = {"computed": done, "cached": len(keys) - done, "seconds": round(time.time() - start, 1)}
     if cfg.shard is not None:  # other shards' items may not be there yet: nothing to score
         return [], timing
-    return [task.score(it, cache.get(k)) for k, it in zip(keys, task.items)], timing
+    return [task.score(it, _cached(cache, k)) for k, it in zip(keys, task.items)], timing
+
+
+def _cached(cache: ResultCache, key: str) -> dict:
+    row = cache.get(key)
+    if row is None:  # every item was computed above, or found in the cache
+        raise RuntimeError(f"no cached result for item {key}")
+    return row
 
 
 def in_shard(key: str, shard: tuple[int, int] | None) -> bool:

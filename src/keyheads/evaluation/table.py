@@ -54,7 +54,11 @@ def to_markdown(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
     header, rows = table_rows(results, benchmarks)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    detail = ["", "| Model | Benchmark | Split | n | Correct | Acc. % | 95% CI (Wilson) |", "|---|---|---|---|---|---|---|"]
+    detail = [
+        "",
+        "| Model | Benchmark | Split | n | Correct | Acc. % | 95% CI (Wilson) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     drift = ["", "| Model | Drift measure | Texts | n | Tokens | KL from the first row [95% CI] | "
              "Perplexity [95% CI] |", "|---|---|---|---|---|---|---|"]
     for res in results:

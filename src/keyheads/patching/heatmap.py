@@ -7,25 +7,22 @@ MLP effects are often an order of magnitude larger and would wash the heads out.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.colors import TwoSlopeNorm
 
 from ..effects import Effects
 from ..io import atomic_write_bytes
+from ..plotting import plt  # pyplot with the file-only backend that keyheads.plotting selects
 
 UNITS = {"relative-logit": ("relative change of the answer logit", 100.0, "%"),
          "logit-diff": ("change of the answer logit", 1.0, ""),
          "prob": ("change of the answer probability", 1.0, "")}
 
 
-def draw_heatmap(effects: Effects, path: Path, key: list[tuple[int, int]] = (), title: str | None = None) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import TwoSlopeNorm
-
+def draw_heatmap(effects: Effects, path: Path, key: Sequence[tuple[int, int]] = (), title: str | None = None) -> Path:
     label, scale, unit = UNITS[effects.metric]
     heads = np.asarray(effects.heads) * scale
     mlps = np.asarray(effects.mlps)[:, None] * scale

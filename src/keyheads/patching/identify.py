@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from scipy.stats import spearmanr
+
 from .. import distributed
 from ..components import key_heads_record
 from ..effects import Effects
@@ -33,8 +35,6 @@ def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str
         draw_heatmap(effects, out / "heatmap.png", key=heads_of(keys["heads"]))
     keys["seconds"] = state["seconds"]
     if config.method == "attribution":
-        from scipy.stats import spearmanr
-
         exact, _ = sweep(model, data, replace(config, method="path"), out=None, progress=progress)
         rho = float(spearmanr(sum(effects.heads, []), sum(exact.heads, [])).statistic)
         if main:

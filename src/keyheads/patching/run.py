@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +75,7 @@ class PatchConfig:
     @classmethod
     def from_section(cls, section, batch_size: int) -> PatchConfig:
         """From the settings of `keyheads patch` / a run's `patch:` section (keyheads.config.sections)."""
-        return cls(batch_size=batch_size, **{k: getattr(section, k) for k in cls.__pydantic_fields__
+        return cls(batch_size=batch_size, **{k: getattr(section, k) for k in (f.name for f in fields(cls))
                                              if k != "batch_size"})
 
 

@@ -31,7 +31,7 @@ class PatchSample:
         answer_id: the first token of the answer, as it follows the reference prompt.
     """
 
-    line: int
+    line: int | None
     ref_ids: list[int]
     cf_ids: list[int]
     answer_id: int
@@ -187,7 +187,7 @@ def batches(samples: Sequence[PatchSample], batch_size: int, device, pad_id: int
         chunk = order[start:stop]
         width = max(len(samples[i].ref_ids) for i in chunk)
 
-        def padded(ids: list[int]) -> list[int]:
+        def padded(ids: list[int], width: int = width) -> list[int]:
             return [pad_id] * (width - len(ids)) + ids
 
         lengths = torch.tensor([len(samples[i].ref_ids) for i in chunk])

@@ -72,7 +72,9 @@ def _random_at(ko: dict, n: int) -> tuple[float | None, float]:
 
 
 def transfer(run: Path) -> dict:
-    claim = "The key heads matter on arithmetic in other formats too (SVAMP, multi-digit, decimals), beyond random heads"
+    claim = (
+        "The key heads matter on arithmetic in other formats too (SVAMP, multi-digit, decimals), beyond random heads"
+    )
     ko = read_json(run / "knockout" / "knockout.json")
     rows = ((ko or {}).get("transfer") or {}).get("rows") if isinstance(ko, dict) else None
     if not rows:
@@ -91,7 +93,7 @@ def transfer(run: Path) -> dict:
 def generic_kept(run: Path, table: EvalTable | None) -> dict:
     claim = "Without the key heads, generic skills (MMLU, CSQA) stay while math drops"
     ko = table.of_kind("knockout") if table else []
-    if not ko or table.base is None or not table.generic():
+    if table is None or not ko or table.base is None or not table.generic():
         return _claim(claim, None, "the evaluation did not include a key-head knockout row and a generic benchmark")
     g = table.mean_delta(ko[0], table.generic())
     m = table.mean_delta(ko[0], table.math())
@@ -141,7 +143,7 @@ def precise_sft(run: Path, table: EvalTable | None) -> list[dict]:
         return [_claim(c, None, why) for c in claims]
     out = []
     prow, frow = (table.of_run(p), table.of_run(f)) if table else (None, None)
-    if prow is None or frow is None or table.base is None:
+    if table is None or prow is None or frow is None or table.base is None:
         out += [_claim(c, None, "the fine-tuned variants were not evaluated") for c in claims[:2]]
     else:
         pm, fm = table.mean_delta(prow, table.math()), table.mean_delta(frow, table.math())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from markupsafe import Markup
 
@@ -19,7 +20,7 @@ VERSION_KEYS = ("keyheads", "torch", "transformers", "python")
 
 
 def _versions(records: dict[str, dict], runs: dict[str, dict]) -> Markup:
-    sources = {f"stages/{k}.json": r.get("versions") for k, r in records.items()}
+    sources: dict[str, Any] = {f"stages/{k}.json": r.get("versions") for k, r in records.items()}
     sources.update({f"finetune/{k}/finetune.json": r.get("versions") for k, r in runs.items()})
     sources = {k: v for k, v in sources.items() if isinstance(v, dict)}
     if not sources:
@@ -91,7 +92,9 @@ def _stage_times(run: Path, records: dict[str, dict]) -> Markup:
 
 
 def _machine(records: dict[str, dict]) -> Markup:
-    machines = {json.dumps(r["machine"], sort_keys=True) for r in records.values() if isinstance(r.get("machine"), dict)}
+    machines = {
+        json.dumps(r["machine"], sort_keys=True) for r in records.values() if isinstance(r.get("machine"), dict)
+    }
     if not machines:
         return note(f"Machine: {NOT_RECORDED}.")
     return join((table(["key", "value"], [[k, json.dumps(v) if not isinstance(v, str) else v]

@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
@@ -31,7 +31,7 @@ def esc(value: Any) -> Markup:
 # finalize=esc: every {{ value }} in the templates goes through esc (Markup passes unchanged)
 ENV = Environment(loader=PackageLoader("keyheads.report", "templates"), autoescape=True, finalize=esc,
                   undefined=StrictUndefined, keep_trailing_newline=True)
-MACROS = ENV.get_template("macros.html.j2").module
+MACROS: Any = ENV.get_template("macros.html.j2").module  # its macros are attributes made at run time
 
 
 def join(parts: Iterable[Any], sep: str = "\n") -> Markup:
@@ -47,7 +47,7 @@ def read_json(path: Path) -> Any:
         return None
 
 
-def is_num(x: Any) -> bool:
+def is_num(x: Any) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
 
 

@@ -46,7 +46,8 @@ def main_precise(runs: dict[str, dict]) -> str | None:
     chosen = precise_runs(runs)
     named = [k for k in chosen if k.startswith("precise")] or list(chosen)
     heads_only = [k for k in named if not (chosen[k].get("components") or {}).get("mlps")]
-    return (heads_only or named or [None])[0]
+    names = heads_only or named
+    return names[0] if names else None
 
 
 def first_of(runs: dict[str, dict], method: str) -> str | None:
@@ -96,8 +97,10 @@ class EvalTable:
     def mean_delta(self, row: EvalRow, benchmarks: list[str]) -> float | None:
         """Mean accuracy change from the base row over `benchmarks` both rows have."""
         base = self.base
-        diffs = [row.acc(b) - base.acc(b) for b in benchmarks
-                 if base is not None and row.acc(b) is not None and base.acc(b) is not None]
+        if base is None:
+            return None
+        pairs = [(row.acc(b), base.acc(b)) for b in benchmarks]
+        diffs = [a - c for a, c in pairs if a is not None and c is not None]
         return sum(diffs) / len(diffs) if diffs else None
 
 

@@ -52,8 +52,16 @@ def identify(run: Path) -> Markup:
     for i, k in enumerate(keys.get("heads", [])):
         l, h = k["layer"], k["head"]
         s = sem[l][h] if l < len(sem) and h < len(sem[l]) else None
-        rows.append([cell(i + 1, str(i + 1)), k["label"], cell(l, str(l)), cell(h, str(h)), _effect(k["effect"], metric),
-                     cell(s, num(s, ".2g"))])
+        rows.append(
+            [
+                cell(i + 1, str(i + 1)),
+                k["label"],
+                cell(l, str(l)),
+                cell(h, str(h)),
+                _effect(k["effect"], metric),
+                cell(s, num(s, ".2g")),
+            ]
+        )
     body = [note(intro), figures(folder, [("heatmap.png", "effect of patching each head and MLP")]),
             heading("Key heads"), table(["rank", "head", "layer", "index", "effect", "s.e.m."], rows, "key-heads")]
     mlps = eff.get("mlps") or []
@@ -80,10 +88,16 @@ def knockout(run: Path) -> Markup:
     curves = ko.get("curves")
     if curves:
         order = [""] + [str(h) for h in heads_of(curves.get("effect_order", []))]
-        rows = [[cell(k, str(k)), order[i] if i < len(order) else "", cell(curves["effect_rank"][i], pct(curves["effect_rank"][i])),
-                 cell(curves["random_mean"][i], pct(curves["random_mean"][i])),
-                 cell(curves["random_std"][i], pct(curves["random_std"][i]))]
-                for i, k in enumerate(curves["k"])]
+        rows = [
+            [
+                cell(k, str(k)),
+                order[i] if i < len(order) else "",
+                cell(curves["effect_rank"][i], pct(curves["effect_rank"][i])),
+                cell(curves["random_mean"][i], pct(curves["random_mean"][i])),
+                cell(curves["random_std"][i], pct(curves["random_std"][i])),
+            ]
+            for i, k in enumerate(curves["k"])
+        ]
         body += [heading("Accuracy by k"),
                  table(["k", "head added (effect-rank)", "effect-rank", "random-rank mean", "random-rank std"], rows,
                        "curves")]
@@ -102,11 +116,19 @@ def transfer(run: Path) -> Markup:
     if not tr or not tr.get("rows"):
         return section("transfer", title, note("The transfer sets were not run (transfer was off)."))
     ctrl = tr.get("random_heads")
-    rows = [[r["set"], cell(r["n"], str(r["n"])), cell(r["accuracy_before"], pct(r["accuracy_before"])),
-             cell(r["accuracy_after"], pct(r["accuracy_after"])), cell(r["relative_change"], signed_pct(r["relative_change"])),
-             cell(r.get("accuracy_random_heads"), pct(r.get("accuracy_random_heads"))),
-             cell(r.get("relative_change_random_heads"), signed_pct(r.get("relative_change_random_heads"))),
-             "; ".join(x for x in (r.get("note"), r.get("fallback")) if x)] for r in tr["rows"]]
+    rows = [
+        [
+            r["set"],
+            cell(r["n"], str(r["n"])),
+            cell(r["accuracy_before"], pct(r["accuracy_before"])),
+            cell(r["accuracy_after"], pct(r["accuracy_after"])),
+            cell(r["relative_change"], signed_pct(r["relative_change"])),
+            cell(r.get("accuracy_random_heads"), pct(r.get("accuracy_random_heads"))),
+            cell(r.get("relative_change_random_heads"), signed_pct(r.get("relative_change_random_heads"))),
+            "; ".join(x for x in (r.get("note"), r.get("fallback")) if x),
+        ]
+        for r in tr["rows"]
+    ]
     body = [note(f"Knocked out: {heads_text(tr.get('heads', []))}. Control: as many random other heads"
                  + (f" ({heads_text(ctrl)})." if ctrl else " (not run).")),
             table(["set", "n", "before", "after (key heads out)", "relative", "after (random heads out)",
@@ -181,8 +203,10 @@ def mlp(run: Path) -> Markup:
         value = [contrast[l] if l < len(contrast) else None for l in range(len(tops))]
         rows = [[cell(l, str(l)), ", ".join(t), cell(value[l], num(value[l], ".3f"))]
                 for l, t in enumerate(tops)]
-        body += [heading(f"The case {tail[0].strip()} → {case.get('answer')}"),
-                 table(["layer", "top numbers in the MLP write", "answer contrast (mean over prompts)"], rows, "mlp-case")]
+        body += [
+            heading(f"The case {tail[0].strip()} → {case.get('answer')}"),
+            table(["layer", "top numbers in the MLP write", "answer contrast (mean over prompts)"], rows, "mlp-case"),
+        ]
     return section("mlp", title, join(body))
 
 

@@ -56,7 +56,11 @@ def table1(t: EvalTable, runs: dict[str, dict]) -> Markup:
         for b in t.benchmarks:
             row += _acc(r, t.base, b)
         rows.append(row)
-    n = ", ".join(f"{display(b)} n={(t.base.benchmarks.get(b) or {}).get('n', '?')}" for b in t.benchmarks) if t.base else ""
+    n = (
+        ", ".join(f"{display(b)} n={(t.base.benchmarks.get(b) or {}).get('n', '?')}" for b in t.benchmarks)
+        if t.base
+        else ""
+    )
     return join([heading("Table 1: accuracy of every evaluated variant"),
                  note(f"Δ: percentage points from {t.base.label if t.base else 'the first row'}. {n}."),
                  table(header, rows, "table1")], "")
@@ -76,7 +80,7 @@ def table2(t: EvalTable | None, runs: dict[str, dict]) -> Markup:
         row = [name, setting, _speed(info), _params(info)]
         er = t.of_run(name) if t else None
         for b in benches:
-            row += _acc(er, t.base, b) if er else [cell(None), cell(None)]
+            row += _acc(er, t.base, b) if er and t else [cell(None), cell(None)]
         rows.append(row)
     header = ["Variant", "Precise SFT setting", "Train speed", "Tuned params"]
     for b in benches:
@@ -89,11 +93,19 @@ def training(runs: dict[str, dict]) -> Markup:
     for name, info in runs.items():
         tr = info.get("train") or {}
         comp = info.get("components") or {}
-        rows.append([name, info.get("method", "?"), comp.get("source", "–") if comp else "all" if info.get("method") == "full"
-                     else "–", cell(tr.get("steps"), str(tr.get("steps", "–"))), _speed(info), _params(info),
-                     cell(info.get("total_params"), human(info.get("total_params"))),
-                     cell(tr.get("final_loss"), num(tr.get("final_loss"), ".4f")),
-                     cell(tr.get("seconds_this_run"), num(tr.get("seconds_this_run"), ".1f"))])
+        rows.append(
+            [
+                name,
+                info.get("method", "?"),
+                comp.get("source", "–") if comp else "all" if info.get("method") == "full" else "–",
+                cell(tr.get("steps"), str(tr.get("steps", "–"))),
+                _speed(info),
+                _params(info),
+                cell(info.get("total_params"), human(info.get("total_params"))),
+                cell(tr.get("final_loss"), num(tr.get("final_loss"), ".4f")),
+                cell(tr.get("seconds_this_run"), num(tr.get("seconds_this_run"), ".1f")),
+            ]
+        )
         losses[name] = tr.get("losses") or []
     return join([heading("Training runs"),
                  table(["variant", "method", "components", "steps", "speed", "tuned params", "of total",
@@ -116,7 +128,9 @@ def improve(run: Path) -> Markup:
     if t is not None:
         parts.append(table1(t, runs))
         if not runs:
-            parts.append(note("No fine-tuned variant in this run: the table has the base model (and the knockout) only."))
+            parts.append(
+                note("No fine-tuned variant in this run: the table has the base model (and the knockout) only.")
+            )
     else:
         parts.append(not_run("eval", "eval/results.json"))
     if runs:
