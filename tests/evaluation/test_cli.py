@@ -1,6 +1,8 @@
 """`keyheads eval` end to end: a tiny model folder with a knockout row, and the bundled model."""
 import json
+import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -79,16 +81,29 @@ def test_eval_adapter_that_is_broken_is_said_before_loading(tmp_path, capsys, mo
 
 
 def test_lm_eval_stays_optional():
-    import keyheads.evaluation  # noqa: F401
+    """In a fresh interpreter where lm_eval cannot be imported (whether or not it is installed here):
+    keyheads.evaluation never imports it, and the adapter says how to install it."""
+    script = textwrap.dedent("""
+        import sys
 
-    assert "lm_eval" not in sys.modules
-    try:
-        import lm_eval  # noqa: F401
-    except ImportError:
-        from keyheads.models import MissingPackage
+        class NoLmEval:
+            def find_spec(self, name, path=None, target=None):
+                if name == "lm_eval" or name.startswith("lm_eval."):
+                    raise ImportError("No module named 'lm_eval'")
 
-        with pytest.raises(MissingPackage, match="pip install lm_eval"):
-            import keyheads.evaluation.lm_eval_adapter  # noqa: F401
+        sys.meta_path.insert(0, NoLmEval())
+        import keyheads.evaluation
+        assert "lm_eval" not in sys.modules
+        from keyheads.errors import MissingPackage
+        try:
+            import keyheads.evaluation.lm_eval_adapter
+        except MissingPackage as err:
+            assert "pip install lm_eval" in str(err), err
+        else:
+            raise AssertionError("the adapter imported without lm_eval")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.real_model

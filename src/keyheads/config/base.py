@@ -9,7 +9,7 @@ validators here, so that one style validates everything before any model loads.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional, get_args
+from typing import Annotated, Any, get_args
 
 import torch
 from pydantic import (
@@ -36,8 +36,8 @@ def _dtype(value: str | None, info: ValidationInfo) -> str | None:
 
 
 # a device or dtype this machine has, checked when a command's or the run's settings are read
-Device = Annotated[Optional[str], AfterValidator(check_device)]
-DType = Annotated[Optional[str], AfterValidator(_dtype)]
+Device = Annotated[str | None, AfterValidator(check_device)]
+DType = Annotated[str | None, AfterValidator(_dtype)]
 
 
 class Section(BaseModel):

@@ -15,11 +15,11 @@ from ..analysis.mlp_run import MLPRun
 from ..analysis.selection import Selection
 from ..data.generate import PairConfig, parse_operands
 from ..data.trainset import SplitConfig
+from ..effects import Effects
 from ..errors import SettingError
 from ..evaluation.tasks import EvalConfig
 from ..finetune.adapter import check_run_folder
 from ..finetune.config import FinetuneConfig
-from ..effects import Effects
 from ..heads import parse_heads, parse_layers
 from ..models import DEFAULT_MODEL
 from ..settings import check_writable_dir, check_writable_file
