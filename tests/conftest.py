@@ -8,6 +8,10 @@ from tests.helpers import write_tiny_benchmarks
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
+# Tests never reach the hub: a benchmark or model missing from the test data is an error, not a download.
+for _offline in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_offline, "1")
+
 # The shared benchmark data lives beside the checkout; tests read it there, never a copy.
 SHARED_DATA = Path(os.environ.get("KEYHEADS_TEST_DATA",
                                   Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"))

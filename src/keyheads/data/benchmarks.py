@@ -254,7 +254,12 @@ def _load_hub(bench: Benchmark, split: str) -> list[Record]:
     hub_id, config = bench.hub
     rows: list[dict] = []
     for hub_split in bench.hub_splits[split]:
-        rows.extend(dict(r) for r in datasets.load_dataset(hub_id, config, split=hub_split))
+        try:
+            rows.extend(dict(r) for r in datasets.load_dataset(hub_id, config, split=hub_split))
+        except OSError as err:  # no network, or the hub refused: the same advice as a missing folder
+            raise DataNotFound(f"{bench.name}/{split} is not in the data folder and could not be loaded from the "
+                               f"hub ({hub_id}: {err}); pass --data-dir or set ${DATA_ENV} to a folder holding "
+                               f"{bench.files[split]}") from None
     if bench.name == "mmlu":
         counters: dict[str, int] = {}
         out = []
