@@ -8,7 +8,8 @@ held-out arithmetic sets (plus the benchmark sets when $KEYHEADS_DATA points at 
 from __future__ import annotations
 
 from .data.benchmarks import data_dir_from
-from .evaluation.tasks import ARITH, TABLE_BENCHMARKS
+from .evaluation.arith import ARITH_FIRST
+from .evaluation.tasks import TABLE_BENCHMARKS
 from .runconfig import PipelineConfig, merge
 
 DEMO = dict(
@@ -34,6 +35,6 @@ def demo_config(overrides: dict) -> PipelineConfig:
             "SVAMP/GSM8K transfer is skipped "
             "(point it at a folder with gsm8k/, svamp/, addsub/, singleeq/, mmlu/, csqa/)"
         )
-    benchmarks = list(ARITH) + (list(TABLE_BENCHMARKS) if data_dir else [])
+    benchmarks = list(ARITH_FIRST) + (list(TABLE_BENCHMARKS) if data_dir else [])
     return PipelineConfig.make(**merge(merge(DEMO, {"eval": {"benchmarks": benchmarks}, "data_dir": data_dir}),
                                        overrides))

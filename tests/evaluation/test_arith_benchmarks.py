@@ -10,17 +10,27 @@ from decimal import Decimal
 
 import pytest
 
-from keyheads.data.arithmetic import NumberRange
+from keyheads.data.arithmetic import EitherOrder, NumberRange
 from keyheads.data.render import render
 from keyheads.data.templates import load_templates
 from keyheads.evaluation import ARITH, EvalConfig, Prepared, evaluate
+from keyheads.evaluation import arith as arith_module
 from keyheads.evaluation import tasks as tasks_module
-from keyheads.evaluation.arith import ARITH_SETS, N_ITEMS, N_POOL, arith_items, check_heldout, heldout_templates
+from keyheads.evaluation.arith import (
+    ARITH_FIRST,
+    ARITH_SETS,
+    N_ITEMS,
+    N_POOL,
+    arith_items,
+    check_heldout,
+    heldout_templates,
+)
 from keyheads.evaluation.cache import read_rows
 from keyheads.evaluation.extract import NUMBER
 from keyheads.evaluation.tasks import check_benchmarks, make_task
 from keyheads.finetune.data import ARITH_KINDS, arithmetic_examples
 
+TEMPLATED = ("arith-add", "arith-sub", "arith-decimal", "arith-mul", "arith-add4")  # arith-multi: three operands
 # Short enough for the tiny models' 256 positions (one character a token).
 QUICK = dict(benchmarks=ARITH, few_shot=1, batch_size=8, progress=False)
 
@@ -30,8 +40,14 @@ def _all(name):
     return list(test) + list(pool)
 
 
-def _exact(task, a, b):
-    return Decimal(a) + Decimal(b) if task == "addition" else Decimal(a) - Decimal(b)
+def _exact(item):
+    """The answer computed directly: Python's own arithmetic (and precedence) on the operands."""
+    if item.c is not None:
+        assert re.fullmatch(r"[ABC] [-+*] [ABC] [-+*] [ABC]", item.task)
+        expression = item.task.replace("A", item.a).replace("B", item.b).replace("C", item.c)
+        return Decimal(eval(expression))  # noqa: S307  digits and + - * only, checked above
+    a, b = Decimal(item.a), Decimal(item.b)
+    return {"addition": a + b, "subtraction": a - b, "multiplication": a * b}[item.task]
 
 
 @pytest.fixture
@@ -45,7 +61,8 @@ def test_items_are_fixed_and_shaped_as_documented():
     first = {name: arith_items(name) for name in ARITH}
     arith_items.cache_clear()  # made again from scratch, not served from the cache
     assert {name: arith_items(name) for name in ARITH} == first
-    assert ARITH == ("arith-add", "arith-sub", "arith-decimal")
+    assert ARITH == ("arith-add", "arith-sub", "arith-decimal", "arith-mul", "arith-add4", "arith-multi")
+    assert ARITH[:3] == ARITH_FIRST  # the demo keeps the sets it had
     templates = {t.id: t for t in heldout_templates()}
     for name in ARITH:
         test, pool = arith_items(name)
@@ -53,8 +70,10 @@ def test_items_are_fixed_and_shaped_as_documented():
         assert [t.id for t in test[:3]] == [f"{name}/0", f"{name}/1", f"{name}/2"] and pool[0].id == f"{name}/shot-0"
         for item in test + pool:
             assert re.fullmatch(r"Q: .+[.?] A:", item.question)
-            assert item.question == render(templates[item.template], {"A": item.a, "B": item.b}).text.rstrip()
-    add, sub, dec = (_all(n) for n in ARITH)
+            if name in TEMPLATED:
+                assert item.c is None
+                assert item.question == render(templates[item.template], {"A": item.a, "B": item.b}).text.rstrip()
+    add, sub, dec = (_all(n) for n in ARITH[:3])
     assert all(re.fullmatch(r"[1-9]\d", x) for i in add + sub for x in (i.a, i.b))
     assert {i.task for i in add} == {"addition"} and {i.task for i in sub} == {"subtraction"}
     assert all(Decimal(i.a) >= Decimal(i.b) for i in sub + dec if i.task == "subtraction")  # no negative answers
@@ -62,6 +81,28 @@ def test_items_are_fixed_and_shaped_as_documented():
     assert all(re.fullmatch(r"[1-9]\d\.\d", x) for i in dec for x in (i.a, i.b))
     # the phrasings take turns, so the first few items of --limit already cover all of them
     assert [i.template for i in add[:4]] == ["add-heldout-1", "add-heldout-2", "add-heldout-3", "add-heldout-1"]
+
+
+def test_harder_sets_are_shaped_as_documented():
+    mul, add4, multi = (_all(n) for n in ("arith-mul", "arith-add4", "arith-multi"))
+    assert {i.task for i in mul} == {"multiplication"} and {i.task for i in add4} == {"addition"}
+    assert all(re.fullmatch(r"[1-9]\d", x) for i in mul + multi for x in (i.a, i.b, i.c) if x is not None)
+    assert all(re.fullmatch(r"[1-9]\d{3}", x) for i in add4 for x in (i.a, i.b))
+    assert [i.template for i in mul[:3]] == ["mul-heldout-1", "mul-heldout-2", "mul-heldout-3"]
+    # the shapes take turns item by item, the phrasings shape by shape: 9 items cover every pairing
+    assert [i.task for i in multi[:4]] == ["A + B - C", "A - B + C", "A + B * C", "A + B - C"]
+    assert len({(i.task, i.template) for i in multi[:9]}) == 9
+    for item in multi:
+        expression = item.task.replace("A", item.a).replace("B", item.b).replace("C", item.c)
+        assert item.question in (f"Q: Compute {expression}. A:", f"Q: What is the value of {expression}? A:",
+                                 f"Q: Work out {expression}. A:")
+        assert int(item.answer) >= 0  # never negative, like arith-sub
+    # * binds first: 12 + 30 * 58 is 1752, not 2436
+    first_product = next(i for i in multi if i.task == "A + B * C")
+    a, b, c = (int(x) for x in (first_product.a, first_product.b, first_product.c))
+    assert int(first_product.answer) == a + b * c != (a + b) * c
+    # every answer fits the arith generation budget (8 tokens: a space, the digits, the newline)
+    assert max(len(i.answer) for n in ARITH for i in _all(n)) <= 6
 
 
 def test_items_are_the_same_in_another_process():
@@ -79,8 +120,9 @@ def test_items_are_the_same_in_another_process():
 def test_answers_are_exact():
     for name in ARITH:
         for item in _all(name):
-            assert Decimal(item.answer) == _exact(item.task, item.a, item.b)
-            assert sorted(re.findall(NUMBER, item.question)) == sorted([item.a, item.b])
+            assert Decimal(item.answer) == _exact(item)
+            operands = [item.a, item.b] + ([item.c] if item.c is not None else [])
+            assert sorted(re.findall(NUMBER, item.question)) == sorted(operands)
         task = make_task(name, EvalConfig(limit=20))
         test, _ = arith_items(name)
         assert [it.record.answer for it in task.items] == [float(t.answer) for t in test[:20]]
@@ -113,7 +155,7 @@ def test_no_evaluation_question_is_a_training_prompt(seed):
     for name in ARITH:
         for item in _all(name):
             assert item.question not in trained_prompts and skeleton(item.question) not in trained_phrasings
-            assert item.a not in trained_numbers and item.b not in trained_numbers
+            assert item.a not in trained_numbers and item.b not in trained_numbers and item.c not in trained_numbers
         for it in make_task(name, EvalConfig(limit=50)).items:  # whole prompts, exemplars included
             assert not any(line.strip() in trained_prompts for line in it.prompt.split("\n"))
 
@@ -131,11 +173,35 @@ def test_heldout_is_checked_not_assumed(monkeypatch):
         check_heldout(templates)
 
 
+@pytest.mark.parametrize("trained, message", [
+    # reaches into arith-add4's four digits only
+    (NumberRange("5000", "20000"), "arith-add4: operands 1000..9999 overlap 5000..20000.*'close'"),
+    # the second, small range of a product kind is checked too: 10 is a two-digit operand
+    (EitherOrder(NumberRange("100", "999"), NumberRange("2", "10")),
+     "arith-add: operands 10..99 overlap 100..999 with 2..10.*'close'"),
+])
+def test_harder_training_kinds_must_stay_clear_of_the_sets(monkeypatch, trained, message):
+    check_heldout(heldout_templates())
+    monkeypatch.setitem(ARITH_KINDS, "close", (("multiplication",), trained))
+    with pytest.raises(RuntimeError, match=message):
+        check_heldout(heldout_templates())
+    arith_items.cache_clear()
+    with pytest.raises(RuntimeError, match=message):
+        arith_items("arith-mul")  # the items are not made while the check fails
+
+
+def test_multi_phrasings_must_not_be_builtin(monkeypatch):
+    monkeypatch.setitem(arith_module.MULTI_PHRASINGS, "add-qa-2", "Q: Tell me {E}. A:")
+    with pytest.raises(RuntimeError, match="add-qa-2 share the id of a builtin template"):
+        check_heldout(heldout_templates())
+
+
 def test_known_benchmarks():
     assert check_benchmarks(["arith-add", "gsm8k"]) == ("arith-add", "gsm8k")
+    assert check_benchmarks(["arith-mul", "arith-add4", "arith-multi"]) == ("arith-mul", "arith-add4", "arith-multi")
     with pytest.raises(ValueError, match="known: gsm8k, addsub, singleeq, svamp, mmlu, csqa, arith-add, arith-sub, "
-                                         "arith-decimal"):
-        check_benchmarks(["arith-mul"])
+                                         "arith-decimal, arith-mul, arith-add4, arith-multi"):
+        check_benchmarks(["arith-div"])
 
 
 def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_data, monkeypatch):

@@ -79,8 +79,16 @@ class NumberRange:
         d = self.decimals
         return str(Decimal(rng.randint(int(Decimal(self.lo).scaleb(d)), int(Decimal(self.hi).scaleb(d)))).scaleb(-d))
 
-    def overlaps(self, other: NumberRange) -> bool:
-        return Decimal(self.lo) <= Decimal(other.hi) and Decimal(other.lo) <= Decimal(self.hi)
+    @property
+    def ranges(self) -> tuple[NumberRange, ...]:
+        return (self,)
+
+    def draw_pair(self, rng: random.Random) -> tuple[str, str]:
+        return self.draw(rng), self.draw(rng)
+
+    def overlaps(self, other: NumberRange | EitherOrder) -> bool:
+        """Whether some number lies in this range and in `other` (in either of an EitherOrder's ranges)."""
+        return any(Decimal(self.lo) <= Decimal(o.hi) and Decimal(o.lo) <= Decimal(self.hi) for o in other.ranges)
 
     def __contains__(self, text: str) -> bool:
         return Decimal(self.lo) <= Decimal(text) <= Decimal(self.hi)
@@ -89,10 +97,30 @@ class NumberRange:
         return f"{self.lo}..{self.hi}"
 
 
-def draw_exact(task: str, operands: NumberRange, rng: random.Random) -> tuple[str, str, str]:
-    """(A, B, answer) with both operands from `operands` and the answer in exact decimal arithmetic
+@dataclass(frozen=True)
+class EitherOrder:
+    """One operand from `first` and the other from `second`, which comes first decided by a coin:
+    EitherOrder(NumberRange("100", "999"), NumberRange("2", "9")) gives 345 x 7 and 7 x 345."""
+
+    first: NumberRange
+    second: NumberRange
+
+    @property
+    def ranges(self) -> tuple[NumberRange, ...]:
+        return (self.first, self.second)
+
+    def draw_pair(self, rng: random.Random) -> tuple[str, str]:
+        a, b = self.first.draw(rng), self.second.draw(rng)
+        return (a, b) if rng.random() < 0.5 else (b, a)
+
+    def __str__(self) -> str:
+        return f"{self.first} with {self.second}"
+
+
+def draw_exact(task: str, operands: NumberRange | EitherOrder, rng: random.Random) -> tuple[str, str, str]:
+    """(A, B, answer) with the operands from `operands` and the answer in exact decimal arithmetic
     (no float noise in "0.1 + 0.2"); a subtraction that would go negative swaps A and B."""
-    a, b = operands.draw(rng), operands.draw(rng)
+    a, b = operands.draw_pair(rng)
     value = compute_answer(task, Decimal(a), Decimal(b))
     if value is None:
         a, b = b, a
@@ -100,10 +128,15 @@ def draw_exact(task: str, operands: NumberRange, rng: random.Random) -> tuple[st
     return a, b, format_answer(value)
 
 
-ARITH_KINDS = {
+ARITH_KINDS: dict[str, tuple[tuple[str, ...], NumberRange | EitherOrder]] = {
     # kind -> (tasks, operand range) of `--train arith:KINDS`: operands outside the one-digit range the
     # analysis uses. The held-out `arith-*` evaluation sets (keyheads.evaluation.arith) check that they
     # draw none of these.
     "multidigit": (("addition", "subtraction"), NumberRange("100", "999")),
     "decimal": (("addition", "subtraction"), NumberRange("1.1", "9.9")),
+    # Harder kinds, for a model that already solves two-digit sums: five-digit sums and differences
+    # (held out: arith-add4's four digits), and three-digit by one-digit products in both orders
+    # (held out: arith-mul's two by two digits, whose partial products are of another shape).
+    "fivedigit": (("addition", "subtraction"), NumberRange("10000", "99999")),
+    "multiply": (("multiplication",), EitherOrder(NumberRange("100", "999"), NumberRange("2", "9"))),
 }
