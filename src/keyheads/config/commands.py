@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 from pydantic_settings import CliPositionalArg
 
 from ..analysis.attention_run import AttentionRun
@@ -47,6 +47,20 @@ def check_list(key: str, text: str | None, parse) -> str | None:
         except ValueError as err:
             raise SettingError(key, text, str(err)) from None
     return text
+
+
+def effects_file(path: str | None) -> str | None:
+    """An effects.json that exists and reads as one: a truncated or foreign file fails before any model loads."""
+    path = existing_file("effects", path, "it is written by `keyheads patch`")
+    if path is not None:
+        Effects.load(path)
+    return path
+
+
+# what the flags that name heads, layers and effects take, checked as the command will read them
+EffectsFile = Annotated[str | None, AfterValidator(effects_file)]
+HeadList = Annotated[str | None, AfterValidator(lambda v: check_list("heads", v, parse_heads))]
+LayerList = Annotated[str | None, AfterValidator(lambda v: check_list("mlp_layers", v, parse_layers))]
 
 
 class Loads(Machine):
@@ -115,24 +129,15 @@ class PatchCommand(PatchSection, OutFolder, PairsIn, Works):
 
 
 class HeadChoice(Section):
-    effects: str | None = Field(None, description="effects.json from `keyheads patch` (heads ranked most "
+    effects: EffectsFile = Field(None, description="effects.json from `keyheads patch` (heads ranked most "
                                                      "negative first)")
-    heads: str | None = Field(None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting "
+    heads: HeadList = Field(None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting "
                                                    "from effects)")
     threshold: float | None = Field(None, description="key heads: effect below this (default -0.05, the "
                                                          "paper's -5%, unless top_k is given)")
     top_k: Count | None = Field(None, description="key heads: the K most negative (among those below "
                                                      "threshold if that is given too)")
 
-    @field_validator("effects")
-    @classmethod
-    def _effects(cls, v):
-        return effects_file(v)
-
-    @field_validator("heads")
-    @classmethod
-    def _heads(cls, v):
-        return check_list("heads", v, parse_heads)
 
 
 _Knockout: Any = section_of("_Knockout", KnockoutRun, exclude=("selection", "progress"))
@@ -163,14 +168,6 @@ class MLPCommand(_MLP, OutFolder, PairsIn, Works):
     def run(self) -> MLPRun:
         shared = names(MLPRun) - {"progress"}
         return MLPRun(progress=not self.quiet, **self.model_dump(include=shared))
-
-
-def effects_file(path: str | None) -> str | None:
-    """An effects.json that exists and reads as one: a truncated or foreign file fails before any model loads."""
-    path = existing_file("effects", path, "it is written by `keyheads patch`")
-    if path is not None:
-        Effects.load(path)
-    return path
 
 
 def selection(cfg: HeadChoice) -> Selection:
@@ -235,32 +232,19 @@ class FinetuneCommand(_Recipe, OutFolder, Works):
                        "AddSub/SingleEq/SVAMP); or 'arith:multidigit,decimal[:N]' from the templates")
     data_dir: str | None = Field(None, description="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
     limit: Count | None = Field(None, description="use only the first N examples (None: all)")
-    effects: str | None = Field(None, description="effects.json from `keyheads patch`, for top_k and mlps")
+    effects: EffectsFile = Field(None, description="effects.json from `keyheads patch`, for top_k and mlps")
     top_k: NonNegative | None = Field(None, description="the K heads with the most negative effect")
-    heads: str | None = Field(None, description="explicit heads, e.g. 14.2,21.2")
+    heads: HeadList = Field(None, description="explicit heads, e.g. 14.2,21.2")
     random_heads: Count | None = Field(None, description="K seeded random heads (the control)")
     mlps: NonNegative | None = Field(None, description="also the M MLPs with the most negative effect")
-    mlp_layers: str | None = Field(None, description="also these whole MLP layers, e.g. 14,15")
+    mlp_layers: LayerList = Field(None, description="also these whole MLP layers, e.g. 14,15")
 
     @field_validator("train")
     @classmethod
     def _train(cls, v):
         return check_train(v)
 
-    @field_validator("effects")
-    @classmethod
-    def _effects(cls, v):
-        return effects_file(v)
 
-    @field_validator("heads")
-    @classmethod
-    def _heads(cls, v):
-        return check_list("heads", v, parse_heads)
-
-    @field_validator("mlp_layers")
-    @classmethod
-    def _mlp_layers(cls, v):
-        return check_list("mlp_layers", v, parse_layers)
 
     def recipe(self) -> FinetuneConfig:
         return FinetuneConfig(**self.model_dump(include=set(_Recipe.model_fields)))
