@@ -24,12 +24,13 @@ from results import matmul_rate, write_section  # noqa: E402
 
 from keyheads.analysis.common import Batches, all_heads, load_samples  # noqa: E402
 from keyheads.analysis.knockout_curves import CurveConfig, curve_sets, knockout_curves  # noqa: E402
-from keyheads.analysis.passes import EndPasses, PromptSet  # noqa: E402
+from keyheads.analysis.passes import EndPasses  # noqa: E402
 from keyheads.cli import main as cli  # noqa: E402
 from keyheads.demo import demo_config  # noqa: E402
 from keyheads.effects import Effects  # noqa: E402
 from keyheads.knockout import compute_means  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
+from keyheads.models.prompt_set import PromptSet  # noqa: E402
 
 
 def demo_data(folder: Path) -> Path:

@@ -37,10 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
 from keyheads.data.benchmarks import data_dir_from  # noqa: E402
+from keyheads.evaluation.config import EvalConfig  # noqa: E402
 from keyheads.evaluation.engine import PrefixKV, common_prefix_len, greedy_generate  # noqa: E402
 from keyheads.evaluation.prompts import STOPS, cut_at_stop  # noqa: E402
 from keyheads.evaluation.runner import _batches  # noqa: E402
-from keyheads.evaluation.tasks import EvalConfig, _ids, make_task  # noqa: E402
+from keyheads.evaluation.tasks import _ids, make_task  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 
 BENCH = "gsm8k"

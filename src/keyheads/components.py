@@ -18,7 +18,7 @@ from .errors import BadFile, MissingFile, UserError
 from .heads import Head, heads_of, parse_heads, parse_layers
 from .io import read_json
 
-__all__ = ["Components", "Head", "key_heads_record", "rank_heads"]
+__all__ = ["Components", "key_heads_record", "rank_heads"]
 
 
 def rank_heads(effects: Effects, threshold: float | None = None, top_k: int | None = None) -> list[Head]:

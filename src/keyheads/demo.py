@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .data.benchmarks import data_dir_from
 from .evaluation.arith import ARITH_FIRST
-from .evaluation.tasks import TABLE_BENCHMARKS
+from .evaluation.config import TABLE_BENCHMARKS
 from .runconfig import PipelineConfig, merge
 
 DEMO = dict(

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
-from .components import Components, Head
+from .components import Components
+from .heads import Head
 from .models.model import HookedModel
 
 

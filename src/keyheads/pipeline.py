@@ -31,8 +31,8 @@ from .errors import SettingError, UserError
 from .evaluation import EvalConfig, Variant, evaluate
 from .finetune import describe as describe_training
 from .finetune import finetune, load_examples
-from .finetune.adapter import base_fingerprint
 from .io import write_json
+from .models.fingerprint import base_fingerprint
 from .models.model import HookedModel
 from .patching import PatchConfig, identify
 from .patching import describe as describe_effects

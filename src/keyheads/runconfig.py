@@ -28,7 +28,7 @@ from .config.sections import (
 )
 from .data.benchmarks import data_dir_from
 from .errors import BadFile, SettingError
-from .evaluation.tasks import ARITH
+from .evaluation.config import ARITH
 from .settings import check_writable_dir
 
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs

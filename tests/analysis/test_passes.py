@@ -6,8 +6,9 @@ import torch
 
 from keyheads.analysis.common import Batches, all_heads, knockout_subset, predict
 from keyheads.analysis.knockout_curves import CurveConfig, knockout_curves
-from keyheads.analysis.passes import EndPasses, PromptSet
+from keyheads.analysis.passes import EndPasses
 from keyheads.knockout import compute_means
+from keyheads.models.prompt_set import PromptSet
 from keyheads.testing import TINY_FAMILIES, tiny_model
 
 PREFIXES = ["1 + 2 = 3\n4 + 4 = 8\n", "Q: 5 plus 2? A: 7\n"]

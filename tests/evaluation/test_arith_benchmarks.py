@@ -26,8 +26,9 @@ from keyheads.evaluation.arith import (
     heldout_templates,
 )
 from keyheads.evaluation.cache import read_rows
+from keyheads.evaluation.config import check_benchmarks
 from keyheads.evaluation.extract import NUMBER
-from keyheads.evaluation.tasks import check_benchmarks, make_task
+from keyheads.evaluation.tasks import make_task
 from keyheads.finetune.data import ARITH_KINDS, arithmetic_examples
 
 TEMPLATED = ("arith-add", "arith-sub", "arith-decimal", "arith-mul", "arith-add4")  # arith-multi: three operands

@@ -12,8 +12,9 @@ from keyheads.data.trainset import SplitConfig, build_trainset
 from keyheads.evaluation import EvalConfig, Prepared, Variant, evaluate, prepare
 from keyheads.evaluation import tasks as tasks_module
 from keyheads.evaluation.cache import ResultCache, read_rows
+from keyheads.evaluation.config import TABLE_BENCHMARKS, check_benchmarks
 from keyheads.evaluation.table import to_csv, to_markdown
-from keyheads.evaluation.tasks import TABLE_BENCHMARKS, check_benchmarks, make_task
+from keyheads.evaluation.tasks import make_task
 from keyheads.heads import read_heads
 
 pytestmark = pytest.mark.slow  # whole evaluation runs, several seconds each

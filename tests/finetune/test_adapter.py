@@ -13,9 +13,10 @@ import torch
 from keyheads.components import Components
 from keyheads.evaluation.variants import Variant, prepare
 from keyheads.finetune import FinetuneConfig, apply_adapter, export_peft, finetune, load_finetuned, merge
-from keyheads.finetune.adapter import ADAPTER, AdapterMismatch, base_fingerprint, read_adapter
+from keyheads.finetune.adapter import ADAPTER, AdapterMismatch, read_adapter
 from keyheads.finetune.layer import ATTR, in_out
 from keyheads.finetune.model import slice_plan
+from keyheads.models.fingerprint import base_fingerprint
 from keyheads.models.model import HookedModel
 from keyheads.numbers import human
 from keyheads.testing import TINY_FAMILIES, tiny_model

@@ -294,8 +294,8 @@ def test_resume_with_other_settings_is_refused(tiny_folder, train_file, tmp_path
 
 
 def test_merge_errors(adapter_run, tiny_folder, other_folder, train_file, tmp_path, capsys):
-    from keyheads.finetune.adapter import base_fingerprint
     from keyheads.models import load_model
+    from keyheads.models.fingerprint import base_fingerprint
 
     want = info(adapter_run)["base_fingerprint"]
     have = base_fingerprint(load_model(str(other_folder), device="cpu"))

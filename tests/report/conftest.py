@@ -63,8 +63,8 @@ def run_folder(tmp_path_factory, tiny_data):
     from keyheads.effects import Effects
     from keyheads.evaluation import EvalConfig, Variant, evaluate
     from keyheads.finetune import Example, FinetuneConfig, finetune
-    from keyheads.finetune.adapter import base_fingerprint
     from keyheads.heads import heads_of
+    from keyheads.models.fingerprint import base_fingerprint
     from keyheads.patching import PatchConfig, identify
 
     threads = torch.get_num_threads()

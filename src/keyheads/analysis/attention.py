@@ -22,11 +22,11 @@ from typing import cast
 import numpy as np
 import torch
 
-from ..components import Head
+from ..heads import Head
 from ..models.model import HookedModel
+from ..models.prompt_set import PromptSet, clean_passes
 from ..plotting import save_figure, subplots, token_label
 from .common import AnalysisError, Sample
-from .passes import PromptSet, clean_passes
 
 ROLES = ("A", "B", "operator", "other", "first")
 ROLE_NAMES = {"A": "operand A", "B": "operand B", "operator": "operator", "other": "other words",

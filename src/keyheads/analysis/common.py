@@ -10,9 +10,9 @@ import torch
 from pydantic import ConfigDict
 from tqdm.auto import tqdm
 
-from ..components import Head
 from ..data import pairs as pairs_file
 from ..errors import AnalysisError
+from ..heads import Head
 from ..knockout import Knockout
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet

@@ -16,13 +16,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..components import Head
 from ..distributed import map_sharded
+from ..heads import Head
 from ..knockout import Knockout
 from ..models.model import HookedModel
+from ..models.prompt_set import PromptSet
 from ..plotting import new_figure, save_figure
 from .common import Batches, knockout_subset, predict
-from .passes import EndPasses, PromptSet
+from .passes import EndPasses
 
 
 @dataclass

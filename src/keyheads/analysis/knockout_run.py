@@ -15,6 +15,7 @@ from ..distributed import is_main, map_sharded
 from ..io import atomic_write_text, write_json
 from ..knockout import compute_means
 from ..models.model import HookedModel
+from ..models.prompt_set import PromptSet
 from ..plotting import write_csv
 from . import transfer as tr
 from .common import (
@@ -29,7 +30,6 @@ from .common import (
     read_pair_rows,
 )
 from .knockout_curves import CurveConfig, knockout_curves, plot_curves, random_order, set_accuracies
-from .passes import PromptSet
 from .selection import Notes, Selection, choose_heads
 
 

@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from ..models.model import HookedModel
+from ..models.prompt_set import PromptSet, clean_passes
 from ..plotting import new_figure, save_figure, subplots
 from .common import AnalysisError, Sample, number_token
-from .passes import PromptSet, clean_passes
 
 RULE = (
     "operand curve s = (in_A + in_B)/2 - in_other, answer curve c = write_C - write_other (per-layer means); "

@@ -26,14 +26,14 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from ..components import Head
+from ..heads import Head
 from ..knockout import Knockout
 from ..models.hf_internals import repeat_rows, splice_layers, start_at
 from ..models.model import HookedModel
-from ..models.prompt_set import PromptSet, clean_passes, run_end
+from ..models.prompt_set import PromptSet, run_end
 from .common import Predictions
 
-__all__ = ["EndPasses", "PromptSet", "Work", "clean_passes"]  # the prompt groups are the model layer's
+__all__ = ["EndPasses", "Work"]
 
 
 @dataclass

@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..components import Components, Head
+from ..components import Components
 from ..effects import Effects
+from ..heads import Head
 from ..log import logger
 from ..models.model import HookedModel
 from .common import (

@@ -19,9 +19,10 @@ from pathlib import Path
 from ..data.benchmarks import load
 from ..knockout import Knockout
 from ..models.model import HookedModel
+from ..models.prompt_set import PromptSet
 from ..numbers import format_number
 from .common import AnalysisError, answer_token, fallback_note, read_pair_rows
-from .passes import EndPasses, PromptSet
+from .passes import EndPasses
 
 # Hand-written solved examples: not taken from any benchmark, so that nothing evaluated is shown.
 WORD_FEW_SHOT = (

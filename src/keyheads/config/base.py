@@ -126,7 +126,6 @@ def setting_error(err: ValidationError, flags: bool = False, where: str = "") ->
         loc = [str(p) for p in e["loc"]]
         given = e.get("input")
         why = _why(e)
-        raised = (e.get("ctx") or {}).get("error")
         if isinstance(raised, SettingError) and raised.why and isinstance(given, dict) and raised.key not in loc:
             loc, given = loc + [raised.key], raised.value  # a section's check names its own setting
         if not loc or isinstance(given, dict) and e["type"] == "value_error":

@@ -17,7 +17,7 @@ from ..data.generate import PairConfig, parse_operands
 from ..data.trainset import SplitConfig
 from ..effects import Effects
 from ..errors import SettingError
-from ..evaluation.tasks import EvalConfig
+from ..evaluation.config import EvalConfig
 from ..finetune.adapter import check_run_folder
 from ..finetune.config import FinetuneConfig
 from ..heads import parse_heads, parse_layers
@@ -137,7 +137,6 @@ class HeadChoice(Section):
                                                          "paper's -5%, unless top_k is given)")
     top_k: Count | None = Field(None, description="key heads: the K most negative (among those below "
                                                      "threshold if that is given too)")
-
 
 
 _Knockout: Any = section_of("_Knockout", KnockoutRun, exclude=("selection", "progress"))

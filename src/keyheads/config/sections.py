@@ -15,7 +15,7 @@ from ..analysis.mlp_run import MLPRun
 from ..data.generate import PairConfig
 from ..data.templates import TASKS, load_templates
 from ..errors import SettingError
-from ..evaluation.tasks import EvalConfig
+from ..evaluation.config import EvalConfig
 from ..finetune.config import FinetuneConfig
 from ..finetune.data import ARITH_KINDS
 from ..patching.run import PatchConfig

@@ -4,9 +4,9 @@ plus generated arithmetic sets (`arith-*`, held out from the arithmetic training
     >>> from keyheads.evaluation import EvalConfig, Variant, evaluate
     >>> evaluate([Variant.make("model", "smollm2-135m")], EvalConfig(limit=20, data_dir="..."), "runs/eval")
 """
+from .config import ARITH, BENCHMARKS, CHOICE, DEFAULT_SHOTS, MATH, TABLE_BENCHMARKS, EvalConfig
 from .extract import extract_answer, numbers_match, wilson
 from .runner import evaluate, evaluate_prepared
-from .tasks import ARITH, BENCHMARKS, CHOICE, DEFAULT_SHOTS, MATH, TABLE_BENCHMARKS, EvalConfig
 from .variants import VARIANT_KINDS, Prepared, Variant, prepare, register_kind
 
 __all__ = ["extract_answer", "numbers_match", "wilson", "evaluate", "evaluate_prepared", "ARITH", "BENCHMARKS",

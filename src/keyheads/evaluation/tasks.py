@@ -10,13 +10,8 @@ from ..models.model import HookedModel
 from .arith import ArithItem, arith_items, arith_prompt
 from .config import (
     ARITH,
-    BENCHMARKS,
-    CHOICE,
-    DEFAULT_NEW_TOKENS,
-    DEFAULT_SHOTS,
     DRIFT,
     MATH,
-    TABLE_BENCHMARKS,
     EvalConfig,
     check_benchmarks,
 )
@@ -26,8 +21,7 @@ from .extract import extract_answer, extract_first, numbers_match
 from .prompts import STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced, round_robin
 from .task_types import Item, Task
 
-__all__ = ["ARITH", "BENCHMARKS", "CHOICE", "DEFAULT_NEW_TOKENS", "DEFAULT_SHOTS", "DRIFT", "MATH", "TABLE_BENCHMARKS",
-           "ArithTask", "ChoiceTask", "EvalConfig", "Item", "MathTask", "Task", "check_benchmarks", "make_task"]
+__all__ = ["ArithTask", "ChoiceTask", "MathTask", "make_task"]  # the names of the benchmarks live in .config
 
 def _ids(model: HookedModel, prompts: Sequence[str]) -> list[list[int]]:
     return [model.tokenizer(p)["input_ids"] for p in prompts]

@@ -9,9 +9,10 @@ import torch
 
 from ..components import Components
 from ..io import read_json, write_json
+from ..models.fingerprint import base_fingerprint
 from ..models.model import HookedModel
 from ..provenance import versions
-from .adapter import ADAPTER, INFO, base_fingerprint, save_adapter
+from .adapter import INFO, save_adapter
 from .checkpoint import ResumeMismatch, describe_differences, differing_keys
 from .config import FinetuneConfig
 from .data import Example, examples_sha256, tokenize
@@ -92,4 +93,4 @@ def describe(info: dict) -> str:
             f"{t['final_loss']:.4f}, {t['samples_per_second']:.2f} samples/s")
 
 
-__all__ = ["ADAPTER", "INFO", "describe", "finetune", "versions"]
+__all__ = ["describe", "finetune"]
