@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml requirements/dev.txt requirements/lm-eval.txt
 
 install: $(STAMP)
 
+# The demo needs nothing from the network (bundled model, built-in sets): with `datasets` installed (lm-eval
+# brings it), an offline machine would otherwise try the hub for the SVAMP/GSM8K transfer sets first.
 demo: $(STAMP)
-	$(VENV)/bin/keyheads demo
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(VENV)/bin/keyheads demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q
