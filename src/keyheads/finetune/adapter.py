@@ -33,10 +33,12 @@ class AdapterMismatch(UserError):
     """An adapter put on a base model other than the one it was trained on."""
 
 
-def save_adapter(tuned: Tuned, folder: str | Path, meta: dict) -> Path:
+def save_adapter(tuned: Tuned, folder: str | Path, meta: dict, tensors: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write the adapter; `tensors` are tuned.adapter_tensors() when the caller gathered them already (FSDP2)."""
     path = Path(folder) / ADAPTER
+    tensors = tuned.adapter_tensors() if tensors is None else tensors
     with atomic_path(path) as tmp:
-        save_file(tuned.adapter_tensors(), str(tmp), metadata={"keyheads": json.dumps(meta, sort_keys=True)})
+        save_file(tensors, str(tmp), metadata={"keyheads": json.dumps(meta, sort_keys=True)})
     return path
 
 

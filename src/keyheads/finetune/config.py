@@ -54,6 +54,12 @@ class FinetuneConfig:
     save_every: int = Field(50, ge=0, description="optimizer steps between checkpoints (0: only at the end)")
     max_length: int = Field(1024, ge=1, description="longest tokenised sample; longer samples are an error, "
                                                     "not silently cut")
+    parallel: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="how several processes share the work: ddp (each holds the whole model) or fsdp (FSDP2: "
+        "the model, gradients and optimizer state sharded over the processes; fp32 trained weights, compute in "
+        "--dtype). One process may use fsdp too, for --offload")
+    offload: bool = Field(False, description="with fsdp on GPUs: keep the shards, gradients and optimizer state in "
+                                             "CPU memory, moving each layer to the GPU for its own pass")
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -66,4 +72,5 @@ class FinetuneConfig:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     # Settings a resumed run may change without changing what it computes.
-    RESUMABLE_CHANGES = ("save_every",)
+    # Offload moves the same numbers between memories: an offloaded run may resume without it, and back.
+    RESUMABLE_CHANGES = ("save_every", "offload")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from ..components import Components
 from ..models.model import HookedModel
@@ -33,6 +34,16 @@ def slice_plan(model: HookedModel, components: Components, kv: str = "group") ->
             path, index = fam.o_cols(config, h)
             plan.setdefault((layer, path, "cols"), set()).update(index)
     return {key: sorted(index) for key, index in sorted(plan.items())}
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A parameter's whole value (a collective for an FSDP2 shard: every process must call it)."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a parameter: its shard under FSDP2, else the tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def count_params(params) -> int:
@@ -101,11 +112,14 @@ class Tuned:
         if weight_decay == 0:
             return
         for delta in self.deltas.values():
-            delta.weight.sub_((delta.base + delta.weight) * (lr * weight_decay))
+            weight = local(delta.weight)  # under FSDP2, `base` holds the same shard's entries of W0
+            weight.sub_((delta.base + weight) * (lr * weight_decay))
 
     # ---- what an adapter stores ---------------------------------------------------------------
     def adapter_tensors(self) -> dict[str, torch.Tensor]:
-        """Deltas (weight, bias, index) by "layer.path", and the trained MLPs' parameters by HF name."""
+        """Deltas (weight, bias, index) by "layer.path", and the trained MLPs' parameters by HF name.
+
+        Under FSDP2 this gathers the shards: every process calls it, in the same order."""
         out = {}
         for key, delta in self.deltas.items():
             out[f"delta.{key}.{delta.kind}.weight"] = delta.weight
@@ -118,7 +132,7 @@ class Tuned:
             for name, p in mlp.named_parameters():
                 if ATTR not in name:
                     out[f"mlp.{prefix}.{layer}.{self.model.family.mlp}.{name}"] = p
-        return {k: v.detach().contiguous().cpu() for k, v in out.items()}
+        return {k: whole(v.detach()).contiguous().cpu() for k, v in out.items()}
 
     def remove(self) -> None:
         """Take the deltas off again (the base weights are untouched)."""

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from ..components import Components
 from ..io import read_json, write_json
@@ -17,15 +18,20 @@ from .checkpoint import ResumeMismatch, describe_differences, differing_keys
 from .config import FinetuneConfig
 from .data import Example, examples_sha256, tokenize
 from .model import make_trainable
-from .train import make_accelerator, train
+from .parallel import FSDP, make_parallel
+from .train import train
 
 
 def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, out: str | Path,
              components: Components | None = None, data_name: str = "", accelerator=None,
-             progress: bool = True) -> dict:
+             progress: bool = True, device: str | torch.device | None = None,
+             compute_dtype: torch.dtype | None = None) -> dict:
     """Train `model` (modified in place) and write `out`; returns the finetune.json record.
 
     A finished folder with the same settings is returned as it is; an interrupted one resumes.
+    Under FSDP2 (cfg.parallel "fsdp") the model is sharded in place: use it only through what this
+    writes. `device` is where FSDP2 computes (default: where the model is) and `compute_dtype` what
+    it multiplies in (default: the model's dtype); the trained weights stay float32.
     """
     out = Path(out)
     if cfg.method != "precise":
@@ -46,40 +52,56 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, o
                                  "choose another --out, or delete that folder to train again")
         print(f"{out} is finished with these settings; nothing to do")
         return done
-    if cfg.method == "full" and model.dtype in (torch.bfloat16, torch.float16):
+    if cfg.method == "full" and model.dtype in (torch.bfloat16, torch.float16) and cfg.parallel != "fsdp":
         # bf16 keeps 8 significant bits: near |w| = 0.05 its spacing is 2.4e-4, so an Adam step of
         # about lr (2e-5) rounds back to the same weight; the adapters keep float32 deltas
         warnings.warn(f"full SFT of a {str(model.dtype).removeprefix('torch.')} model: updates smaller than "
                       "the weights' precision are lost, so at small learning rates it hardly trains and is no fair "
                       "baseline for precise SFT or LoRA (which keep float32 deltas); load the model in float32 "
-                      "(--dtype float32) to compare them", stacklevel=2)
+                      "(--dtype float32) to compare them, or train with --parallel fsdp (fp32 master weights, "
+                      "compute in --dtype)", stacklevel=2)
     data = tokenize(model.tokenizer, examples, cfg.max_length)
     total_params = sum(p.numel() for p in model.hf.parameters())
     tuned = make_trainable(model, cfg, components)
-    acc = accelerator or make_accelerator(model.device.type == "cpu")
+    par = make_parallel(cfg.parallel, torch.device(device or model.device), compute_dtype or model.dtype,
+                        cfg.offload, accelerator)
     t0 = time.perf_counter()
-    result = train(tuned, data, cfg, out, meta, accelerator=acc, progress=progress)
+    result = train(tuned, data, cfg, out, meta, parallel=par, progress=progress)
     info = {**meta, "config": cfg.to_json(), "kv": cfg.kv if cfg.method == "precise" else None,
             "tuned_params": tuned.n_trainable, "total_params": total_params,
             "train": {"steps": len(result.losses), "steps_this_run": result.steps, "samples_this_run": result.samples,
                       "seconds_this_run": round(result.seconds, 3),
                       "samples_per_second": result.samples_per_second, "final_loss": result.losses[-1],
                       "losses": result.losses, "wall_seconds": round(time.perf_counter() - t0, 3),
-                      "processes": acc.num_processes, "device": str(model.device)},
+                      "processes": par.world, "parallel": par.name,
+                      "device": str(par.device if isinstance(par, FSDP) else model.device)},
             "versions": versions()}
-    acc.wait_for_everyone()
-    if acc.is_main_process:
-        if cfg.method == "precise":
+    par.barrier()
+    # Under FSDP2 every process gathers the shards (a collective); the main process writes them.
+    if cfg.method == "precise":
+        tensors = tuned.adapter_tensors()
+        if par.is_main:
             save_adapter(tuned, out, {k: info[k] for k in ("base_model", "base_fingerprint", "method", "components",
-                                                            "data", "config", "kv", "versions", "tuned_params")})
-        elif cfg.method == "lora":
-            tuned.module.save_pretrained(str(out / "lora"))
-        else:
-            model.hf.save_pretrained(out / "model", safe_serialization=True)
-            model.tokenizer.save_pretrained(out / "model")
+                                                            "data", "config", "kv", "versions", "tuned_params")},
+                         tensors=tensors)
+    else:
+        state = _whole_state(tuned.module) if par.sharded else None
+        if par.is_main:
+            if cfg.method == "lora":
+                tuned.module.save_pretrained(str(out / "lora"), state_dict=state)
+            else:
+                model.hf.save_pretrained(out / "model", safe_serialization=True, state_dict=state)
+                model.tokenizer.save_pretrained(out / "model")
+    if par.is_main:
         write_json(out / INFO, info)
-    acc.wait_for_everyone()
+    par.barrier()
     return info
+
+
+def _whole_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole state dict of a sharded module, gathered into the main process's CPU memory (the others
+    get an empty dict), under the plain names save_pretrained expects."""
+    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def describe(info: dict) -> str:

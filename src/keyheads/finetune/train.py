@@ -1,5 +1,5 @@
 """The training loop: AdamW with warm-up and linear decay, gradient accumulation, clipping, the H/h
-rescale, atomic checkpoints and resume, on one process or many (accelerate: DDP or FSDP).
+rescale, atomic checkpoints and resume, on one process or many (DDP or FSDP2, see parallel.py).
 
 The data order is a function of the seed and the step alone: step s takes positions
 [s*B, (s+1)*B) of a stream of seeded per-epoch permutations, and process r of W takes every W-th
@@ -11,27 +11,20 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator, DistributedDataParallelKwargs
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from ..errors import SettingError
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import FinetuneConfig
 from .data import Tokenized, collate, n_loss_tokens
 from .model import Tuned
-
-
-def make_accelerator(cpu: bool):
-    """DDP without find_unused_parameters (every delta gets a gradient each step) and without
-    re-broadcasting buffers on each forward (the deltas' copies of W0 are buffers, identical everywhere)."""
-    return Accelerator(cpu=cpu, kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=False,
-                                                                               broadcast_buffers=False)])
+from .parallel import DDP, FSDP, make_accelerator
 
 
 def total_steps(cfg: FinetuneConfig, n_examples: int) -> int:
@@ -77,6 +70,12 @@ class TrainResult:
         return self.samples / self.seconds if self.seconds > 0 else float("nan")
 
 
+def check_batch_split(batch_size: int, world: int) -> None:
+    if batch_size % world:
+        raise SettingError(f"--optimizer-batch-size {batch_size} does not split over {world} processes: use a "
+                           f"multiple of {world}, e.g. {max(world, batch_size // world * world)}")
+
+
 def make_optimizer(tuned: Tuned, cfg: FinetuneConfig) -> torch.optim.Optimizer:
     groups = tuned.param_groups(cfg.weight_decay)
     if cfg.optimizer == "sgd":
@@ -89,7 +88,7 @@ def make_scheduler(optimizer, cfg: FinetuneConfig, steps: int):
 
 
 def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | Path, meta: dict,
-          accelerator=None, progress: bool = True) -> TrainResult:
+          parallel: DDP | FSDP | None = None, progress: bool = True) -> TrainResult:
     """Train `tuned` on `data`; checkpoints into `out`/checkpoint and resumes from it.
 
     `meta` (base fingerprint, components, data hash, ...) is stored with every checkpoint; a resume
@@ -97,26 +96,21 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     """
     if not data:
         raise ValueError("no training examples")
-    acc = accelerator or make_accelerator(tuned.model.device.type == "cpu")
-    world, rank = acc.num_processes, acc.process_index
-    if cfg.batch_size % world:
-        raise ValueError(
-            f"batch_size {cfg.batch_size} does not split over {world} processes; use a multiple of {world}"
-        )
+    par = parallel or DDP(make_accelerator(tuned.model.device.type == "cpu"))
+    world, rank = par.world, par.rank
+    check_batch_split(cfg.batch_size, world)
     out = Path(out)
     steps = total_steps(cfg, len(data))
-    module = acc.prepare(tuned.module)
-    optimizer = make_optimizer(tuned, cfg)
+    device = par.device if isinstance(par, FSDP) else tuned.model.device
+    module = par.prepare(tuned)
+    optimizer = make_optimizer(tuned, cfg)  # after prepare: FSDP2 replaces the parameters with their shards
     scheduler = make_scheduler(optimizer, cfg, steps)
-    # Under FSDP, accelerate clips with the wrapped module's own method only when given all its
-    # parameters; frozen ones have no gradient and count for nothing.
-    params = list(module.parameters())
+    params = [p for p in module.parameters() if p.requires_grad]
     record = {"config": cfg.to_json(), **meta, "total_steps": steps}
     start, losses = load_checkpoint(out / "checkpoint", record, tuned, optimizer, scheduler)
     pad = tuned.model.tokenizer.pad_token_id
-    device = tuned.model.device
     module.train()
-    bar = tqdm(total=steps, initial=start, desc=f"{cfg.method} SFT", disable=not (progress and acc.is_main_process),
+    bar = tqdm(total=steps, initial=start, desc=f"{cfg.method} SFT", disable=not (progress and par.is_main),
                unit="step")
     seconds, samples, step_seconds, updating = 0.0, 0, [], False
     try:
@@ -131,17 +125,16 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
             for j, items in enumerate(micro):
                 inputs = collate(items, pad, device)
                 labels = inputs.pop("labels")
-                sync = acc.no_sync(module) if j < len(micro) - 1 else nullcontext()
-                with sync:
+                with par.micro_step(module, last=j == len(micro) - 1):
                     # No name holds the logits, so they are freed as soon as the loss no longer needs them.
                     loss_sum = completion_loss_sum(module(**inputs, use_cache=False).logits, labels)
-                    # DDP averages over processes; the sum over processes is what we want.
-                    acc.backward(loss_sum * (world / tokens))
+                    # DDP and FSDP average over processes; the sum over processes is what we want.
+                    par.backward(loss_sum * (world / tokens))
                 step_loss += loss_sum.detach().double()
             if cfg.rescale and tuned.method == "precise":
                 tuned.rescale_grads()
             if cfg.max_grad_norm > 0:
-                acc.clip_grad_norm_(params, cfg.max_grad_norm)
+                par.clip(params, cfg.max_grad_norm)
             updating = True  # an interrupt from here to the step's end leaves no consistent state to save
             lr = scheduler.get_last_lr()[0]
             tuned.decay_deltas(lr, cfg.weight_decay)
@@ -151,18 +144,18 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
             step_seconds.append(time.perf_counter() - t0)
             seconds += step_seconds[-1]
             samples += len(batch)
-            losses.append(float(acc.reduce(step_loss, "sum").item()) / tokens)
+            losses.append(float(par.sum(step_loss).item()) / tokens)
             updating = False
             bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{samples / seconds:.1f}")
             bar.update(1)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < steps:
-                save_checkpoint(out / "checkpoint", record, step + 1, losses, tuned, optimizer, scheduler, acc)
+                save_checkpoint(out / "checkpoint", record, step + 1, losses, tuned, optimizer, scheduler, par)
     except KeyboardInterrupt:
         # Keep every finished step. With several processes the others may not be here to agree,
         # so only a single process saves; they resume from the last periodic checkpoint.
         done = len(losses)  # steps finished, this run and before
         if world == 1 and done > start and not updating:
-            save_checkpoint(out / "checkpoint", record, done, losses, tuned, optimizer, scheduler, acc)
+            save_checkpoint(out / "checkpoint", record, done, losses, tuned, optimizer, scheduler, par)
         raise
     finally:
         bar.close()

@@ -1,0 +1,143 @@
+"""How the processes of a training run share the work: DDP (accelerate) or FSDP2 (torch's fully_shard).
+
+Both give `train` the same few verbs, so the loop reads the same either way:
+- DDP: every process holds the whole model; accelerate wraps it and averages the trained gradients.
+- FSDP2: every decoder layer and the root are `fully_shard`ed over the processes. Frozen and trained
+  parameters alike are split in 1/world shards (DTensors); a layer's whole weights exist only during
+  its own forward and backward. Trained tensors, their gradients and the AdamW state stay float32
+  shards (the master copy); `compute_dtype` (bf16 on GPUs) is what the layers multiply in, and
+  gradients are reduced in float32, so full SFT loses no small update. `offload` keeps the shards,
+  gradients and optimizer state in CPU memory (FSDP2's CPUOffloadPolicy) and moves a layer to the GPU
+  for its own forward and backward.
+"""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+import torch.distributed as dist
+from accelerate import Accelerator, DistributedDataParallelKwargs
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import distribute_tensor
+
+from .. import distributed
+from ..errors import SettingError
+from .model import Tuned, local
+
+
+def make_accelerator(cpu: bool) -> Accelerator:
+    """DDP without find_unused_parameters (every delta gets a gradient each step) and without
+    re-broadcasting buffers on each forward (the deltas' copies of W0 are buffers, identical everywhere)."""
+    return Accelerator(cpu=cpu, kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=False,
+                                                                               broadcast_buffers=False)])
+
+
+class DDP:
+    """accelerate's data parallelism: whole model per process, gradients all-reduced."""
+
+    name = "ddp"
+    sharded = False
+
+    def __init__(self, accelerator: Accelerator):
+        self.acc = accelerator
+        self.world, self.rank = accelerator.num_processes, accelerator.process_index
+        self.is_main = accelerator.is_main_process
+
+    def prepare(self, tuned: Tuned) -> nn.Module:
+        return self.acc.prepare(tuned.module)
+
+    def micro_step(self, module: nn.Module, last: bool) -> AbstractContextManager:
+        """Gradients are all-reduced on the last micro-batch of a step only."""
+        return nullcontext() if last else self.acc.no_sync(module)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.acc.backward(loss)
+
+    def clip(self, params: list[nn.Parameter], max_norm: float) -> None:
+        self.acc.clip_grad_norm_(params, max_norm)
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        return self.acc.reduce(value, "sum")
+
+    def barrier(self) -> None:
+        self.acc.wait_for_everyone()
+
+
+class FSDP:
+    """torch's FSDP2 over every process of the launcher (or a group of one without a launcher)."""
+
+    name = "fsdp"
+    sharded = True
+
+    def __init__(self, device: torch.device, compute_dtype: torch.dtype | None = None, offload: bool = False):
+        if offload and device.type != "cuda":
+            raise SettingError("--offload moves shards between GPU and CPU memory: it needs a GPU (the run is on "
+                               f"{device}); leave --offload out on the CPU")
+        if distributed.launched():
+            distributed.world()  # accelerate's PartialState sets up the process group (gloo on CPU, nccl on GPUs)
+        elif not dist.is_initialized():
+            # One process without a launcher (FSDP2 on one GPU, for its offload): a group of one.
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(),
+                                    rank=0, world_size=1)
+        self.world, self.rank = dist.get_world_size(), dist.get_rank()
+        self.is_main = self.rank == 0
+        self.device = device
+        self.offload = offload
+        # No cast when the compute dtype is already float32 (the CPU default): FSDP then computes in fp32.
+        param = None if compute_dtype in (None, torch.float32, torch.float64) else compute_dtype
+        self.mp = MixedPrecisionPolicy(param_dtype=param, reduce_dtype=torch.float32)
+
+    def prepare(self, tuned: Tuned) -> nn.Module:
+        """Shard every decoder layer, then the root (embeddings, final norm, unembedding, tied or not)."""
+        hf = tuned.model.hf
+        for _, p in tuned.named_trainable():
+            # Trained tensors are float32 masters (FSDP2 also needs one dtype for them): full SFT's weights and
+            # precise SFT's MLPs of a bf16 model; the deltas and LoRA's factors are float32 already.
+            p.data = p.data.to(torch.promote_types(p.dtype, torch.float32))
+        mesh = init_device_mesh(self.device.type, (self.world,))
+        policy: OffloadPolicy = CPUOffloadPolicy() if self.offload else OffloadPolicy()
+        for layer in tuned.model.layers:
+            fully_shard(layer, mesh=mesh, mp_policy=self.mp, offload_policy=policy)
+        fully_shard(hf, mesh=mesh, mp_policy=self.mp, offload_policy=policy)
+        for delta in tuned.deltas.values():
+            # decay_deltas works shard by shard: keep only this shard's entries of W0, where the shard lives
+            shard = distribute_tensor(delta.base.to(self.device), mesh, delta.weight.placements).to_local()
+            delta.base = shard.to(local(delta.weight).device)
+        return tuned.module
+
+    def micro_step(self, module: nn.Module, last: bool) -> AbstractContextManager:
+        """Gradients are reduce-scattered after every micro-batch: FSDP keeps only the shard of a gradient,
+        which is what lets a model train whose whole gradient does not fit one device."""
+        return nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def clip(self, params: list[nn.Parameter], max_norm: float) -> None:
+        # The norm of sharded gradients is reduced over the processes by DTensor.
+        torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        value = value.clone()
+        dist.all_reduce(value)
+        return value
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+
+def is_sharded(module: nn.Module) -> bool:
+    return isinstance(module, FSDPModule)
+
+
+def make_parallel(mode: str, device: torch.device, compute_dtype: torch.dtype | None = None, offload: bool = False,
+                  accelerator: Accelerator | None = None) -> DDP | FSDP:
+    if mode == "fsdp":
+        if accelerator is not None:
+            raise ValueError("an Accelerator is for DDP; FSDP2 runs on torch's process group")
+        return FSDP(device, compute_dtype, offload)
+    if offload:
+        raise SettingError("--offload is FSDP2's: add --parallel fsdp")
+    return DDP(accelerator or make_accelerator(device.type == "cpu"))
