@@ -12,6 +12,7 @@ from ..finetune.adapter import read_info
 from ..heads import read_heads
 from ..models import DEFAULT_MODEL
 from .flags import add_settings, settings
+from .models import placement
 
 
 def _list(text: str | None) -> list[str]:
@@ -59,7 +60,8 @@ def cmd_eval(args) -> int:
     variants = variants_from_args(cfg)
     start = time.time()
     results = evaluate(variants, config, cfg.out, loader=lambda name: models.load_model(name, device=device,
-                                                                                     dtype=cfg.dtype))
+                                                                                     dtype=cfg.dtype,
+                                                                                     **placement(cfg)))
     if config.shard is not None:
         done = sum(b["timing"]["computed"] for r in results for b in r["benchmarks"].values())
         print(f"shard {cfg.shard}: computed {done} items in {time.time() - start:.0f} s; when every shard has "
