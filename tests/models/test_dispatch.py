@@ -40,8 +40,9 @@ TOL = dict(atol=1e-5, rtol=0)
 REF = ["3 + 4 = ", "5 + 2 = ", "1 + 1 = "]
 CF = ["3 @ 4 = ", "5 < 2 = ", "1 > 1 = "]
 # llama: grouped key/value heads, separate unembedding; gpt2: one key/value head per query head,
-# Conv1D projections with biases, unembedding tied to the embedding
-FAMILIES = ("llama", "gpt2")
+# Conv1D projections with biases, unembedding tied to the embedding; gemma3: norms after attention
+# and MLP, logit soft-capping, sliding-window layers
+FAMILIES = ("llama", "gpt2", "gemma3")
 
 
 @pytest.fixture(autouse=True)
@@ -98,6 +99,7 @@ def test_layers_are_offloaded_and_resident_only_during_their_forward(pair):
         proj._old_forward = inner
     assert seen == ["cpu"]  # loaded for its own forward ...
     assert proj.weight.device.type == "meta"  # ... and gone again after it
+    assert dispatched.generate(REF[0], max_new_tokens=5) == plain.generate(REF[0], max_new_tokens=5)
     # an in-memory model is fingerprinted by its tensors (evaluation's cache keys): offloaded ones too
     assert parameters_fingerprint(dispatched) == parameters_fingerprint(plain)
 
