@@ -118,7 +118,8 @@ def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: st
 
     @cache
     def get_model():
-        model = models.load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        model = models.load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, max_memory=cfg.max_memory,
+                                  offload_folder=cfg.offload_folder)
         print(model)
         return model
 
@@ -240,7 +241,8 @@ def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
                  for v, label in zip(cfg.variants, labels[2:])]
 
     def loader(name: str):
-        return model if name in (cfg.model, model.name) else models.load_model(name, device=cfg.device, dtype=cfg.dtype)
+        return model if name in (cfg.model, model.name) else models.load_model(
+            name, device=cfg.device, dtype=cfg.dtype, max_memory=cfg.max_memory, offload_folder=cfg.offload_folder)
 
     evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval.benchmarks), data_dir=_data_dir(cfg),
                                   limit=cfg.eval.limit, few_shot=cfg.eval.few_shot, split=cfg.resolved_eval_split(),

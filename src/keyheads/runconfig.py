@@ -16,7 +16,18 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .config.base import Count, Device, DType, NonNegative, Section, setting_error
+from .config.base import (
+    MAX_MEMORY_DESCRIPTION,
+    OFFLOAD_DESCRIPTION,
+    Count,
+    Device,
+    DType,
+    MaxMemory,
+    NonNegative,
+    OffloadFolder,
+    Section,
+    setting_error,
+)
 from .config.sections import (
     AnalysisSection,
     DataSection,
@@ -43,6 +54,8 @@ class PipelineConfig(Section):
     device: Device = Field(None, description="cpu, cuda, cuda:N, mps or auto (default: a GPU when there "
                                                     "is one)")
     dtype: DType = Field(None, description="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
+    max_memory: MaxMemory = Field(None, description=MAX_MEMORY_DESCRIPTION)
+    offload_folder: OffloadFolder = Field(None, description=OFFLOAD_DESCRIPTION)
     seed: NonNegative = Field(0, description="seeds the pairs, the random orders, the random heads and the "
                                              "training order")
     data_dir: str | None = Field(None, description="benchmark folder (default $KEYHEADS_DATA)")
@@ -115,6 +128,9 @@ class PipelineConfig(Section):
         if self.variants and self.finetune.train == "trainset" and not folder:
             raise SettingError("finetune.train 'trainset' is built from the benchmark folder: set data_dir or "
                                "$KEYHEADS_DATA")
+        if self.variants and (self.max_memory or self.offload_folder):
+            raise SettingError("variants are trained on a copy of the model, whose weights must all stay resident: "
+                               "drop max_memory and offload_folder (device auto alone splits it over the GPUs)")
         if any(v.startswith("precise") for v in self.variants) and self.patch.top_k is None \
                 and self.patch.threshold is None:
             raise SettingError("variants precise trains the key heads: set patch.top_k or patch.threshold")

@@ -34,6 +34,9 @@ _NAMES = tuple(dict.fromkeys(DTYPES.values()))
 DTYPE_HELP = (f"{', '.join(_NAMES[:-1])} or {_NAMES[-1]} "  # float32, bfloat16, float16 or float64 (or fp32, ...)
               f"(or {', '.join(alias for alias in DTYPES if alias not in _NAMES)})")
 DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto"
+MAX_MEMORY_HELP = "DEVICE=SIZE,... with DEVICE cuda:N (or N), cpu or mps and SIZE like 20GiB, 500MB or bytes"
+# the units accelerate's max_memory takes, in bytes (GiB, MiB, KiB binary; GB, MB, KB decimal)
+_UNITS = {"": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
 
 # ---- devices and dtypes -------------------------------------------------------------------------
@@ -60,6 +63,35 @@ def check_device(value: str | None, key: str = "device") -> str | None:
             raise SettingError(key, value, "MPS (Apple GPU) is not available on this machine; use cpu")
         return value
     raise SettingError(key, value, f"unknown device; use {DEVICE_HELP}")
+
+
+def parse_max_memory(value: str, key: str = "max_memory") -> dict[int | str, int]:
+    """accelerate's max_memory dict from "cuda:0=20GiB,cpu=60GiB" (or "0=20GiB,cpu=60GiB"): GPU index
+    or "cpu"/"mps" -> bytes. A GPU this machine lacks, a repeated device or a malformed part is an error."""
+    limits: dict[int | str, int] = {}
+    for part in value.split(","):
+        m = re.fullmatch(r"\s*(cuda:\d+|\d+|cpu|mps)\s*=\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", part, re.IGNORECASE)
+        if m is None or m.group(3).lower() not in _UNITS:
+            raise SettingError(key, value, f"cannot read {part.strip()!r}; use {MAX_MEMORY_HELP}, "
+                                           "e.g. cuda:0=20GiB,cpu=60GiB")
+        name, size = m.group(1).lower(), int(float(m.group(2)) * _UNITS[m.group(3).lower()])
+        device: int | str = name
+        if name[0].isdigit() or name.startswith("cuda"):
+            device = int(name.removeprefix("cuda:"))
+            check_device(f"cuda:{device}", key)  # a GPU this machine has
+        elif name == "mps":
+            check_device("mps", key)
+        if device in limits:
+            raise SettingError(key, value, f"{name} is given twice")
+        limits[device] = size
+    return limits
+
+
+def check_max_memory(value: str | None, key: str = "max_memory") -> str | None:
+    """None or a per-device limit that parse_max_memory reads (kept as given: the text is the setting)."""
+    if value is not None:
+        parse_max_memory(value, key)
+    return value
 
 
 @overload

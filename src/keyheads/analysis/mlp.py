@@ -91,7 +91,7 @@ def end_vectors(model: HookedModel, prompts: Sequence[str], batch_size: int = 16
 
 
 def unit_rows(model: HookedModel, tokens) -> torch.Tensor:
-    w = model.W_U.detach().float().cpu()[torch.as_tensor(tokens)]
+    w = model.unembedding_rows(tokens).float().cpu()
     return w / w.norm(dim=-1, keepdim=True)
 
 

@@ -12,6 +12,7 @@ from ..finetune.adapter import read_info
 from ..heads import read_heads
 from ..models import DEFAULT_MODEL
 from .flags import add_settings, settings
+from .models import placement, resident_only
 
 
 def _list(text: str | None) -> list[str]:
@@ -57,9 +58,12 @@ def cmd_eval(args) -> int:
     device = cfg.device or distributed.default_device()  # under a launcher: this process's own GPU
     config = cfg.eval_config(progress=not cfg.quiet and distributed.is_main())
     variants = variants_from_args(cfg)
+    if any(v.kind == "adapter" for v in variants):  # fine-tuned weights are written into a copy of the base
+        resident_only(cfg, "eval --adapter")
     start = time.time()
     results = evaluate(variants, config, cfg.out, loader=lambda name: models.load_model(name, device=device,
-                                                                                     dtype=cfg.dtype))
+                                                                                     dtype=cfg.dtype,
+                                                                                     **placement(cfg)))
     if config.shard is not None:
         done = sum(b["timing"]["computed"] for r in results for b in r["benchmarks"].values())
         print(f"shard {cfg.shard}: computed {done} items in {time.time() - start:.0f} s; when every shard has "

@@ -12,7 +12,7 @@ from ..errors import BadFile, SettingError
 from ..finetune.adapter import export_peft, merge, read_adapter
 from ..heads import parse_heads, parse_layers
 from .flags import add_settings, settings
-from .models import load_from_args
+from .models import load_from_args, resident_only
 
 COMPONENT_FLAGS = ("effects", "top_k", "heads", "random_heads", "mlps", "mlp_layers")
 
@@ -80,6 +80,7 @@ def components_from_args(args, model, seed: int = 0):
 
 def cmd_finetune(args) -> int:
     cfg: FinetuneCommand = settings(args)  # invalid settings fail here, before any model loads
+    resident_only(cfg, "finetune")
     recipe = cfg.recipe()
     check_component_args(cfg, recipe.method)
     examples = training.load_examples(cfg.train, data_dir=cfg.data_dir, seed=recipe.seed)
@@ -99,6 +100,7 @@ def cmd_finetune(args) -> int:
 
 def cmd_merge(args) -> int:
     cfg: MergeCommand = settings(args)
+    resident_only(cfg, "merge")
     _, meta = read_adapter(cfg.adapter)  # a broken adapter is said before the model loads
     if cfg.export == "hf" and Path(cfg.out).exists():  # before the model loads (merge() checks again)
         raise SettingError("--out", cfg.out, "exists; choose a new folder")

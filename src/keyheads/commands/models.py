@@ -3,14 +3,32 @@ from __future__ import annotations
 
 from .. import distributed, models  # models.load_model looked up at call time: tests stand in for it
 from ..config.commands import GenerateCommand, ModelsCommand
+from ..errors import SettingError
 from ..models import BUNDLED, DEFAULT_MODEL, cache_root
 from ..models.loading import _cache_valid, cached_folder
 from .flags import add_settings, settings
 
 
+def placement(cfg) -> dict:
+    """load_model's arguments for where a dispatched model (--device auto) may put its weights."""
+    return {"max_memory": cfg.max_memory, "offload_folder": cfg.offload_folder}
+
+
+def resident_only(cfg, command: str) -> None:
+    """Refuse a per-device limit or disk offload where every weight must stay resident: accelerate
+    reloads an offloaded weight from its copy at every forward, so an update to it would be lost."""
+    for key in ("max_memory", "offload_folder"):
+        if getattr(cfg, key) is not None:
+            flag = "--" + key.replace("_", "-")
+            raise SettingError(flag, getattr(cfg, key), f"`keyheads {command}` changes the weights, which must all "
+                                                        "stay resident: drop it (--device auto alone splits the "
+                                                        "model over the GPUs)")
+
+
 def load_from_args(cfg, model: str | None = None):
     """The model the settings name (under a launcher each process takes its own GPU)."""
-    return models.load_model(model or cfg.model, device=cfg.device or distributed.default_device(), dtype=cfg.dtype)
+    return models.load_model(model or cfg.model, device=cfg.device or distributed.default_device(), dtype=cfg.dtype,
+                             **placement(cfg))
 
 
 def cmd_models(args) -> int:

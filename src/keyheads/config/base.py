@@ -25,7 +25,15 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from ..errors import SettingError, UserError
-from ..settings import DEVICE_HELP, DTYPE_HELP, check_device, check_dtype
+from ..settings import (
+    DEVICE_HELP,
+    DTYPE_HELP,
+    MAX_MEMORY_HELP,
+    check_device,
+    check_dtype,
+    check_max_memory,
+    check_writable_dir,
+)
 
 Count = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]
@@ -35,9 +43,38 @@ def _dtype(value: str | None, info: ValidationInfo) -> str | None:
     return check_dtype(value, device=info.data.get("device"))  # bfloat16 needs a GPU that has it
 
 
+def _needs_auto(key: str, value: str, info: ValidationInfo) -> None:
+    # a device that failed its own check is not in info.data: that error is the one to show
+    if "device" in info.data and info.data["device"] != "auto":
+        raise SettingError(key, value, "needs --device auto (a per-device limit and disk offload are for a "
+                                       "model that accelerate splits over devices)")
+
+
+def _max_memory(value: str | None, info: ValidationInfo) -> str | None:
+    if value is not None:
+        check_max_memory(value, "max_memory")
+        _needs_auto("max_memory", value, info)
+    return value
+
+
+def _offload_folder(value: str | None, info: ValidationInfo) -> str | None:
+    if value is not None:
+        check_writable_dir(value, "offload_folder")
+        _needs_auto("offload_folder", value, info)
+    return value
+
+
 # a device or dtype this machine has, checked when a command's or the run's settings are read
 Device = Annotated[str | None, AfterValidator(check_device)]
 DType = Annotated[str | None, AfterValidator(_dtype)]
+# where a model dispatched by accelerate (device auto) may put its weights; declared after `device`
+MaxMemory = Annotated[str | None, AfterValidator(_max_memory)]
+OffloadFolder = Annotated[str | None, AfterValidator(_offload_folder)]
+MAX_MEMORY_DESCRIPTION = (f"with --device auto: the most memory each device may hold of the weights "
+                          f"({MAX_MEMORY_HELP}), e.g. cuda:0=20GiB,cpu=60GiB; what does not fit goes to "
+                          "--offload-folder")
+OFFLOAD_DESCRIPTION = ("with --device auto: a folder for the weights that --max-memory leaves no room for; they are "
+                       "read from it during their own layer's forward")
 
 
 class Section(BaseModel):
@@ -63,6 +100,8 @@ class Machine(Section):
     device: Device = Field(None, description=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
                                                     "default: cuda if available, else cpu")
     dtype: DType = Field(None, description=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
+    max_memory: MaxMemory = Field(None, description=MAX_MEMORY_DESCRIPTION)
+    offload_folder: OffloadFolder = Field(None, description=OFFLOAD_DESCRIPTION)
     threads: Count | None = Field(None, description="CPU threads for torch (default: torch's; 1 is often "
                                                        "fastest when other jobs share the cores)")
 

@@ -138,8 +138,9 @@ def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
         if not keep:
             break
         if len(keep) < len(active):
+            # a CPU index selects on any device: a dispatched model keeps each layer's cache on its own
+            hf_internals.select_rows(step.cache, torch.tensor(keep))
             index = torch.tensor(keep, device=step.mask.device)
-            hf_internals.select_rows(step.cache, index)
             step.mask, step.next_pos, nxt = step.mask[index], step.next_pos[index], nxt[index]
             active = [active[b] for b in keep]
         mask = torch.cat([step.mask, torch.ones_like(step.mask[:, :1])], dim=1)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import torch
+from accelerate.utils import align_module_device
 
 from ..io import file_sha256
 from .hf_internals import commit_hash
@@ -22,11 +23,19 @@ def short_sha(text: str) -> str:
 
 
 def parameters_fingerprint(model: HookedModel) -> str:
-    """sha256 of every tensor of the state dict (as float32) with its name."""
+    """sha256 of every tensor of the state dict (as float32) with its name. A tensor that accelerate
+    offloaded (on the meta device outside its module's forward) is read through its module's hook."""
     h = hashlib.sha256()
     for name, p in model.hf.state_dict().items():
         h.update(name.encode())
-        h.update(p.detach().to(torch.float32).cpu().numpy().tobytes())
+        if p.device.type == "meta":
+            owner, _, attr = name.rpartition(".")
+            module = model.hf.get_submodule(owner)
+            with align_module_device(module):
+                p = getattr(module, attr)
+                h.update(p.detach().to(torch.float32).cpu().numpy().tobytes())
+        else:
+            h.update(p.detach().to(torch.float32).cpu().numpy().tobytes())
     return h.hexdigest()
 
 

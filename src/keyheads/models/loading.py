@@ -16,16 +16,14 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from ..errors import MissingPackage, ModelNotFound
+from ..errors import MissingPackage, ModelNotFound, SettingError
 from ..io import atomic_folder, file_sha256
-from ..settings import check_dtype
+from ..settings import check_dtype, parse_max_memory
 from .bundled import BUNDLED, DEFAULT_MODEL
 from .families import family_for
 from .model import HookedModel
 
 MANIFEST = "keyheads-manifest.json"
-
-
 
 
 def cache_root() -> Path:
@@ -151,7 +149,8 @@ def _resolve(name_or_path: str) -> tuple[str, str]:
 
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dtype: str | torch.dtype | None = None,
-               attn_implementation: str | None = None) -> HookedModel:
+               attn_implementation: str | None = None, max_memory: str | dict | None = None,
+               offload_folder: str | Path | None = None) -> HookedModel:
     """Load any supported causal LM as a HookedModel.
 
     Args:
@@ -163,14 +162,24 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
             fp64). Default: bfloat16 on GPU, float32 on CPU.
         attn_implementation: passed to transformers (default: its own choice; keyheads
             switches to eager only while attention patterns are read).
+        max_memory: with device "auto", the most each device may hold, as accelerate's dict
+            ({0: "20GiB", "cpu": "60GiB"}) or as text ("cuda:0=20GiB,cpu=60GiB").
+        offload_folder: with device "auto", where the weights that max_memory leaves no room for
+            go; accelerate loads each offloaded module's weights only during its own forward.
     """
+    if (max_memory is not None or offload_folder is not None) and device != "auto":
+        raise SettingError("max_memory and offload_folder place the parts of a model that accelerate dispatches: "
+                           "they need device='auto'")
+    if isinstance(max_memory, str):
+        max_memory = parse_max_memory(max_memory)
     kind, location = _resolve(name_or_path)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if isinstance(dtype, str):  # the names keyheads.settings.DTYPES lists, checked against the device
         dtype = getattr(torch, check_dtype(dtype, device=device))
-    if dtype is None:
-        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    if dtype is None:  # device auto on a machine without a GPU places the model on the CPU
+        on_cpu = device == "cpu" or device == "auto" and not torch.cuda.is_available()
+        dtype = torch.float32 if on_cpu else torch.bfloat16
     try:
         config = AutoConfig.from_pretrained(location)
     except OSError as err:
@@ -185,6 +194,10 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
     if device == "auto":
         _require("accelerate", "pip install accelerate")
         kwargs["device_map"] = "auto"
+        if max_memory is not None:
+            kwargs["max_memory"] = max_memory
+        if offload_folder is not None:
+            kwargs["offload_folder"] = str(offload_folder)
     hf = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     if device != "auto":
         hf = hf.to(device)

@@ -1,4 +1,11 @@
-"""The one model object every keyheads stage works with."""
+"""The one model object every keyheads stage works with.
+
+A model that accelerate dispatched (load_model(device="auto")) may hold its layers on several
+devices, and the ones it offloaded on the meta device, loaded by their AlignDevicesHook only
+during their own forward. Every method here that reads a weight itself does so under
+accelerate's `align_module_device`, and takes and returns activations on the caller's device;
+on a model on one device these are no-ops.
+"""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -6,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from accelerate.utils import align_module_device, has_offloaded_params
 
 from . import hf_internals
 from .families import Family, family_for
@@ -67,6 +75,11 @@ class HookedModel:
 
     @property
     def device(self) -> torch.device:
+        """Where inputs go: the embedding's device, or the main device of a dispatched model (its
+        top-level hook moves inputs there and outputs back; an offloaded embedding is on meta)."""
+        main = getattr(getattr(self.hf, "_hf_hook", None), "execution_device", None)
+        if main is not None:
+            return torch.device(main)
         return self.hf.get_input_embeddings().weight.device
 
     @property
@@ -75,8 +88,16 @@ class HookedModel:
 
     @property
     def W_U(self) -> torch.Tensor:
-        """Unembedding matrix, [vocab, d_model] (rows are the token directions)."""
+        """Unembedding matrix, [vocab, d_model] (rows are the token directions); on the meta device when
+        accelerate offloaded it: read rows with `unembedding_rows`."""
         return self.hf.get_output_embeddings().weight
+
+    def unembedding_rows(self, tokens) -> torch.Tensor:
+        """The rows of W_U for `tokens` (ids), a copy on W_U's device, offloaded or not."""
+        head = self.hf.get_output_embeddings()
+        with align_module_device(head):
+            w = head.weight.detach()
+            return w[torch.as_tensor(tokens, device=w.device)]
 
     @property
     def final_norm(self):
@@ -84,15 +105,18 @@ class HookedModel:
 
     def unembed(self, resid: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Logits from a residual-stream vector: final norm, then W_U (only `tokens` rows if given)."""
-        x = self.final_norm(resid)
+        x = self.final_norm(resid)  # a dispatched module's own hook places its input and weights
         head = self.hf.get_output_embeddings()
         if tokens is None:
-            logits = head(x)
+            logits = head(x).to(resid.device)
         else:
-            w = head.weight[tokens]  # [..., d] matching x's leading dims
-            logits = (x * w).sum(-1)
-            if getattr(head, "bias", None) is not None:
-                logits = logits + head.bias[tokens]
+            with align_module_device(head):
+                w = head.weight
+                tokens = tokens.to(w.device)
+                logits = (x.to(w.device) * w[tokens]).sum(-1)  # w[tokens]: [..., d] matching x's leading dims
+                if getattr(head, "bias", None) is not None:
+                    logits = logits + head.bias[tokens]
+            logits = logits.to(resid.device)
         cap = getattr(self.config, "final_logit_softcapping", None)
         if cap:
             logits = torch.tanh(logits / cap) * cap
@@ -103,7 +127,7 @@ class HookedModel:
         """What attention adds to the residual given the output projection's output."""
         if self.family.post_attn_norm is None:
             return attn_out
-        return self.layer_module(layer, self.family.post_attn_norm)(attn_out)
+        return self.layer_module(layer, self.family.post_attn_norm)(attn_out).to(attn_out.device)
 
     def mlp_write(self, layer: int, resid: torch.Tensor) -> torch.Tensor:
         """What layer `layer`'s MLP adds to the residual stream when it reads `resid`."""
@@ -112,7 +136,7 @@ class HookedModel:
         x = self.layer_module(layer, fam.mlp)(x)
         if fam.post_mlp_norm is not None:
             x = self.layer_module(layer, fam.post_mlp_norm)(x)
-        return x
+        return x.to(resid.device)
 
     def out_proj_heads(self, layer: int, head_out: torch.Tensor) -> torch.Tensor:
         """Per-head contribution through the output projection, without bias.
@@ -121,14 +145,23 @@ class HookedModel:
         plus the projection's bias this is the attention block output.
         """
         proj = self.layer_module(layer, self.family.attn_out_proj)
-        w = proj.weight  # Linear: [d_model, n_heads*head_dim]; Conv1D: [n_heads*head_dim, d_model]
-        if not self.family.conv1d:
-            w = w.T
-        w = w.reshape(self.n_heads, self.head_dim, -1)
-        return torch.einsum("...hk,hkd->...hd", head_out, w)
+        with align_module_device(proj):
+            w = proj.weight  # Linear: [d_model, n_heads*head_dim]; Conv1D: [n_heads*head_dim, d_model]
+            if not self.family.conv1d:
+                w = w.T
+            w = w.reshape(self.n_heads, self.head_dim, -1)
+            out = torch.einsum("...hk,hkd->...hd", head_out.to(w.device), w)
+        return out.to(head_out.device)
 
     def out_proj_bias(self, layer: int) -> torch.Tensor | None:
-        return getattr(self.layer_module(layer, self.family.attn_out_proj), "bias", None)
+        """The output projection's bias (None without one); a copy when accelerate offloaded it."""
+        proj = self.layer_module(layer, self.family.attn_out_proj)
+        if getattr(proj, "bias", None) is None:
+            return None
+        if not has_offloaded_params(proj):
+            return proj.bias
+        with align_module_device(proj):
+            return proj.bias.detach().clone()
 
     # ---- running -----------------------------------------------------------------------
     def encode(self, prompts: Sequence[str], add_special_tokens: bool = True) -> Encoded:

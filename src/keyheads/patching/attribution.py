@@ -56,11 +56,12 @@ def attribution_patch_batch(model: HookedModel, batch: Batch, metric: str) -> Ba
         q = logits_quantity(metric, logits, batch.answer)
         q.sum().backward()
     original = q.detach()
+    # each layer's terms are on its own device when the model is dispatched over several
     heads = torch.stack(
         [
             (
                 (leaves[f"{l}.head_out"].grad[:, -1]) * (c[f"{l}.head_out"] - leaves[f"{l}.head_out"][:, -1].detach())
-            ).sum(-1)
+            ).sum(-1).to(original.device)
             for l in range(L)
         ],
         dim=1,
@@ -70,7 +71,7 @@ def attribution_patch_batch(model: HookedModel, batch: Batch, metric: str) -> Ba
             (
                 mlp_out[f"{l}.mlp_write"].grad[:, -1]
                 * (c[f"{l}.mlp_write"] - mlp_out[f"{l}.mlp_write"][:, -1].detach())
-            ).sum(-1)
+            ).sum(-1).to(original.device)
             for l in range(L)
         ],
         dim=1,

@@ -70,7 +70,9 @@ def _capture(model: HookedModel, batch: Batch) -> tuple[dict, dict]:
             r[k].append(both[k][:B])
         for k in cf_points:
             c[k].append(both[k][B:])
-    return {k: torch.cat(v) for k, v in r.items()}, {k: torch.cat(v) for k, v in c.items()}
+    # the sweep works on one device: a dispatched model's layers may sit on several
+    dev = model.device
+    return ({k: torch.cat(v).to(dev) for k, v in r.items()}, {k: torch.cat(v).to(dev) for k, v in c.items()})
 
 
 def _sweep(model: HookedModel, r: dict, c: dict, mlp_chunk: int) -> torch.Tensor:
