@@ -46,7 +46,9 @@ class Memory:
     """Bytes per GPU (and per node on the host) of one stage in one mode."""
 
     frozen: int = 0       # frozen weights (compute dtype)
-    trained: int = 0      # fp32 trained weights, with their compute-dtype copies and precise SFT's W0 copies
+    trained: int = 0      # fp32 trained weights
+    working: int = 0      # their compute-dtype copies kept for the backward pass
+    buffers: int = 0      # precise SFT's fp32 copies of W0's trained entries
     grads: int = 0        # fp32 gradients (and DDP's buckets)
     optimizer: int = 0    # AdamW state
     gathered: int = 0     # FSDP2's unsharded layers and gradients
@@ -55,7 +57,8 @@ class Memory:
 
     @property
     def gpu(self) -> int:
-        return self.frozen + self.trained + self.grads + self.optimizer + self.gathered + self.activations
+        return (self.frozen + self.trained + self.working + self.buffers + self.grads + self.optimizer + self.gathered
+                + self.activations)
 
 
 @dataclass(frozen=True)
@@ -111,16 +114,16 @@ def _train_memory(shape: ModelShape, method: str, w: Workload, mode: str, world:
     states = (TRAINED_WEIGHT * t, TRAINED_GRAD * t, ADAMW_STATE * t)
     if mode == "ddp":
         buckets = DDP_BUCKETS * t if world > 1 else 0
-        return Memory(frozen=b * frozen, trained=states[0] + b * t + DELTA_BASE * deltas, grads=states[1] + buckets,
-                      optimizer=states[2], activations=activations)
+        return Memory(frozen=b * frozen, trained=states[0], working=b * t, buffers=DELTA_BASE * deltas,
+                      grads=states[1] + buckets, optimizer=states[2], activations=activations)
     trained_layer = t // shape.n_layers if method != "full" else shape.layer_params
     gathered: float = b * (shape.root_params + costs.FSDP_GATHERED_LAYERS * shape.layer_params)
     gathered += costs.FSDP_GRAD_LAYERS * FP32 * trained_layer
     shards = (b * frozen / world, states[0] / world, states[1] / world, states[2] / world)
     if mode == "fsdp":
-        return Memory(frozen=int(shards[0]), trained=int(shards[1]) + DELTA_BASE * deltas, grads=int(shards[2]),
-                      optimizer=int(shards[3]), gathered=int(gathered), activations=activations)
-    return Memory(trained=DELTA_BASE * deltas, gathered=int(gathered), activations=activations,
+        return Memory(frozen=int(shards[0]), trained=int(shards[1]), buffers=DELTA_BASE * deltas,
+                      grads=int(shards[2]), optimizer=int(shards[3]), gathered=int(gathered), activations=activations)
+    return Memory(buffers=DELTA_BASE * deltas, gathered=int(gathered), activations=activations,
                   host=int(sum(shards) * gpus))
 
 
