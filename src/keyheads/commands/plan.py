@@ -18,8 +18,8 @@ def gib(n: float) -> str:
 def plan_from(cfg: PlanCommand) -> Plan:
     machine = Machine(cfg.gpus, cfg.nodes, parse_bytes(cfg.gpu_memory, "gpu_memory"),
                       parse_bytes(cfg.host_memory, "host_memory") if cfg.host_memory else None)
-    work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch_size, batch=cfg.batch_size, heads=cfg.heads,
-                    mlps=cfg.mlps, lora_rank=cfg.lora_rank, dtype=cfg.dtype)
+    work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch_size, batch=cfg.batch_size,
+                    prompt_len=cfg.prompt_len, heads=cfg.heads, mlps=cfg.mlps, lora_rank=cfg.lora_rank, dtype=cfg.dtype)
     return make_plan(shape_of(load_config(cfg.model), cfg.model), machine, work)
 
 
@@ -38,8 +38,8 @@ def table(plan: Plan) -> str:
     lines = [f"{s.name}: {s.params:,} parameters ({s.params / 1e9:.2f}B), {s.n_layers} layers, d_model {s.d_model}, "
              f"{s.n_heads} heads ({s.n_kv_heads} K/V), vocabulary {s.vocab:,}",
              f"{m.world} GPU(s) ({m.nodes} node(s) x {m.gpus}) of {gib(m.gpu_bytes)} GiB, {gib(plan.usable_per_gpu)} "
-             f"GiB usable each; {w.dtype}, {w.seq_len} tokens a sample, training micro-batch {w.micro_batch}, "
-             f"analysis batch {w.batch}", ""]
+             f"GiB usable each; {w.dtype}; training: {w.seq_len} tokens a sample, micro-batch {w.micro_batch}; "
+             f"analyses: {w.prompt_len} tokens a prompt, batch {w.batch}", ""]
     head = ("stage", "trained", "mode", "GiB/GPU", "host GiB/node", "fits", "flags")
     rows = []
     for stage in plan.stages:

@@ -271,11 +271,12 @@ class PlanCommand(Section):
     gpu_memory: str = Field("80GiB", description="memory of one GPU, e.g. 80GiB or 80GB")
     host_memory: str | None = Field(None, description="host memory per node for CPU offload, e.g. 512GiB "
                                                        "(default: not checked)")
-    seq_len: Count = Field(512, description="tokens per sample (padded length)")
+    seq_len: Count = Field(512, description="training tokens a sample (padded length)")
     micro_batch_size: Count = Field(FinetuneConfig.__pydantic_fields__["micro_batch_size"].default,  # type: ignore[attr-defined]
                                     description="training samples per forward pass and process; halved until "
                                                 "it fits")
-    batch_size: Count = Field(16, description="analysis prompts per forward pass")
+    batch_size: Count = Field(16, description="analysis prompts per forward pass; halved until it fits")
+    prompt_len: Count = Field(256, description="analysis tokens a prompt (eval: prompt and generated tokens)")
     heads: Count = Field(32, description="heads trained by precise SFT")
     mlps: NonNegative = Field(3, description="whole MLP layers trained by precise + MLPs")
     lora_rank: Count = Field(8, description="LoRA's rank")

@@ -35,6 +35,7 @@ class Workload:
     seq_len: int = 512
     micro_batch: int = 8     # training samples per forward pass and process
     batch: int = 16          # analysis prompts per forward pass
+    prompt_len: int = 256    # analysis tokens a prompt (eval: prompt and generated tokens)
     heads: int = 32          # precise SFT's heads
     mlps: int = 3            # precise + MLPs' whole MLP layers
     lora_rank: int = 8
@@ -152,42 +153,55 @@ def plan_training(shape: ModelShape, method: str, machine: Machine, w: Workload,
     return StagePlan(f"finetune {method}", trained_params(shape, method, w), tuple(options))
 
 
-def analysis_activations(shape: ModelShape, analysis: str, w: Workload) -> int:
-    """Bytes a forward pass of `w.batch` prompts of `w.seq_len` tokens needs besides the weights."""
+def analysis_activations(shape: ModelShape, analysis: str, w: Workload, batch: int) -> int:
+    """Bytes a forward pass of `batch` prompts of `w.prompt_len` tokens needs besides the weights."""
     b = costs.DTYPE_BYTES[w.dtype]
     per_token = costs.infer_token(shape, b)
     if analysis == "patch":  # activation patching keeps the prefix's K/V cache and a copy per sender
         per_token += 2 * costs.kv_cache_token(shape, b)
     elif analysis == "patch attribution":  # one backward pass with every weight frozen
-        per_token = costs.saved_train(shape, b, w.seq_len, w.batch, "precise") + costs.transient_train(shape, b)
+        per_token = costs.saved_train(shape, b, w.prompt_len, batch, "precise") + costs.transient_train(shape, b)
     elif analysis == "attention":
-        per_token += costs.eager_scores_token(shape, b, w.seq_len)
+        per_token += costs.eager_scores_token(shape, b, w.prompt_len)
     elif analysis == "eval/generate":
         per_token += costs.kv_cache_token(shape, b)
-    return per_token * w.batch * w.seq_len
+    return per_token * batch * w.prompt_len
+
+
+def _analysis_option(shape: ModelShape, analysis: str, machine: Machine, w: Workload, usable: int, mode: str,
+                     batch: int) -> Option:
+    b = costs.DTYPE_BYTES[w.dtype]
+    weights = b * shape.params
+    act = analysis_activations(shape, analysis, w, batch)
+    room = max(usable - act, 0)  # what each GPU may give the weights: accelerate's max_memory
+    n = machine.gpus
+    limits = ",".join(f"{k}={room // GiB}GiB" for k in range(n))
+    if mode == "gpu":
+        mem = Memory(frozen=weights, activations=act)
+        return Option(mode, mem.gpu <= usable, mem, batch, ("--device cuda", f"--batch-size {batch}"))
+    if mode == "auto":
+        mem = Memory(frozen=-(-weights // n), activations=act)
+        return Option(mode, n > 1 and mem.gpu <= usable, mem, batch,
+                      ("--device auto", f"--max-memory {limits}", f"--batch-size {batch}"))
+    rest = max(weights - room * n, 0)  # auto+cpu: what the GPUs cannot hold waits on the host
+    mem = Memory(frozen=min(weights, room * n) // n, activations=act, host=rest)
+    host_ok = machine.host_bytes is None or rest <= machine.host_bytes
+    fits = room >= b * shape.layer_params and host_ok  # a layer computes on a GPU, brought in by accelerate
+    return Option(mode, fits, mem, batch,
+                  ("--device auto", f"--max-memory {limits},cpu={-(-rest // GiB)}GiB", f"--batch-size {batch}"))
 
 
 def plan_analysis(shape: ModelShape, analysis: str, machine: Machine, w: Workload, usable: int) -> StagePlan:
-    """One GPU; else the node's GPUs (device_map="auto"); else those GPUs and the host."""
-    b = costs.DTYPE_BYTES[w.dtype]
-    weights = b * shape.params
-    act = analysis_activations(shape, analysis, w)
-    room = usable - act  # what each GPU may give the weights, as accelerate's max_memory
-    one = Memory(frozen=weights, activations=act)
-    options = [Option("gpu", one.gpu <= usable, one, flags=("--device cuda",))]
-    n = machine.gpus
-    limits = ",".join(f"{k}={max(room, 0) // GiB}GiB" for k in range(n))
-    split = Memory(frozen=-(-weights // n), activations=act)
-    options.append(Option("auto", n > 1 and room > 0 and split.gpu <= usable, split,
-                          flags=("--device auto", f"--max-memory {limits}")))
-    on_gpus = max(room, 0) * n
-    rest = max(weights - on_gpus, 0)
-    host_ok = machine.host_bytes is None or rest <= machine.host_bytes
-    offload = Memory(frozen=min(weights, on_gpus) // n, activations=act, host=rest)
-    layer_fits = room >= b * shape.layer_params  # a layer computes on a GPU, weights brought in by accelerate
-    cpu = f"cpu={-(-rest // GiB)}GiB"
-    options.append(Option("auto+cpu", layer_fits and host_ok, offload,
-                          flags=("--device auto", f"--max-memory {limits},{cpu}")))
+    """One GPU; else the node's GPUs (device_map="auto"); else those GPUs and the host. The batch is halved
+    from the one asked for until the mode fits."""
+    options = []
+    for mode in ("gpu", "auto", "auto+cpu"):
+        batch = w.batch
+        option = _analysis_option(shape, analysis, machine, w, usable, mode, batch)
+        while not option.fits and batch > 1:
+            batch //= 2
+            option = _analysis_option(shape, analysis, machine, w, usable, mode, batch)
+        options.append(option)
     return StagePlan(analysis, 0, tuple(options))
 
 
