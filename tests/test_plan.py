@@ -155,6 +155,10 @@ def test_cli_llama2_7b_full_sft(tmp_path, capsys):
     full_sft = next(s for s in plan["stages"] if s["stage"] == "finetune full")
     assert full_sft["chosen"] == "fsdp+offload"
     assert "--finetune.offload" in modes["fsdp+offload"]["flags"]
+    # with too little host memory for the offloaded states, nothing fits one GPU
+    code, out, _ = run_plan(capsys, "--model", str(tmp_path), "--host-memory", "64GiB", "--json")
+    assert code == 0
+    assert next(s for s in json.loads(out)["stages"] if s["stage"] == "finetune full")["chosen"] is None
 
 
 @pytest.mark.parametrize("args, says", [

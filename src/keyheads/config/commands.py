@@ -270,7 +270,7 @@ class PlanCommand(Section):
     nodes: Count = Field(1, description="nodes (training spreads over all GPUs; analyses use one node's)")
     gpu_memory: str = Field("80GiB", description="memory of one GPU, e.g. 80GiB or 80GB")
     host_memory: str | None = Field(None, description="host memory per node for CPU offload, e.g. 512GiB "
-                                                       "(default: not checked)")
+                                                       "(null: not checked)")
     seq_len: Count = Field(512, description="training tokens a sample (padded length)")
     micro_batch_size: Count = Field(FinetuneConfig.__pydantic_fields__["micro_batch_size"].default,  # type: ignore[attr-defined]
                                     description="training samples per forward pass and process; halved until "

@@ -146,7 +146,7 @@ def plan_training(shape: ModelShape, method: str, machine: Machine, w: Workload,
     for mode in ("ddp", "fsdp", "fsdp+offload"):
         micro = w.micro_batch
         mem = _train_memory(shape, method, w, mode, machine.world, machine.gpus, micro)
-        while not _fits(mem, machine, usable) and micro > 1:
+        while mem.gpu > usable and micro > 1:  # a smaller micro-batch needs no less host memory
             micro //= 2
             mem = _train_memory(shape, method, w, mode, machine.world, machine.gpus, micro)
         options.append(Option(mode, _fits(mem, machine, usable), mem, micro, _train_flags(mode, micro)))
