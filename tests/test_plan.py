@@ -19,9 +19,10 @@ from keyheads.finetune.data import Tokenized, collate
 from keyheads.finetune.model import full, lora, precise
 from keyheads.finetune.train import completion_loss_sum
 from keyheads.heads import Head
+from keyheads.models.bundled import BUNDLED
 from keyheads.planning import costs
 from keyheads.planning.planner import Machine, Workload, make_plan
-from keyheads.planning.shape import shape_of
+from keyheads.planning.shape import load_config, shape_of
 from keyheads.testing import TINY_FAMILIES, tiny_model
 
 ACTIVATION_TOLERANCE = 0.02  # relative; the counts were read off these very kernels, so they match exactly today
@@ -135,6 +136,16 @@ def test_cli_on_a_tiny_folder(tmp_path, capsys):
     assert all(s["chosen"] for s in plan["stages"])
     code, out, _ = run_plan(capsys, "--model", str(tmp_path))
     assert code == 0 and "finetune precise" in out and "--finetune.parallel ddp" in out
+
+
+def test_bundled_model_from_its_gguf_header(tmp_path, monkeypatch):
+    """Not converted yet: the config comes from the GGUF header, tied as conversion ties it."""
+    if not BUNDLED["smollm2-135m"].installed():
+        pytest.skip("the bundled smollm2-135m is not installed")
+    monkeypatch.setenv("KEYHEADS_CACHE", str(tmp_path))
+    shape = shape_of(load_config("smollm2-135m"))
+    assert shape.params == 134_515_008 and shape.tied  # the count full SFT trains (bench/RESULTS.md)
+    assert not (tmp_path / "models").exists()  # nothing converted
 
 
 LLAMA2_7B = dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
