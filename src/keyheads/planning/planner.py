@@ -3,7 +3,7 @@
 Training modes, tried in this order (the first that fits is chosen): DDP (every process holds the whole
 model), FSDP2 (everything sharded over the processes), FSDP2 with CPU offload (the shards, their
 gradients and AdamW state on the host; the GPU holds the layers being computed and the activations).
-The micro-batch is halved from the one asked for until the mode fits. Analyses: one GPU, or the model
+The micro-batch is halved from the one asked for until the GPU holds it. Analyses: one GPU, or the model
 split over the node's GPUs with accelerate's device_map="auto", or split with CPU offload.
 """
 from __future__ import annotations
