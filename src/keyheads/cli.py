@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "keyheads.commands.analysis",
     "keyheads.commands.finetune",
     "keyheads.commands.study",
+    "keyheads.commands.plan",
 )
 
 

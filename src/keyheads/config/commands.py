@@ -22,6 +22,7 @@ from ..finetune.adapter import check_run_folder
 from ..finetune.config import FinetuneConfig
 from ..heads import parse_heads, parse_layers
 from ..models import DEFAULT_MODEL
+from ..planning.costs import parse_bytes
 from ..settings import check_writable_dir, check_writable_file
 from .base import Count, Machine, NonNegative, Quiet, Section, section_of
 from .sections import DataSection, PatchSection, check_train
@@ -261,6 +262,33 @@ class GenerateCommand(Loads):
     prompt: CliPositionalArg[str] = Field(description="the prompt")
     max_new_tokens: Count = Field(20, description="tokens to generate")
     escapes: bool = Field(False, description="interpret backslash escapes such as \\n in the prompt")
+
+
+class PlanCommand(Section):
+    model: str = Field(DEFAULT_MODEL, description=MODEL_HELP + " (only its config is read)")
+    gpus: Count = Field(1, description="GPUs per node")
+    nodes: Count = Field(1, description="nodes (training spreads over all GPUs; analyses use one node's)")
+    gpu_memory: str = Field("80GiB", description="memory of one GPU, e.g. 80GiB or 80GB")
+    host_memory: str | None = Field(None, description="host memory per node for CPU offload, e.g. 512GiB "
+                                                       "(null: not checked)")
+    seq_len: Count = Field(512, description="training tokens a sample (padded length)")
+    micro_batch_size: Count = Field(FinetuneConfig.__pydantic_fields__["micro_batch_size"].default,  # type: ignore[attr-defined]
+                                    description="training samples per forward pass and process; halved until "
+                                                "it fits")
+    batch_size: Count = Field(16, description="analysis prompts per forward pass; halved until it fits")
+    prompt_len: Count = Field(256, description="analysis tokens a prompt (eval: prompt and generated tokens)")
+    heads: Count = Field(32, description="heads trained by precise SFT")
+    mlps: NonNegative = Field(3, description="whole MLP layers trained by precise + MLPs")
+    lora_rank: Count = Field(8, description="LoRA's rank")
+    dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16", description="compute dtype")
+    as_json: bool = Field(False, alias="json", description="print the plan as JSON")
+
+    @field_validator("gpu_memory", "host_memory")
+    @classmethod
+    def _memory(cls, v, info):
+        if v is not None:
+            parse_bytes(v, info.field_name)
+        return v
 
 
 class ModelsCommand(Section):
