@@ -184,17 +184,17 @@ def spies(monkeypatch):
     import keyheads.finetune as ft
 
     calls = {"load": 0, "train": 0}
-    load, train = command.load_from_args, ft.finetune
+    load, train = command.models.load_model, ft.finetune
 
-    def counted_load(args):
+    def counted_load(*a, **k):
         calls["load"] += 1
-        return load(args)
+        return load(*a, **k)
 
     def counted_train(*a, **k):
         calls["train"] += 1
         return train(*a, **k)
 
-    monkeypatch.setattr(command, "load_from_args", counted_load)
+    monkeypatch.setattr(command.models, "load_model", counted_load)
     monkeypatch.setattr(ft, "finetune", counted_train)
     return calls
 
@@ -233,6 +233,12 @@ BAD = {
     "heads-with-full": (["--method", "full", "--heads", "1.0"], None, ["--heads", "--method precise"], False),
     "random-heads-zero": (["--random-heads", "0"], None, ["--random-heads 0: must be an integer >= 1"], False),
     "max-steps-zero": (["--heads", "1.0", "--max-steps", "0"], None, ["--max-steps 0: must be an integer >= 1"], False),
+    "unknown-parallel": (["--heads", "1.0", "--parallel", "zero3"], None, ["--parallel zero3", "ddp, fsdp"], False),
+    "offload-without-fsdp": (["--heads", "1.0", "--offload"], None, ["--offload", "--parallel fsdp"], False),
+    "offload-on-cpu": (["--heads", "1.0", "--parallel", "fsdp", "--offload", "--device", "cpu"], None,
+                       ["--offload", "needs a GPU"], False),
+    "device-auto-with-fsdp": (["--heads", "1.0", "--parallel", "fsdp", "--device", "auto"], None,
+                              ["--device auto", "--parallel fsdp"], False),
 }
 
 
@@ -250,6 +256,18 @@ def test_finetune_input_errors(name, tiny_folder, train_file, effects, tmp_path,
     assert spies["train"] == 0 and not out.exists()
     if not may_load:
         assert spies["load"] == 0, "the check could have come before the model loads"
+
+
+def test_a_batch_that_does_not_split_over_the_processes_is_refused(tiny_folder, train_file, tmp_path, capsys, spies,
+                                                                  monkeypatch):
+    import keyheads.distributed
+
+    monkeypatch.setattr(keyheads.distributed, "world", lambda: 3)  # as under a launcher of three processes
+    argv = finetune_argv(tiny_folder, train_file, tmp_path / "run", "--heads", "1.0", "--optimizer-batch-size", "8")
+    assert main(argv) == 2
+    err = error_line(capsys.readouterr().err)
+    assert "--optimizer-batch-size 8 does not split over 3 processes" in err and "multiple of 3" in err
+    assert spies["load"] == 0 and spies["train"] == 0
 
 
 def test_batch_size_is_not_the_optimizer_batch(tiny_folder, train_file, tmp_path, capsys, spies):

@@ -3,16 +3,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import distributed, models
 from .. import finetune as training  # training.finetune looked up at call time: tests count its calls
-from .. import models
 from ..components import Components
 from ..config.commands import FinetuneCommand, MergeCommand
 from ..effects import Effects
 from ..errors import BadFile, SettingError
 from ..finetune.adapter import export_peft, merge, read_adapter
+from ..finetune.parallel import check_setup, placement
 from ..heads import parse_heads, parse_layers
 from .flags import add_settings, settings
-from .models import load_from_args, resident_only
+from .models import resident_only
 
 COMPONENT_FLAGS = ("effects", "top_k", "heads", "random_heads", "mlps", "mlp_layers")
 
@@ -83,15 +84,19 @@ def cmd_finetune(args) -> int:
     resident_only(cfg, "finetune")
     recipe = cfg.recipe()
     check_component_args(cfg, recipe.method)
+    check_setup(recipe, cfg.device, distributed.world())
     examples = training.load_examples(cfg.train, data_dir=cfg.data_dir, seed=recipe.seed)
     if cfg.limit:
         examples = examples[:cfg.limit]
-    model = load_from_args(cfg)
+    load_on, train_on = placement(recipe, cfg.device)
+    dtype = cfg.dtype or ("bfloat16" if train_on.startswith("cuda") else "float32")
+    model = models.load_model(cfg.model, device=load_on, dtype=dtype)
     components = components_from_args(cfg, model, recipe.seed) if recipe.method == "precise" else None
     if components is not None:
         print(f"training {len(components.heads)} heads {', '.join(map(str, components.heads))}"
               + (f" and MLPs {list(components.mlps)}" if components.mlps else "") + f" ({components.source})")
-    info = training.finetune(model, examples, recipe, cfg.out, components, data_name=cfg.train, progress=not cfg.quiet)
+    info = training.finetune(model, examples, recipe, cfg.out, components, data_name=cfg.train, progress=not cfg.quiet,
+                             device=train_on)
     print(training.describe(info))
     print(f"wrote {cfg.out}/ (finetune.json, " + {"precise": "adapter.safetensors", "lora": "lora/",
                                                   "full": "model/"}[recipe.method] + ")")

@@ -24,6 +24,7 @@ from torch.distributed.tensor import distribute_tensor
 
 from .. import distributed
 from ..errors import SettingError
+from .config import FinetuneConfig
 from .model import Tuned, local
 
 
@@ -130,6 +131,37 @@ class FSDP:
 
 def is_sharded(module: nn.Module) -> bool:
     return isinstance(module, FSDPModule)
+
+
+def check_batch_split(batch_size: int, world: int) -> None:
+    if batch_size % world:
+        raise SettingError(f"--optimizer-batch-size {batch_size} does not split over {world} processes: use a "
+                           f"multiple of {world}, e.g. {max(world, batch_size // world * world)}")
+
+
+def check_setup(cfg: FinetuneConfig, device: str | None, world: int) -> None:
+    """What can be refused before any model loads."""
+    check_batch_split(cfg.batch_size, world)
+    if device == "auto" and (cfg.parallel == "fsdp" or world > 1):
+        raise SettingError("--device auto splits one model over the devices of one process, and accelerate does not "
+                           "train such a model on several processes or under FSDP: leave --device out (each process "
+                           "takes its own GPU) and use --parallel fsdp to spread the model over the processes")
+    if cfg.offload and cfg.parallel != "fsdp":
+        raise SettingError("--offload is FSDP2's CPU offload: add --parallel fsdp")
+    if cfg.offload and not placement(cfg, device)[1].startswith("cuda"):
+        raise SettingError("--offload moves shards between GPU and CPU memory: it needs a GPU, and this run is on "
+                           "the CPU; leave --offload out")
+
+
+def placement(cfg: FinetuneConfig, device: str | None) -> tuple[str, str]:
+    """-> (where to load the model, where to train). Under FSDP2 on GPUs the model loads into CPU memory and
+    each process moves only its own shards to its GPU, so no GPU ever holds the whole model."""
+    train = device or distributed.default_device() or ("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.parallel == "fsdp" and train.startswith("cuda"):
+        if train == "cuda":
+            train = f"cuda:{torch.cuda.current_device()}"
+        return "cpu", train
+    return train, train
 
 
 def make_parallel(mode: str, device: torch.device, compute_dtype: torch.dtype | None = None, offload: bool = False,

@@ -19,12 +19,11 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from ..errors import SettingError
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import FinetuneConfig
 from .data import Tokenized, collate, n_loss_tokens
 from .model import Tuned
-from .parallel import DDP, FSDP, make_accelerator
+from .parallel import DDP, FSDP, check_batch_split, make_accelerator
 
 
 def total_steps(cfg: FinetuneConfig, n_examples: int) -> int:
@@ -68,12 +67,6 @@ class TrainResult:
     @property
     def samples_per_second(self) -> float:
         return self.samples / self.seconds if self.seconds > 0 else float("nan")
-
-
-def check_batch_split(batch_size: int, world: int) -> None:
-    if batch_size % world:
-        raise SettingError(f"--optimizer-batch-size {batch_size} does not split over {world} processes: use a "
-                           f"multiple of {world}, e.g. {max(world, batch_size // world * world)}")
 
 
 def make_optimizer(tuned: Tuned, cfg: FinetuneConfig) -> torch.optim.Optimizer:
