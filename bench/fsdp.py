@@ -1,0 +1,188 @@
+"""Past one process: DDP against FSDP2 on 1 and 2 processes, a killed FSDP2 run resumed, and the GPU cases.
+
+Every case is its own launch (torch.distributed.run for 2 processes), so each peak memory is its own.
+On the CPU the processes share the machine's cores: 1 process gets 2 threads, 2 processes 1 each.
+
+    python bench/fsdp.py cpu            # each method x {DDP, FSDP2} x {1, 2} processes, SmolLM2-135M
+    python bench/fsdp.py resume         # full SFT of SmolLM2 on 2 FSDP2 processes, killed at step 3 and
+                                        # resumed; the model/ it writes against one plain process
+    python bench/fsdp.py gpu-offload    # full SFT of a random LLaMA-2-7B shape on one GPU, FSDP2 + offload
+    python bench/fsdp.py gpu-overhead   # precise SFT on one GPU: FSDP2 (one process) against DDP
+    python bench/fsdp.py gpu-split      # patching with SmolLM2 split between cuda:0 and cpu, against cuda:0
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from results import write_section  # noqa: E402
+
+WORKER = ROOT / "bench" / "fsdp_worker.py"
+KEYHEADS = str(Path(sys.executable).with_name("keyheads"))
+MODEL = "smollm2-135m"
+TRAIN = "arith:multidigit:96"
+# 32 of SmolLM2's 270 heads and three MLPs, spread over the layers (the cost of precise SFT depends on how
+# many slices and where, not on which heads: a fixed set keeps the cases comparable without effects.json).
+HEADS = [[layer, head] for layer in range(6, 30, 3) for head in (0, 3, 6, 8)]
+CASES = {"precise (32 heads)": ("precise", {"heads": HEADS, "mlps": [], "source": "bench"}),
+         "precise + 3 MLPs": ("precise", {"heads": HEADS, "mlps": [20, 21, 22], "source": "bench"}),
+         "LoRA r8": ("lora", None), "full": ("full", None)}
+RECIPE = dict(max_steps=6, save_every=0, batch_size=16, micro_batch_size=4, lr=1e-4)
+
+
+def launch(spec: dict, folder: Path, processes: int, check: bool = True) -> subprocess.CompletedProcess:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spec.json").write_text(json.dumps(spec))
+    cmd = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+           if processes > 1 else [sys.executable])
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": str(spec.get("threads", 1))}
+    proc = subprocess.run(cmd + [str(WORKER), str(folder / "spec.json"), str(folder / "results")], env=env,
+                          capture_output=True, text=True)
+    if check and proc.returncode:
+        raise SystemExit(f"{folder}: the launch failed\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def ranks(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((folder / "results").glob("rank*.json"))]
+
+
+def cpu(root: Path) -> str:
+    rows = ["| method | parallel | processes | peak RSS per process (MiB) | frozen weights per process (MiB) | "
+            "s/step (median) | final loss |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, (method, components) in CASES.items():
+        for parallel in ("ddp", "fsdp"):
+            for processes in (1, 2):
+                folder = root / f"{method}-{len(components['mlps']) if components else 0}-{parallel}-{processes}"
+                config = {"method": method, "parallel": parallel, **RECIPE}
+                launch({"model": MODEL, "train": TRAIN, "config": config, "components": components,
+                        "threads": 2 // processes, "out": str(folder / "out")}, folder, processes)
+                got = ranks(folder)
+                step = statistics.median(s for r in got for s in r["step_seconds"])
+                rows.append(f"| {name} | {parallel} | {processes} | {max(r['peak_rss_mib'] for r in got):,.0f} | "
+                            f"{max(r['frozen_mib_here'] for r in got):,.0f} | {step:.2f} | "
+                            f"{got[0]['losses'][-1]:.4f} |")
+                print(rows[-1], flush=True)
+    return "\n".join(rows)
+
+
+def resume(root: Path) -> str:
+    """Full SFT on two FSDP2 processes, killed after the checkpoint of step 2, resumed; against one process."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = {"method": "full", "parallel": "fsdp", **dict(RECIPE, max_steps=4, save_every=2)}
+    spec = {"model": MODEL, "train": TRAIN, "config": config, "threads": 1, "out": str(root / "fsdp" / "out")}
+    killed = launch({**spec, "crash_at": 3}, root / "fsdp", 2, check=False)
+    assert killed.returncode != 0 and "simulated kill at step 3" in killed.stderr + killed.stdout, killed.stderr[-3000:]
+    shards = sorted(p.name for p in (root / "fsdp" / "out" / "checkpoint" / "shards").iterdir())
+    t0 = time.perf_counter()
+    resumed = launch(spec, root / "fsdp", 2)
+    resumed_seconds = time.perf_counter() - t0
+    note = next((line for line in resumed.stderr.splitlines() if "resuming from" in line), "no resume note")
+    single = {**spec, "config": {**config, "parallel": "ddp"}, "threads": 2, "out": str(root / "one" / "out")}
+    launch(single, root / "one", 1)
+    a = AutoModelForCausalLM.from_pretrained(root / "fsdp" / "out" / "model")
+    b = AutoModelForCausalLM.from_pretrained(root / "one" / "out" / "model")
+    base = AutoModelForCausalLM.from_pretrained(str(_cache_folder()))
+    pb, pbase = dict(b.named_parameters()), dict(base.named_parameters())
+    worst = max((p - pb[n]).abs().max().item() for n, p in a.named_parameters())
+    moved = max((p - pbase[n]).abs().max().item() for n, p in b.named_parameters())
+    losses = [json.loads((root / d / "out" / "finetune.json").read_text())["train"]["losses"] for d in ("fsdp", "one")]
+    dtypes = sorted({str(p.dtype) for p in a.parameters()})
+    return "\n".join([
+        f"- Killed at step 3 on two FSDP2 processes, after the checkpoint of step 2 ({', '.join(shards)}); the "
+        f"same command again: `{note.strip()}`, finished in {resumed_seconds:.0f} s.",
+        f"- `model/` loads with plain `AutoModelForCausalLM.from_pretrained` ({', '.join(dtypes)}); largest "
+        f"difference from one plain process trained without a kill: **{worst:.2e}** (the training moved weights "
+        f"by up to {moved:.2e}).",
+        f"- Losses, two FSDP2 processes with the kill: {', '.join(f'{x:.5f}' for x in losses[0])}; one process: "
+        f"{', '.join(f'{x:.5f}' for x in losses[1])}.",
+        f"- {torch.__version__}, full SFT, AdamW, batch 16 in micro-batches of 4, 4 steps."])
+
+
+def _cache_folder() -> Path:
+    from keyheads.models.loading import ensure_converted
+
+    return ensure_converted(MODEL)
+
+
+def gpu_offload(root: Path) -> str:
+    spec = {"random_init": "llama2-7b", "train": "arith:multidigit:64", "threads": 8, "out": str(root / "out"),
+            "config": {"method": "full", "parallel": "fsdp", "offload": True, **dict(RECIPE, max_steps=4,
+                                                                                       batch_size=8)}}
+    launch(spec, root, 1)
+    r = ranks(root)[0]
+    return (f"- Full SFT of a random LLaMA-2-7B shape, one GPU, FSDP2 + CPU offload, fp32 masters, bf16 compute: "
+            f"{statistics.median(r['step_seconds']):.1f} s/step (batch 8, micro-batch 4); peak GPU "
+            f"{r.get('peak_gpu_gib', float('nan')):.1f} GiB, peak host {r['peak_rss_mib'] / 1024:.1f} GiB.")
+
+
+def gpu_overhead(root: Path) -> str:
+    out = []
+    for parallel in ("ddp", "fsdp"):
+        spec = {"model": MODEL, "train": TRAIN, "threads": 8, "out": str(root / parallel / "out"), "device": "cuda",
+                "components": CASES["precise (32 heads)"][1],
+                "config": {"method": "precise", "parallel": parallel, **dict(RECIPE, max_steps=20)}}
+        launch(spec, root / parallel, 1)
+        out.append(ranks(root / parallel)[0])
+    ddp, fsdp = (statistics.median(r["step_seconds"]) for r in out)
+    worst = max(abs(a - b) for a, b in zip(out[0]["losses"], out[1]["losses"]))
+    return (f"- Precise SFT of SmolLM2 (32 heads) on one GPU, bf16: DDP {ddp:.3f} s/step, FSDP2 (one process) "
+            f"{fsdp:.3f} s/step: overhead **{100 * (fsdp / ddp - 1):+.0f}%**; largest loss difference {worst:.1e}.")
+
+
+def gpu_split(root: Path) -> str:
+    import numpy as np
+
+    times = {}
+    for name, flags in {"cuda:0": ["--device", "cuda"],
+                        "cuda:0 + cpu": ["--device", "auto", "--max-memory", "0=120MiB,cpu=8GiB"]}.items():
+        out = root / name.replace(" ", "").replace(":", "").replace("+", "-")
+        t0 = time.perf_counter()
+        subprocess.run([KEYHEADS, "patch", "--model", MODEL, "--data", str(root / "pairs.jsonl"), "--out", str(out),
+                        "--dtype", "float32", "--quiet", *flags], check=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        times[name] = (time.perf_counter() - t0, np.array(json.loads((out / "effects.json").read_text())["heads"]))
+    (t1, e1), (t2, e2) = times.values()
+    return (f"- Path patching of SmolLM2, fp32: on cuda:0 {t1:.0f} s; split between cuda:0 (120 MiB) and cpu "
+            f"{t2:.0f} s; largest effect difference {np.abs(e1 - e2).max():.1e}.")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("part", choices=("cpu", "resume", "gpu-offload", "gpu-overhead", "gpu-split"))
+    parser.add_argument("--keep", help="work folder to keep (default: a temporary one)")
+    args = parser.parse_args()
+    root = Path(args.keep or tempfile.mkdtemp(prefix="keyheads-fsdp-"))
+    if args.part == "gpu-split":
+        subprocess.run([KEYHEADS, "data", "--model", MODEL, "--out", str(root / "pairs.jsonl"), "-n", "32"],
+                       check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    body = {"cpu": cpu, "resume": resume, "gpu-offload": gpu_offload, "gpu-overhead": gpu_overhead,
+            "gpu-split": gpu_split}[args.part](root)
+    when = datetime.date.today().isoformat()
+    titles = {"cpu": "Past one process on the CPU: DDP and FSDP2, 1 and 2 processes (bench/fsdp.py cpu)",
+              "resume": "FSDP2: a killed full SFT resumed (bench/fsdp.py resume)"}
+    title = titles.get(args.part, f"FSDP2 on a GPU (bench/fsdp.py {args.part})")
+    write_section(title, f"{body}\n\nMeasured {when} with `python bench/fsdp.py {args.part}`.")
+    print(body)
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
