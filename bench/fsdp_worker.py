@@ -44,9 +44,8 @@ def main(spec_path: str, results: str) -> None:
     from keyheads.finetune.config import FinetuneConfig
     from keyheads.finetune.parallel import placement
     from keyheads.finetune.run import finetune
-    from keyheads.models import load_model
-
     from keyheads.log import configure
+    from keyheads.models import load_model
 
     configure()  # the "resuming from" note on stderr
     spec = json.loads(Path(spec_path).read_text())
