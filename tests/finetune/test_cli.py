@@ -270,6 +270,14 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused(tiny_folder, 
     assert spies["load"] == 0 and spies["train"] == 0
 
 
+def test_accelerates_own_fsdp_is_refused(tiny_folder, train_file, tmp_path, capsys, spies, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch --use_fsdp` sets
+    assert main(finetune_argv(tiny_folder, train_file, tmp_path / "run", "--heads", "1.0")) == 2
+    err = error_line(capsys.readouterr().err)
+    assert "--use_fsdp" in err and "--parallel fsdp" in err
+    assert spies["load"] == 0 and spies["train"] == 0
+
+
 def test_batch_size_is_not_the_optimizer_batch(tiny_folder, train_file, tmp_path, capsys, spies):
     """`--batch-size` is the forward batch everywhere else, so finetune does not take it silently."""
     with pytest.raises(SystemExit) as done:

@@ -12,6 +12,7 @@ Both give `train` the same few verbs, so the loop reads the same either way:
 """
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -146,6 +147,10 @@ def check_setup(cfg: FinetuneConfig, device: str | None, world: int) -> None:
         raise SettingError("--device auto splits one model over the devices of one process, and accelerate does not "
                            "train such a model on several processes or under FSDP: leave --device out (each process "
                            "takes its own GPU) and use --parallel fsdp to spread the model over the processes")
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true", "yes") and cfg.parallel != "fsdp":
+        # accelerate's own FSDP wrapping would meet keyheads' DDP set-up: one way to shard, ours
+        raise SettingError("`accelerate launch --use_fsdp` is not how keyheads shards: launch without --use_fsdp "
+                           "and add --parallel fsdp (FSDP2, set up by keyheads)")
     if cfg.offload and cfg.parallel != "fsdp":
         raise SettingError("--offload is FSDP2's CPU offload: add --parallel fsdp")
     if cfg.offload and not placement(cfg, device)[1].startswith("cuda"):
