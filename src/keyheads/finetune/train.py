@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from ..errors import MissingPackage
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import FinetuneConfig
 from .data import Tokenized, collate, n_loss_tokens
@@ -73,6 +74,14 @@ def make_optimizer(tuned: Tuned, cfg: FinetuneConfig) -> torch.optim.Optimizer:
     groups = tuned.param_groups(cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr)
+    if cfg.optimizer == "adamw8bit":
+        try:
+            import bitsandbytes
+        except ImportError:
+            raise MissingPackage("--optimizer adamw8bit needs bitsandbytes: pip install bitsandbytes==0.50.2 "
+                                 "(or keyheads[finetune])") from None
+        # Tensors under 4096 entries (biases, norms, small deltas) keep fp32 moments, as bitsandbytes decides.
+        return bitsandbytes.optim.AdamW8bit(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
 
 
