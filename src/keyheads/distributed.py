@@ -16,7 +16,10 @@ import torch
 import torch.distributed as dist
 from accelerate import PartialState
 
+from .errors import UserError
+
 T = TypeVar("T")
+M = TypeVar("M")
 R = TypeVar("R")
 
 # Launchers set one of these to the number of processes (torchrun/accelerate: WORLD_SIZE; MPI: the others).
@@ -121,3 +124,64 @@ def _checked(fn: Callable[[list[T]], Sequence[R]], sub: list[T]) -> list[R]:
     if len(results) != len(sub):
         raise ValueError(f"map_sharded: fn returned {len(results)} results for {len(sub)} items")
     return results
+
+
+class MainProcessFailed(UserError):
+    """Raised on the other processes when work done by the main process alone failed there.
+
+    The main process reports its own error (a bad input's one line, or a bug's traceback); the
+    others stop with this one line instead of waiting for results that will not come.
+    """
+
+
+def broadcast(obj: Any) -> Any:
+    """The main process's `obj` (anything picklable), on every rank."""
+    if world() == 1:
+        return obj
+    box = [obj if is_main() else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def on_main(fn: Callable[[], M], what: str = "") -> M:
+    """fn() on the main process alone while the others wait; -> its result, on every rank.
+
+    An exception in `fn` is re-raised on the main process and reaches the others as
+    MainProcessFailed (naming `what`), so that none waits forever for the main one.
+    """
+    if world() == 1:
+        return fn()
+    result, error = None, None
+    if is_main():
+        try:
+            result = fn()
+        except BaseException as err:  # noqa: BLE001 - sent to the other ranks, then re-raised
+            error = err
+    sent = broadcast((result, None) if error is None else (None, f"{type(error).__name__}: {error}"))
+    if error is not None:
+        raise error
+    if sent[1] is not None:
+        raise MainProcessFailed(f"the main process failed{' in ' + what if what else ''} ({sent[1]}); "
+                                "this process stops too: see the main process's message")
+    return sent[0]
+
+
+_settled = [0]
+
+
+def settle(timeout: timedelta = timedelta(minutes=10)) -> None:
+    """Wait until every process got here, through the launcher's key-value store, not the process group.
+
+    Call it last, before a process exits: after a collective some ranks may still be reading the
+    others' final messages (gloo's barrier included), and a peer that exits meanwhile fails them
+    with "Connection closed by peer". The store lives outside the collectives, so once every rank
+    has checked in here none of them has a message left to read.
+    """
+    if world() == 1 or not dist.is_initialized():
+        return
+    _settled[0] += 1
+    store = dist.distributed_c10d._get_default_store()
+    key = f"keyheads/settle/{_settled[0]}"
+    if store.add(key, 1) == world():
+        store.set(f"{key}/all", b"1")
+    store.wait([f"{key}/all"], timeout)
