@@ -181,6 +181,24 @@ def test_a_stage_signature_is_its_section(change, affected, tmp_path):
     assert {name for name in before if before[name] != after[name]} == affected
 
 
+def test_signatures_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch):
+    """What a stage's signature holds comes from the config alone, never from the launcher."""
+    from keyheads import distributed
+    from keyheads.pipeline import build_stages
+
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1 + 1 = ", "completion": "2"}\n')
+    cfg = config(tmp_path / "r", tmp_path, variants=["precise", "lora"])
+
+    def stages():
+        return [(s.name, s.settings, s.inputs, s.owns, s.resume) for s in build_stages(cfg, tmp_path, get_model=None)]
+
+    one = stages()
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    for name, value in (("world", 4), ("rank", 3), ("is_main", False), ("default_device", "cuda:3")):
+        monkeypatch.setattr(distributed, name, lambda value=value: value)
+    assert stages() == one
+
+
 @pytest.mark.parametrize("values, named", [
     ({"data": {"n": 0}}, "data.n: 0 given"),
     ({"patch": {"top_k": -3}}, "patch.top_k: -3 given"),
