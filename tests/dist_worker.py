@@ -1,9 +1,10 @@
-"""One process of the two-process test in test_distributed.py (launched by torch.distributed.run).
+"""One process of the two-process tests in test_distributed.py and test_distributed_run.py
+(launched by torch.distributed.run).
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 dist_worker.py SPEC.json
 
-SPEC.json holds "patch" and "eval" (argument lists of `keyheads`) and "results" (a folder).
-Every process runs, in order:
+SPEC.json holds "results" (a folder) and either "patch" and "eval" (argument lists of `keyheads`)
+or "study" (see check_study). For the first, every process runs, in order:
   1. keyheads.distributed on its own (shard, gather, map_sharded, errors on one rank);
   2. `keyheads patch` with a crash on rank 1 at its second batch, then the same command again
      (the resume), then with --restart, counting the batches each rank computes;
@@ -113,17 +114,79 @@ def check_eval(argv: list[str]) -> dict:
     return {"code": code, "error": error, "rows_added": added["rows"]}
 
 
+def check_study(spec: dict) -> dict:
+    """`keyheads run` twice: first with a data stage that fails on the main process ("fail_out"),
+    then the whole study ("argv"). The data stage copies "pairs" (a random tiny model gets no sum
+    right, so the real one would keep nothing). Counts which stage functions each process called,
+    the forward passes each made in each stage, and the device each asked the model onto."""
+    import shutil
+
+    import keyheads.models
+    import keyheads.pipeline as pipeline
+    from keyheads.cli import main
+    from keyheads.errors import UserError
+
+    stage = {"now": None}
+    calls: dict = {}
+    forwards: dict = {}
+    devices = []
+    real_load = keyheads.models.load_model
+
+    def load(name, device=None, dtype=None, **kw):
+        devices.append(device)
+        model = real_load(name, device=device, dtype=dtype, **kw)
+
+        def count(*_):  # copied along with the module when a stage deep-copies it to train
+            forwards[stage["now"]] = forwards.get(stage["now"], 0) + 1
+        # every pass starts at the embeddings (patching runs the layers one by one)
+        model.hf.get_input_embeddings().register_forward_pre_hook(count)
+        return model
+
+    def given_pairs(cfg, run, model, progress=True):
+        if str(run) == spec["fail_out"]:
+            raise UserError("no pairs in this test")
+        shutil.copy(spec["pairs"], run / "pairs.jsonl")
+
+    def counted(name, fn):
+        def wrapped(*args, **kwargs):
+            stage["now"] = name
+            calls[name] = calls.get(name, 0) + 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                stage["now"] = None
+        return wrapped
+
+    keyheads.models.load_model = load
+    pipeline._data = given_pairs
+    for name in ("data", "identify", "knockout", "attention", "mlp", "finetune", "eval", "report"):
+        setattr(pipeline, f"_{name}", counted(name, getattr(pipeline, f"_{name}")))
+    failed = outcome(lambda: main(spec["fail_argv"]))
+    calls.clear()
+    code, error = outcome(lambda: main(spec["argv"]))
+    return {"fail": failed, "code": code, "error": error, "calls": calls, "forwards": forwards,
+            "devices": devices}
+
+
 def main(spec_path: str) -> None:
     from keyheads import distributed
 
     spec = json.loads(Path(spec_path).read_text())
     r = distributed.rank()
-    facts = {"distributed": check_distributed(r), "patch": check_patch(r, spec["patch"]),
-             "eval": check_eval(spec["eval"])}
+    if "study" in spec:
+        facts = {"study": check_study(spec["study"])}
+    else:
+        facts = {"distributed": check_distributed(r), "patch": check_patch(r, spec["patch"]),
+                 "eval": check_eval(spec["eval"])}
     results = Path(spec["results"])
     results.mkdir(parents=True, exist_ok=True)
     (results / f"rank{r}.json").write_text(json.dumps(facts, indent=2))
     distributed.barrier()
+    # After a collective a rank may still be reading its peers' last messages; exiting meanwhile
+    # failed them now and then with "Connection closed by peer". settle() waits through the
+    # launcher's store until every rank is past the barrier, then the group is taken down.
+    distributed.settle()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
