@@ -143,6 +143,9 @@ def broadcast(obj: Any) -> Any:
     return box[0]
 
 
+_steps = [0]  # calls of on_main in this process: every process makes the same calls in the same order
+
+
 def on_main(fn: Callable[[], M], what: str = "") -> M:
     """fn() on the main process alone while the others wait; -> its result, on every rank.
 
@@ -151,19 +154,24 @@ def on_main(fn: Callable[[], M], what: str = "") -> M:
     """
     if world() == 1:
         return fn()
+    _steps[0] += 1
     result, error = None, None
     if is_main():
         try:
             result = fn()
         except BaseException as err:  # noqa: BLE001 - sent to the other ranks, then re-raised
             error = err
-    sent = broadcast((result, None) if error is None else (None, f"{type(error).__name__}: {error}"))
+    step, sent, failure = broadcast((_steps[0], result, None) if error is None
+                                    else (_steps[0], None, f"{type(error).__name__}: {error}"))
     if error is not None:
         raise error
-    if sent[1] is not None:
-        raise MainProcessFailed(f"the main process failed{' in ' + what if what else ''} ({sent[1]}); "
+    if step != _steps[0]:  # a result meant for another call must not be taken for this one's
+        raise RuntimeError(f"process {rank()} is out of step with the main process (call {_steps[0]} of on_main "
+                           f"here, {step} there{', at ' + what if what else ''})")
+    if failure is not None:
+        raise MainProcessFailed(f"the main process failed{' in ' + what if what else ''} ({failure}); "
                                 "this process stops too: see the main process's message")
-    return sent[0]
+    return sent
 
 
 _settled = [0]
