@@ -116,9 +116,10 @@ def check_eval(argv: list[str]) -> dict:
 
 def check_study(spec: dict) -> dict:
     """`keyheads run` twice: first with a data stage that fails on the main process ("fail_out"),
-    then the whole study ("argv"). The data stage copies "pairs" (a random tiny model gets no sum
-    right, so the real one would keep nothing). Counts which stage functions each process called,
-    the forward passes each made in each stage, and the device each asked the model onto."""
+    then the whole study ("argv"); main() then calls fail_on_one_process. The data stage copies
+    "pairs" (a random tiny model gets no sum right, so the real one would keep nothing). Counts
+    which stage functions each process called, the forward passes each made in each stage, and
+    the device each asked the model onto."""
     import shutil
 
     import keyheads.models
@@ -168,6 +169,32 @@ def check_study(spec: dict) -> dict:
             "devices": devices}
 
 
+def fail_on_one_process(spec: dict) -> None:
+    """The knockout stage, again on a copy of the finished run, raising at once on rank 1 alone. Rank 0
+    is then inside the stage, where no message can reach it: the job must end anyway, and say why."""
+    import shutil
+
+    import keyheads.pipeline as pipeline
+    from keyheads import distributed
+    from keyheads.cli import main
+
+    argv = spec["argv"]
+    run, copy = Path(json.loads(Path(argv[1]).read_text())["out"]), Path(spec["spread_fail_out"])
+    if distributed.is_main():
+        shutil.copytree(run, copy)
+    distributed.barrier()
+    real = pipeline._knockout
+
+    def knockout(*args, **kwargs):
+        if distributed.rank() == 1:
+            raise RuntimeError("simulated failure on process 1")
+        return real(*args, **kwargs)
+
+    pipeline._knockout = knockout
+    main(argv + ["--out", str(copy), "--stages", "knockout", "--force"])
+    raise AssertionError("the run went on after a process failed")
+
+
 def main(spec_path: str) -> None:
     from keyheads import distributed
 
@@ -182,6 +209,8 @@ def main(spec_path: str) -> None:
     results.mkdir(parents=True, exist_ok=True)
     (results / f"rank{r}.json").write_text(json.dumps(facts, indent=2))
     distributed.barrier()
+    if "study" in spec:
+        fail_on_one_process(spec["study"])  # does not return
     # After a collective a rank may still be reading its peers' last messages; exiting meanwhile
     # failed them now and then with "Connection closed by peer". settle() waits through the
     # launcher's store until every rank is past the barrier, then the group is taken down.

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -78,6 +79,19 @@ def argv(config: Path, out: Path | None = None) -> list[str]:
     return ["run", str(config), "--threads", "1", "--quiet"] + (["--out", str(out)] if out else [])
 
 
+def launch(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """Run the launcher in its own session; past `timeout` (a hang) end it and its workers, and fail."""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"the processes still ran after {timeout} s:\n{out[-3000:]}\n{err[-6000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The same `keyheads run` in one process (this one) and in two; -> (root, facts per rank, output)."""
@@ -86,14 +100,17 @@ def runs(tmp_path_factory):
     spec = root / "spec.json"
     spec.write_text(json.dumps({"results": str(root / "results"), "study": {
         "argv": argv(config), "fail_argv": argv(config, root / "fails"), "fail_out": str(root / "fails"),
-        "pairs": str(root / "given_pairs.jsonl")}}))
+        "spread_fail_out": str(root / "fails-spread"), "pairs": str(root / "given_pairs.jsonl")}}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node", "2",
            str(WORKER), str(spec)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = launch(cmd, env, timeout=240)
     seconds = time.perf_counter() - t0
-    assert proc.returncode == 0, f"workers failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    # the workers end with a failure on one process (dist_worker.fail_on_one_process), after the results
+    done = (root / "results" / "rank0.json").is_file() and (root / "results" / "rank1.json").is_file()
+    assert proc.returncode == 1 and done, f"workers failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n" \
+                                          f"{proc.stderr[-6000:]}"
     (root / "run").rename(root / "two")
     facts = [json.loads((root / "results" / f"rank{r}.json").read_text())["study"] for r in range(2)]
 
@@ -218,6 +235,14 @@ def test_a_failure_on_the_main_process_stops_every_process_with_a_message(runs):
     assert "keyheads run: error: no pairs in this test" in proc.stderr
     assert ("keyheads run: error: the main process failed in stage data (UserError: no pairs in this test)"
             in proc.stderr)
+
+
+def test_a_failure_inside_a_spread_stage_on_one_process_ends_the_job_with_its_message(runs):
+    _, _, proc, _ = runs
+    assert "[knockout] failed on process 1 of 2: RuntimeError: simulated failure on process 1" in proc.stderr
+    assert "the run went on" not in proc.stderr
+    # its peer, waiting inside the stage for its share, fails too instead of waiting forever
+    assert "[knockout] failed on process 0 of 2: RuntimeError" in proc.stderr
 
 
 def test_a_folder_of_two_processes_is_up_to_date_for_one(runs, tmp_path, capsys, monkeypatch):
