@@ -199,6 +199,16 @@ def test_signatures_do_not_depend_on_the_number_of_processes(tmp_path, monkeypat
     assert stages() == one
 
 
+def test_a_batch_that_does_not_split_over_the_processes_is_refused_up_front(run, tiny_data, monkeypatch):  # noqa: F811
+    from keyheads import distributed
+
+    monkeypatch.setattr(distributed, "world", lambda: 3)
+    with pytest.raises(UserError, match="finetune.optimizer_batch_size: 4 given; does not split over the 3 "
+                                        "processes; use a multiple of 3"):
+        run_pipeline(config(run, tiny_data))
+    assert not (run / "config.json").exists()  # before anything ran
+
+
 @pytest.mark.parametrize("values, named", [
     ({"data": {"n": 0}}, "data.n: 0 given"),
     ({"patch": {"top_k": -3}}, "patch.top_k: -3 given"),

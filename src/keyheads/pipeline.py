@@ -122,6 +122,7 @@ def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: st
 
     Under a launcher every process calls it with the same `cfg` and gets the same answer."""
     run = Path(cfg.out)
+    progress = progress and distributed.is_main()  # one set of progress bars
 
     @cache
     def get_model():
