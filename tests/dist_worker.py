@@ -211,10 +211,8 @@ def main(spec_path: str) -> None:
     distributed.barrier()
     if "study" in spec:
         fail_on_one_process(spec["study"])  # does not return
-    # After a collective a rank may still be reading its peers' last messages; exiting meanwhile
-    # failed them now and then with "Connection closed by peer". settle() waits through the
-    # launcher's store until every rank is past the barrier, then the group is taken down.
-    distributed.settle()
+    # A rank that exits while a peer still reads its last barrier message failed that peer now and
+    # then with "Connection closed by peer": take the group down before exiting.
     torch.distributed.destroy_process_group()
 
 

@@ -209,7 +209,6 @@ def test_one_process_needs_no_process_group(monkeypatch):
     assert distributed.broadcast([1, 2]) == [1, 2] and distributed.on_main(lambda: 7) == 7
     with pytest.raises(KeyError):  # the main process's own error, as it was
         distributed.on_main(lambda: {}["x"])
-    distributed.settle()  # nothing to wait for
     with pytest.raises(ValueError, match="returned 1 results for 2 items"):
         distributed.map_sharded(lambda sub: sub[:1], ["a", "b"])
     for bad in (-1, 2.0, True):

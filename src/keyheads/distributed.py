@@ -172,24 +172,3 @@ def on_main(fn: Callable[[], M], what: str = "") -> M:
         raise MainProcessFailed(f"the main process failed{' in ' + what if what else ''} ({failure}); "
                                 "this process stops too: see the main process's message")
     return sent
-
-
-_settled = [0]
-
-
-def settle(timeout: timedelta = timedelta(minutes=10)) -> None:
-    """Wait until every process got here, through the launcher's key-value store, not the process group.
-
-    Call it last, before a process exits: after a collective some ranks may still be reading the
-    others' final messages (gloo's barrier included), and a peer that exits meanwhile fails them
-    with "Connection closed by peer". The store lives outside the collectives, so once every rank
-    has checked in here none of them has a message left to read.
-    """
-    if world() == 1 or not dist.is_initialized():
-        return
-    _settled[0] += 1
-    store = dist.distributed_c10d._get_default_store()
-    key = f"keyheads/settle/{_settled[0]}"
-    if store.add(key, 1) == world():
-        store.set(f"{key}/all", b"1")
-    store.wait([f"{key}/all"], timeout)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .. import distributed, pipeline
+from .. import pipeline
 from ..config.base import Count, Machine
 from ..demo import DEMO, demo_config
 from ..runconfig import PipelineConfig
@@ -34,7 +34,6 @@ def _run(args, cfg: PipelineConfig, how: dict) -> int:
     Machine.model_validate(how).apply()
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
     pipeline.run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not quiet)
-    distributed.settle()  # under a launcher: no process exits while another still reads its last message
     return 0
 
 
