@@ -76,6 +76,7 @@ def write_config(root: Path) -> Path:
 
 
 def argv(config: Path, out: Path | None = None) -> list[str]:
+    # one torch thread, as in each worker: the same kernels, so that the same batch gives the same bits
     return ["run", str(config), "--threads", "1", "--quiet"] + (["--out", str(out)] if out else [])
 
 

@@ -1,4 +1,5 @@
-"""Several processes (started by `accelerate launch` or `torchrun`): who am I, my share, gathering back.
+"""Several processes (started by `accelerate launch` or `torchrun`): who am I, my share, gathering back,
+and work that the main process alone does while the others wait (`on_main`).
 
 A plain single process initialises nothing: it is rank 0 of 1, `shard` gives it everything and
 `gather` returns what it was given. Under a launcher, accelerate's `PartialState` sets up the
