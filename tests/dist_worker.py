@@ -1,9 +1,10 @@
-"""One process of the two-process test in test_distributed.py (launched by torch.distributed.run).
+"""One process of the two-process tests in test_distributed.py and test_distributed_run.py
+(launched by torch.distributed.run).
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 dist_worker.py SPEC.json
 
-SPEC.json holds "patch" and "eval" (argument lists of `keyheads`) and "results" (a folder).
-Every process runs, in order:
+SPEC.json holds "results" (a folder) and either "patch" and "eval" (argument lists of `keyheads`)
+or "study" (see check_study). For the first, every process runs, in order:
   1. keyheads.distributed on its own (shard, gather, map_sharded, errors on one rank);
   2. `keyheads patch` with a crash on rank 1 at its second batch, then the same command again
      (the resume), then with --restart, counting the batches each rank computes;
@@ -113,17 +114,106 @@ def check_eval(argv: list[str]) -> dict:
     return {"code": code, "error": error, "rows_added": added["rows"]}
 
 
+def check_study(spec: dict) -> dict:
+    """`keyheads run` twice: first with a data stage that fails on the main process ("fail_out"),
+    then the whole study ("argv"); main() then calls fail_on_one_process. The data stage copies
+    "pairs" (a random tiny model gets no sum right, so the real one would keep nothing). Counts
+    which stage functions each process called, the forward passes each made in each stage, and
+    the device each asked the model onto."""
+    import shutil
+
+    import keyheads.models
+    import keyheads.pipeline as pipeline
+    from keyheads.cli import main
+    from keyheads.errors import UserError
+
+    stage = {"now": None}
+    calls: dict = {}
+    forwards: dict = {}
+    devices = []
+    real_load = keyheads.models.load_model
+
+    def load(name, device=None, dtype=None, **kw):
+        devices.append(device)
+        model = real_load(name, device=device, dtype=dtype, **kw)
+
+        def count(*_):  # copied along with the module when a stage deep-copies it to train
+            forwards[stage["now"]] = forwards.get(stage["now"], 0) + 1
+        # every pass starts at the embeddings (patching runs the layers one by one)
+        model.hf.get_input_embeddings().register_forward_pre_hook(count)
+        return model
+
+    def given_pairs(cfg, run, model, progress=True):
+        if str(run) == spec["fail_out"]:
+            raise UserError("no pairs in this test")
+        shutil.copy(spec["pairs"], run / "pairs.jsonl")
+
+    def counted(name, fn):
+        def wrapped(*args, **kwargs):
+            stage["now"] = name
+            calls[name] = calls.get(name, 0) + 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                stage["now"] = None
+        return wrapped
+
+    keyheads.models.load_model = load
+    pipeline._data = given_pairs
+    for name in ("data", "identify", "knockout", "attention", "mlp", "finetune", "eval", "report"):
+        setattr(pipeline, f"_{name}", counted(name, getattr(pipeline, f"_{name}")))
+    failed = outcome(lambda: main(spec["fail_argv"]))
+    calls.clear()
+    code, error = outcome(lambda: main(spec["argv"]))
+    return {"fail": failed, "code": code, "error": error, "calls": calls, "forwards": forwards,
+            "devices": devices}
+
+
+def fail_on_one_process(spec: dict) -> None:
+    """The knockout stage, again on a copy of the finished run, raising at once on rank 1 alone. Rank 0
+    is then inside the stage, where no message can reach it: the job must end anyway, and say why."""
+    import shutil
+
+    import keyheads.pipeline as pipeline
+    from keyheads import distributed
+    from keyheads.cli import main
+
+    argv = spec["argv"]
+    run, copy = Path(json.loads(Path(argv[1]).read_text())["out"]), Path(spec["spread_fail_out"])
+    if distributed.is_main():
+        shutil.copytree(run, copy)
+    distributed.barrier()
+    real = pipeline._knockout
+
+    def knockout(*args, **kwargs):
+        if distributed.rank() == 1:
+            raise RuntimeError("simulated failure on process 1")
+        return real(*args, **kwargs)
+
+    pipeline._knockout = knockout
+    main(argv + ["--out", str(copy), "--stages", "knockout", "--force"])
+    raise AssertionError("the run went on after a process failed")
+
+
 def main(spec_path: str) -> None:
     from keyheads import distributed
 
     spec = json.loads(Path(spec_path).read_text())
     r = distributed.rank()
-    facts = {"distributed": check_distributed(r), "patch": check_patch(r, spec["patch"]),
-             "eval": check_eval(spec["eval"])}
+    if "study" in spec:
+        facts = {"study": check_study(spec["study"])}
+    else:
+        facts = {"distributed": check_distributed(r), "patch": check_patch(r, spec["patch"]),
+                 "eval": check_eval(spec["eval"])}
     results = Path(spec["results"])
     results.mkdir(parents=True, exist_ok=True)
     (results / f"rank{r}.json").write_text(json.dumps(facts, indent=2))
     distributed.barrier()
+    if "study" in spec:
+        fail_on_one_process(spec["study"])  # does not return
+    # A rank that exits while a peer still reads its last barrier message failed that peer now and
+    # then with "Connection closed by peer": take the group down before exiting.
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

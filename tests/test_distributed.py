@@ -206,6 +206,9 @@ def test_one_process_needs_no_process_group(monkeypatch):
     assert distributed.default_device() is None and not torch.distributed.is_initialized()
     assert distributed.shard(3) == [0, 1, 2] and distributed.gather({"a": 1}) == [{"a": 1}]
     assert distributed.map_sharded(lambda sub: [s.upper() for s in sub], ["a", "b"]) == ["A", "B"]
+    assert distributed.broadcast([1, 2]) == [1, 2] and distributed.on_main(lambda: 7) == 7
+    with pytest.raises(KeyError):  # the main process's own error, as it was
+        distributed.on_main(lambda: {}["x"])
     with pytest.raises(ValueError, match="returned 1 results for 2 items"):
         distributed.map_sharded(lambda sub: sub[:1], ["a", "b"])
     for bad in (-1, 2.0, True):

@@ -181,6 +181,34 @@ def test_a_stage_signature_is_its_section(change, affected, tmp_path):
     assert {name for name in before if before[name] != after[name]} == affected
 
 
+def test_signatures_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch):
+    """What a stage's signature holds comes from the config alone, never from the launcher."""
+    from keyheads import distributed
+    from keyheads.pipeline import build_stages
+
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1 + 1 = ", "completion": "2"}\n')
+    cfg = config(tmp_path / "r", tmp_path, variants=["precise", "lora"])
+
+    def stages():
+        return [(s.name, s.settings, s.inputs, s.owns, s.resume) for s in build_stages(cfg, tmp_path, get_model=None)]
+
+    one = stages()
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    for name, value in (("world", 4), ("rank", 3), ("is_main", False), ("default_device", "cuda:3")):
+        monkeypatch.setattr(distributed, name, lambda value=value: value)
+    assert stages() == one
+
+
+def test_a_batch_that_does_not_split_over_the_processes_is_refused_up_front(run, tiny_data, monkeypatch):  # noqa: F811
+    from keyheads import distributed
+
+    monkeypatch.setattr(distributed, "world", lambda: 3)
+    with pytest.raises(UserError, match="finetune.optimizer_batch_size: 4 given; does not split over the 3 "
+                                        "processes; use a multiple of 3"):
+        run_pipeline(config(run, tiny_data))
+    assert not (run / "config.json").exists()  # before anything ran
+
+
 @pytest.mark.parametrize("values, named", [
     ({"data": {"n": 0}}, "data.n: 0 given"),
     ({"patch": {"top_k": -3}}, "patch.top_k: -3 given"),

@@ -128,3 +128,38 @@ def test_kept_paths_survive_clearing_and_are_not_outputs(tmp_path):
     assert not runner(Stage("e", {"v": 1}, [], ["e"], go, keep=["e/cache"]))  # a cache entry is not a change
     assert runner(Stage("e", {"v": 2}, [], ["e"], go, keep=["e/cache"]))
     assert (tmp_path / "e" / "cache" / "more.jsonl").exists()
+
+
+def test_per_process_resume_state_is_not_hashed_so_any_process_count_is_up_to_date(tmp_path):
+    """A checkpoint per process (named by the count) is neither an output nor, downstream, an input:
+    the records of N processes are those of one process, and either is up to date for the other."""
+    world = {"n": 1}
+    resume = ["a/ckpt*.npz"]
+
+    def go():
+        (tmp_path / "a").mkdir(exist_ok=True)
+        (tmp_path / "a" / "out.txt").write_text("result")
+        for r in range(world["n"]):
+            (tmp_path / "a" / f"ckpt.rank{r}of{world['n']}.npz").write_text(f"part {r}")
+
+    def plan():
+        return [Stage("a", {"v": 1}, [], ["a"], go, resume=resume),
+                Stage("b", {}, ["a"], ["b.txt"], lambda: (tmp_path / "b.txt").write_text("b"), resume=resume)]
+
+    runner = Runner(tmp_path, say=lambda s: None)
+    assert [runner(s) for s in plan()] == [True, True]
+    records = {n: json.loads((tmp_path / "stages" / f"{n}.json").read_text()) for n in ("a", "b")}
+    assert list(records["a"]["outputs"]) == ["a/out.txt"] and list(records["b"]["inputs"]) == ["a/out.txt"]
+    for path in (tmp_path / "a").glob("ckpt*"):  # as two processes would have left them
+        path.unlink()
+    world["n"] = 2
+    go()
+    assert [runner(s) for s in plan()] == [False, False]
+    assert runner(Stage("a", {"v": 2}, [], ["a"], go, resume=resume))  # other settings: cleared and re-run
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["ckpt.rank0of2.npz", "ckpt.rank1of2.npz",
+                                                                   "out.txt"]
+    # a record written before the pattern was declared listed the checkpoint among the outputs
+    rec = json.loads((tmp_path / "stages" / "a.json").read_text())
+    rec["outputs"]["a/ckpt.rank0of1.npz"] = "0" * 64
+    (tmp_path / "stages" / "a.json").write_text(json.dumps(rec))
+    assert not runner(Stage("a", {"v": 2}, [], ["a"], go, resume=resume))

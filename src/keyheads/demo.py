@@ -8,6 +8,7 @@ held-out arithmetic sets (plus the benchmark sets when $KEYHEADS_DATA points at 
 from __future__ import annotations
 
 from .data.benchmarks import data_dir_from
+from .distributed import is_main
 from .evaluation.arith import ARITH_FIRST
 from .evaluation.config import TABLE_BENCHMARKS
 from .runconfig import PipelineConfig, merge
@@ -29,7 +30,7 @@ def demo_config(overrides: dict) -> PipelineConfig:
     """The demo's settings, with any flag the user gave on top (`overrides` nested as the YAML)."""
     folder = data_dir_from(overrides.get("data_dir") or None)
     data_dir = str(folder) if folder else None
-    if not data_dir:
+    if not data_dir and is_main():  # under a launcher, said once
         print(
             "note: KEYHEADS_DATA is not set, so the evaluation uses only the built-in arithmetic sets and the "
             "SVAMP/GSM8K transfer is skipped "

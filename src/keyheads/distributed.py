@@ -1,4 +1,5 @@
-"""Several processes (started by `accelerate launch` or `torchrun`): who am I, my share, gathering back.
+"""Several processes (started by `accelerate launch` or `torchrun`): who am I, my share, gathering back,
+and work that the main process alone does while the others wait (`on_main`).
 
 A plain single process initialises nothing: it is rank 0 of 1, `shard` gives it everything and
 `gather` returns what it was given. Under a launcher, accelerate's `PartialState` sets up the
@@ -16,7 +17,10 @@ import torch
 import torch.distributed as dist
 from accelerate import PartialState
 
+from .errors import UserError
+
 T = TypeVar("T")
+M = TypeVar("M")
 R = TypeVar("R")
 
 # Launchers set one of these to the number of processes (torchrun/accelerate: WORLD_SIZE; MPI: the others).
@@ -121,3 +125,51 @@ def _checked(fn: Callable[[list[T]], Sequence[R]], sub: list[T]) -> list[R]:
     if len(results) != len(sub):
         raise ValueError(f"map_sharded: fn returned {len(results)} results for {len(sub)} items")
     return results
+
+
+class MainProcessFailed(UserError):
+    """Raised on the other processes when work done by the main process alone failed there.
+
+    The main process reports its own error (a bad input's one line, or a bug's traceback); the
+    others stop with this one line instead of waiting for results that will not come.
+    """
+
+
+def broadcast(obj: Any) -> Any:
+    """The main process's `obj` (anything picklable), on every rank."""
+    if world() == 1:
+        return obj
+    box = [obj if is_main() else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+_steps = [0]  # calls of on_main in this process: every process makes the same calls in the same order
+
+
+def on_main(fn: Callable[[], M], what: str = "") -> M:
+    """fn() on the main process alone while the others wait; -> its result, on every rank.
+
+    An exception in `fn` is re-raised on the main process and reaches the others as
+    MainProcessFailed (naming `what`), so that none waits forever for the main one.
+    """
+    if world() == 1:
+        return fn()
+    _steps[0] += 1
+    result, error = None, None
+    if is_main():
+        try:
+            result = fn()
+        except BaseException as err:  # noqa: BLE001 - sent to the other ranks, then re-raised
+            error = err
+    step, sent, failure = broadcast((_steps[0], result, None) if error is None
+                                    else (_steps[0], None, f"{type(error).__name__}: {error}"))
+    if error is not None:
+        raise error
+    if step != _steps[0]:  # a result meant for another call must not be taken for this one's
+        raise RuntimeError(f"process {rank()} is out of step with the main process (call {_steps[0]} of on_main "
+                           f"here, {step} there{', at ' + what if what else ''})")
+    if failure is not None:
+        raise MainProcessFailed(f"the main process failed{' in ' + what if what else ''} ({failure}); "
+                                "this process stops too: see the main process's message")
+    return sent

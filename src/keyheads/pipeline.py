@@ -7,16 +7,22 @@ Each stage reads what the previous ones wrote (the key heads only from identify/
 and records what it did in stages/<name>.json; `keyheads.stages` re-runs exactly the stages
 whose settings or inputs changed. `keyheads demo` runs it on the bundled model with small sizes,
 `keyheads run [CONFIG.yaml]` with any model and sizes.
+
+Started by `torchrun` or `accelerate launch`, every process loads the model onto its own device;
+identify, knockout, fine-tuning and eval share their work out over the processes, the other
+stages run on the main process while the rest wait, and only the main process writes and prints.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import os
 from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from . import models
+from . import distributed, models
 from .analysis.attention_run import AttentionRun, run_attention
 from .analysis.knockout_run import KnockoutRun, run_knockout
 from .analysis.mlp_run import MLPRun, run_mlp
@@ -31,6 +37,7 @@ from .errors import SettingError, UserError
 from .evaluation import EvalConfig, Variant, evaluate
 from .finetune import describe as describe_training
 from .finetune import finetune, load_examples
+from .finetune.parallel import check_setup
 from .io import write_json
 from .models.fingerprint import base_fingerprint
 from .models.model import HookedModel
@@ -62,9 +69,10 @@ def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = Tru
     stages = [
         Stage("data", {**seeded, **section(cfg.data)}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
         Stage("identify", {**model_key, **section(cfg.patch)}, [PAIRS], ["identify"],
-              lambda: _identify(cfg, run, get_model(), progress)),
+              lambda: _identify(cfg, run, get_model(), progress), spread=True,
+              resume=["identify/per_sample*.npz"]),  # one checkpoint per process
         Stage("knockout", {**seeded, **section(cfg.knockout), "data_dir": cfg.data_dir}, [PAIRS, KEY_HEADS, EFFECTS],
-              ["knockout"], lambda: _knockout(cfg, run, get_model(), progress)),
+              ["knockout"], lambda: _knockout(cfg, run, get_model(), progress), spread=True),
         Stage("attention", {**seeded, **section(cfg.attention)}, [PAIRS, KEY_HEADS, EFFECTS], ["attention"],
               lambda: _attention(cfg, run, get_model(), progress)),
         Stage("mlp", {**seeded, **section(cfg.mlp)}, [PAIRS], ["mlp"], lambda: _mlp(cfg, run, get_model(), progress)),
@@ -80,16 +88,16 @@ def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = Tru
             _finetune(cfg, run, get_model(), v, progress)
 
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
-                            [f"finetune/{variant}"], train_variant))
+                            [f"finetune/{variant}"], train_variant, spread=True))
     if cfg.eval.benchmarks:
         stages.append(Stage("eval", {**seeded, **section(cfg.eval), "split": cfg.resolved_eval_split(),
                                      "data_dir": cfg.data_dir},
                             [PAIRS, KEY_HEADS] + [f"finetune/{v}" for v in cfg.variants], ["eval"],
-                            lambda: _eval(cfg, run, get_model(), progress), keep=["eval/cache"]))
+                            lambda: _eval(cfg, run, get_model(), progress), keep=["eval/cache"], spread=True))
     # the eval folder's per-item cache is not a result; its table is
     upstream = [o if o != "eval" else "eval/results.json" for s in stages for o in s.owns]
     stages.append(Stage("report", {}, ["config.json"] + upstream, ["report.html"], lambda: _report(run),
-                        partial=True))
+                        partial=True, resume=[r for s in stages for r in s.resume]))
     return stages
 
 
@@ -111,27 +119,68 @@ def check_selection(names: list[str] | None, start: str | None, stages: list[Sta
 
 def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: str | None = None,
                  force: bool = False, progress: bool = True) -> Path:
-    """Run the stale stages of `cfg` (all, or those chosen by `stages` / `start`); returns report.html."""
+    """Run the stale stages of `cfg` (all, or those chosen by `stages` / `start`); returns report.html.
+
+    Under a launcher every process calls it with the same `cfg` and gets the same answer."""
     run = Path(cfg.out)
-    run.mkdir(parents=True, exist_ok=True)
-    write_json(run / "config.json", cfg.to_json())  # the effective config, flags and defaults included
+    progress = progress and distributed.is_main()  # one set of progress bars
 
     @cache
     def get_model():
-        model = models.load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, max_memory=cfg.max_memory,
+        model = models.load_model(cfg.model, device=_device(cfg), dtype=cfg.dtype, max_memory=cfg.max_memory,
                                   offload_folder=cfg.offload_folder)
         print(model)
         return model
 
     plan = build_stages(cfg, run, get_model, progress)
-    runner = Runner(run, check_selection(stages, start, plan), force)
-    for stage in plan:
-        runner(stage)
-    if runner.ran and get_model.cache_info().currsize:
-        _write_model_info(run, get_model())
-    report = run / "report.html"
-    print(f"done; ran {', '.join(runner.ran) or 'nothing (every stage up to date)'}; report: {report}")
+    selected = check_selection(stages, start, plan)
+    _check_processes(cfg, plan, selected)
+
+    def begin() -> None:
+        run.mkdir(parents=True, exist_ok=True)
+        write_json(run / "config.json", cfg.to_json())  # the effective config, flags and defaults included
+
+    def end() -> None:
+        if get_model.cache_info().currsize:  # the main process loaded it
+            _write_model_info(run, get_model())
+
+    runner = Runner(run, selected, force)
+    with _main_prints():
+        distributed.on_main(begin, "writing config.json")
+        for stage in plan:
+            runner(stage)
+        if runner.ran:
+            distributed.on_main(end, "writing model.json")
+        report = run / "report.html"
+        print(f"done; ran {', '.join(runner.ran) or 'nothing (every stage up to date)'}; report: {report}")
     return report
+
+
+def _device(cfg: PipelineConfig) -> str | None:
+    """The configured device, else under a launcher this process's own (cuda:LOCAL_RANK or cpu)."""
+    return cfg.device or distributed.default_device()
+
+
+def _check_processes(cfg: PipelineConfig, plan: list[Stage], selected: set[str] | None) -> None:
+    """Refuse up front what cannot run on this many processes, before any stage spends time."""
+    world = distributed.world()
+    training = [s.name for s in plan if s.group == "finetune" and (selected is None or s.name in selected
+                                                                     or s.group in selected)]
+    if training and cfg.finetune.batch_size % world:
+        raise SettingError("finetune.optimizer_batch_size", cfg.finetune.batch_size,
+                           f"does not split over the {world} processes; use a multiple of {world}")
+    if training:  # --device auto with FSDP or several processes, offload without FSDP or a GPU
+        check_setup(cfg.finetune.recipe("precise", cfg.seed), cfg.device, world)
+
+
+@contextlib.contextmanager
+def _main_prints():
+    """The main process prints the run; the others' standard output is dropped (errors still show)."""
+    if distributed.is_main():
+        yield
+        return
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        yield
 
 
 def _write_model_info(run: Path, model) -> None:
@@ -241,8 +290,10 @@ def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
                  for v, label in zip(cfg.variants, labels[2:])]
 
     def loader(name: str):
-        return model if name in (cfg.model, model.name) else models.load_model(
-            name, device=cfg.device, dtype=cfg.dtype, max_memory=cfg.max_memory, offload_folder=cfg.offload_folder)
+        if name in (cfg.model, model.name):
+            return model
+        return models.load_model(name, device=_device(cfg), dtype=cfg.dtype, max_memory=cfg.max_memory,
+                                 offload_folder=cfg.offload_folder)
 
     evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval.benchmarks), data_dir=_data_dir(cfg),
                                   limit=cfg.eval.limit, few_shot=cfg.eval.few_shot, split=cfg.resolved_eval_split(),

@@ -11,18 +11,27 @@ re-ran to the same bytes does not.
 Interrupted stages resume from their own checkpoints (patching per batch, training per N
 steps, evaluation per item): `stages/<name>.started` holds the signature the partial work
 was made with, and a different signature clears the stage's folder first.
+
+Under a launcher (several processes), the main process alone decides what is stale, clears
+folders and writes the records; a `spread` stage runs on every process (it shares its work out
+and writes from the main one), any other runs on the main process while the rest wait. The
+signature holds nothing about the processes, so a run folder made by N processes is up to
+date for any other number.
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import distributed
 from .io import file_sha256, read_json, write_json
 from .provenance import changed_settings, machine, versions
 
@@ -42,6 +51,12 @@ class Stage:
         keep: run-relative paths inside `owns` that survive clearing and are not outputs (a
             per-item cache keyed by its own settings).
         partial: the stage can run with some inputs missing (the report shows what exists).
+        spread: run() uses every process of a launched run (all call it; it writes from the
+            main one); otherwise only the main process calls it.
+        resume: run-relative glob patterns of resume state whose names depend on the number of
+            processes (a checkpoint per process), in `owns` or in `inputs`: never hashed, so that
+            the record is the same for any number of processes (those in `owns` are cleared
+            with the stage).
     """
 
     name: str
@@ -51,20 +66,24 @@ class Stage:
     run: Callable[[], object]
     keep: list[str] = field(default_factory=list)
     partial: bool = False
+    spread: bool = False
+    resume: list[str] = field(default_factory=list)
 
     @property
     def group(self) -> str:
         return self.name.split("/", 1)[0]
 
 
-def _skipped(rel: str) -> bool:
+def _skipped(rel: str, patterns: Sequence[str] = ()) -> bool:
     # resume state (checkpoints, partial arrays) is not a result
     parts = Path(rel).parts
-    return any(p == "checkpoint" or p.startswith(".") for p in parts) or rel.endswith((".partial", ".tmp"))
+    return (any(p == "checkpoint" or p.startswith(".") for p in parts) or rel.endswith((".partial", ".tmp"))
+            or any(fnmatch.fnmatchcase(rel, pattern) for pattern in patterns))
 
 
-def hash_tree(run: Path, rels: list[str], keep: Sequence[str] = ()) -> dict[str, str | None]:
-    """{run-relative file: sha256} for every file under `rels`, missing ones as None."""
+def hash_tree(run: Path, rels: list[str], keep: Sequence[str] = (), skip: Sequence[str] = ()) -> dict[str, str | None]:
+    """{run-relative file: sha256} for every file under `rels` but those matching a pattern in
+    `skip`, missing ones as None."""
     out: dict[str, str | None] = {}
     kept = [run / k for k in keep]
     for rel in rels:
@@ -74,7 +93,7 @@ def hash_tree(run: Path, rels: list[str], keep: Sequence[str] = ()) -> dict[str,
         elif path.is_dir():
             for p in sorted(path.rglob("*")):
                 r = p.relative_to(run).as_posix()
-                if p.is_file() and not _skipped(r) and not any(p.is_relative_to(k) for k in kept):
+                if p.is_file() and not _skipped(r, skip) and not any(p.is_relative_to(k) for k in kept):
                     out[r] = file_sha256(p)
         else:
             out[rel] = None
@@ -119,51 +138,83 @@ class Runner:
             changed += [f"input {k} changed" for k in sorted(set(inputs) | set(rec.get("inputs", {})))
                         if inputs.get(k) != rec.get("inputs", {}).get(k)]
             return "; ".join(changed) or "signature changed"
-        outputs = hash_tree(self.run, stage.owns, stage.keep)
-        if outputs != rec.get("outputs"):
-            bad = sorted(k for k in set(outputs) | set(rec["outputs"]) if outputs.get(k) != rec["outputs"].get(k))
+        outputs = hash_tree(self.run, stage.owns, stage.keep, stage.resume)
+        # a record written before `resume` was declared lists the resume state too
+        recorded = {k: v for k, v in rec.get("outputs", {}).items() if not _skipped(k, stage.resume)}
+        if outputs != recorded:
+            bad = sorted(k for k in set(outputs) | set(recorded) if outputs.get(k) != recorded.get(k))
             return "output(s) missing or modified: " + ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
         return None
 
     def __call__(self, stage: Stage) -> bool:
-        """Run `stage` if it is stale and selected; True when it ran."""
-        inputs = hash_tree(self.run, stage.inputs)
+        """Run `stage` if it is stale and selected; True when it ran (on every process alike)."""
+        where = f"stage {stage.name}"
+        plan = distributed.on_main(lambda: self._plan(stage), where)
+        if plan is None:
+            return False
+        sig, inputs, missing = plan
+        if missing:
+            raise FileNotFoundError(f"stage {stage.name} needs {', '.join(missing)} in {self.run}: run the stages "
+                                    "that write them first (drop --stages/--from)")
+        started = distributed.on_main(lambda: self._prepare(stage, sig), where)
+        if stage.spread:
+            _spread(stage)
+        else:
+            distributed.on_main(stage.run, where)
+        distributed.on_main(lambda: self._record(stage, sig, inputs, started), where)
+        self.ran.append(stage.name)
+        return True
+
+    def _plan(self, stage: Stage) -> tuple[str, dict, list[str]] | None:
+        """(signature, input hashes, missing inputs) when `stage` is to run, else None; says why."""
+        inputs = hash_tree(self.run, stage.inputs, skip=stage.resume)
         missing = [k for k, v in inputs.items() if v is None]
         sig = signature(stage.settings, inputs)
         reason = "forced" if self.force else self.why_stale(stage, sig, inputs)
         chosen = self.selected is None or stage.name in self.selected or stage.group in self.selected
         if reason is None:
             self.say(f"[{stage.name}] up to date")
-            return False
+            return None
         if not chosen:
             self.say(f"[{stage.name}] stale ({reason}) but not selected; left as it is")
-            return False
-        if missing and not stage.partial:
-            raise FileNotFoundError(f"stage {stage.name} needs {', '.join(missing)} in {self.run}: run the stages "
-                                    "that write them first (drop --stages/--from)")
-        self.say(f"[{stage.name}] running ({reason})")
-        self._prepare(stage, sig)
-        t0 = time.perf_counter()
-        stage.run()
+            return None
+        if not (missing and not stage.partial):
+            self.say(f"[{stage.name}] running ({reason})")
+        return sig, inputs, [] if stage.partial else missing
+
+    def _record(self, stage: Stage, sig: str, inputs: dict, started: float) -> None:
         record = {"stage": stage.name, "signature": sig, "settings": stage.settings, "inputs": inputs,
-                  "outputs": hash_tree(self.run, stage.owns, stage.keep), "versions": versions(),
-                  "seconds": round(time.perf_counter() - t0, 3), "machine": machine(),
+                  "outputs": hash_tree(self.run, stage.owns, stage.keep, stage.resume), "versions": versions(),
+                  "seconds": round(time.perf_counter() - started, 3), "machine": machine(),
                   "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         write_json(self.record_path(stage.name), record)
         self.record_path(stage.name).with_suffix(".started").unlink(missing_ok=True)
-        self.ran.append(stage.name)
-        return True
 
-    def _prepare(self, stage: Stage, sig: str) -> None:
-        """Keep partial work made with this signature (resume); clear anything else the stage owns."""
+    def _prepare(self, stage: Stage, sig: str) -> float:
+        """Keep partial work made with this signature (resume); clear anything else the stage owns.
+        -> the time it starts (perf_counter)."""
         started = self.record_path(stage.name).with_suffix(".started")
         if started.is_file() and read_json(started).get("signature") == sig and not self.force:
             self.say(f"[{stage.name}] resuming the interrupted run")
-            return
+            return time.perf_counter()
         self.record_path(stage.name).unlink(missing_ok=True)
         for rel in stage.owns:
             _clear(self.run / rel, [self.run / k for k in stage.keep])
         write_json(started, {"signature": sig})
+        return time.perf_counter()
+
+
+def _spread(stage: Stage) -> None:
+    """Every process runs the stage. One that fails says so and stops; its peers then fail in their
+    next collective, or the launcher stops them (a peer may be inside a collective of the stage,
+    where no message can reach it)."""
+    try:
+        stage.run()
+    except BaseException as err:
+        if distributed.world() > 1:
+            print(f"[{stage.name}] failed on process {distributed.rank()} of {distributed.world()}: "
+                  f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        raise
 
 
 def _clear(path: Path, keep: list[Path]) -> None:
