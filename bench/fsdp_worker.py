@@ -56,7 +56,10 @@ def main(spec_path: str, results: str) -> None:
     dtype = "bfloat16" if train_on.startswith("cuda") else "float32"
     model = random_model(spec["random_init"], load_on, dtype) if spec.get("random_init") else \
         load_model(spec["model"], device=load_on, dtype=dtype)
+    loaded_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the whole model, before any sharding
     components = Components.from_json(spec["components"]) if spec.get("components") else None
+    optimizers, make = [], train_mod.make_optimizer
+    train_mod.make_optimizer = lambda tuned, cfg: optimizers.append(make(tuned, cfg)) or optimizers[-1]
     stamps, real = [], train_mod.batch_indices
 
     def batch(step, *args):
@@ -70,10 +73,17 @@ def main(spec_path: str, results: str) -> None:
     rank = dist.get_rank() if dist.is_initialized() else 0
     frozen = sum((p.to_local() if isinstance(p, DTensor) else p).numel() * p.element_size()
                  for p in model.hf.parameters() if not p.requires_grad)
+    def here(t) -> int:  # bytes of this process's part of a tensor
+        return (t.to_local() if isinstance(t, DTensor) else t).numel() * t.element_size()
+
+    trained = [p for p in model.hf.parameters() if p.requires_grad]
+    state = sum(here(p) + (here(p.grad) if p.grad is not None else 0) for p in trained)
+    state += sum(here(v) for s in optimizers[-1].state.values() for v in s.values() if torch.is_tensor(v))
     steps = [b - a for a, b in zip(stamps[1:], stamps[2:])]  # the first step warms up; the last has no end
     facts = {"rank": rank, "world": distributed.world(), "parallel": info["train"]["parallel"],
              "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-             "frozen_mib_here": frozen / 2**20, "device": train_on,
+             "frozen_mib_here": frozen / 2**20, "trained_state_mib_here": state / 2**20,
+             "loaded_rss_mib": loaded_rss, "device": train_on,
              "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
              "step_seconds": steps, "losses": info["train"]["losses"]}
     Path(results).mkdir(parents=True, exist_ok=True)

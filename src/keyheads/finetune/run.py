@@ -99,9 +99,11 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, o
 
 
 def _whole_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The whole state dict of a sharded module, gathered into the main process's CPU memory (the others
-    get an empty dict), under the plain names save_pretrained expects."""
-    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    """The trained tensors of a sharded module (every tensor for full SFT, the factors for LoRA), whole, in
+    the main process's CPU memory (the others get an empty dict), under the names save_pretrained expects.
+    LoRA's frozen base is not gathered: PEFT writes only the factors."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    return get_model_state_dict(module, options=options)
 
 
 def describe(info: dict) -> str:
