@@ -14,6 +14,9 @@ import sys
 
 logger = logging.getLogger("keyheads")
 FORMAT = "[keyheads] %(message)s"
+# bitsandbytes (imported by PEFT whenever it is installed) warns on every CPU import that an optional 4-bit
+# matmul kernel is missing; keyheads never uses 4-bit layers, so that one logger shows errors only.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
 class _Stderr(logging.StreamHandler):

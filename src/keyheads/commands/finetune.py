@@ -97,9 +97,10 @@ def cmd_finetune(args) -> int:
               + (f" and MLPs {list(components.mlps)}" if components.mlps else "") + f" ({components.source})")
     info = training.finetune(model, examples, recipe, cfg.out, components, data_name=cfg.train, progress=not cfg.quiet,
                              device=train_on)
-    print(training.describe(info))
-    print(f"wrote {cfg.out}/ (finetune.json, " + {"precise": "adapter.safetensors", "lora": "lora/",
-                                                  "full": "model/"}[recipe.method] + ")")
+    if distributed.is_main():  # one summary, however many processes trained
+        print(training.describe(info))
+        print(f"wrote {cfg.out}/ (finetune.json, " + {"precise": "adapter.safetensors", "lora": "lora/",
+                                                      "full": "model/"}[recipe.method] + ")")
     return 0
 
 
