@@ -14,9 +14,10 @@ from keyheads.settings import SettingError, check_device, check_dtype, check_wri
 COMMON = ("--threads", "--device", "--dtype")
 SEEDED = ("data", "knockout", "attention", "mlp", "eval", "finetune")  # where the seed picks something
 SHOW_PROGRESS = SEEDED + ("patch",)  # where --quiet has bars to hide
-# every command that loads a model; `demo` and `run` (keyheads.commands.study) have their own tests
+# every command that loads a model; `demo` and `run` (keyheads.commands.study) have their own tests, and
+# `plan` reads only a model's config (tests/test_plan.py)
 LOADERS = ("data", "patch", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate")
-OWNED_ELSEWHERE = ("demo", "run")
+OWNED_ELSEWHERE = ("demo", "run", "plan")
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ installed for the adapter's lifetime, so every lm-eval task sees the edited mode
     lm_eval.simple_evaluate(model="keyheads",
                             model_args="model=smollm2-135m,knockout=12.3;14.2,knockout_data=pairs.jsonl",
                             tasks=["gsm8k"])
+    # a `keyheads finetune` run folder (precise adapter, LoRA or full SFT) on its base model:
+    lm_eval.simple_evaluate(model="keyheads", model_args="adapter=runs/ft", tasks=["gsm8k"])
 
 or pass ``--plugins keyheads.evaluation.lm_eval_adapter`` (lm-eval versions with plugins) and
 ``--model keyheads``. Heads are separated by ";" because lm-eval splits model_args at commas.
@@ -30,8 +32,13 @@ from .variants import Variant, prepare
 
 
 def variant_from_args(model: str, knockout: str | None = None, knockout_mlps: str | None = None,
-                      knockout_data: str | None = None, kind: str | None = None, **options) -> Variant:
-    """lm-eval model_args -> a Variant ("model" unless heads/MLPs are knocked out, or `kind` says)."""
+                      knockout_data: str | None = None, kind: str | None = None, adapter: str | None = None,
+                      **options) -> Variant:
+    """lm-eval model_args -> a Variant: a fine-tuning run folder, a knockout, or the plain model."""
+    if adapter:
+        if knockout or knockout_mlps:
+            raise ValueError("adapter= evaluates a fine-tuned run as it is; a knockout on top of it is not supported")
+        return Variant.make("adapter", adapter)
     if knockout or knockout_mlps:
         heads = read_heads(knockout.replace(";", ",")) if knockout else []
         mlps = [int(m) for m in str(knockout_mlps or "").replace(";", ",").split(",") if m.strip()]
@@ -45,9 +52,9 @@ class KeyheadsLM(HFLM):
     """HFLM over a keyheads variant; extra keyword arguments go to HFLM (batch_size, max_length, ...)."""
 
     def __init__(self, model: str = "smollm2-135m", knockout: str | None = None, knockout_mlps: str | None = None,
-                 knockout_data: str | None = None, kind: str | None = None, device: str | None = None,
-                 dtype: str | None = None, **kwargs):
-        variant = variant_from_args(model, knockout, knockout_mlps, knockout_data, kind)
+                 knockout_data: str | None = None, kind: str | None = None, adapter: str | None = None,
+                 device: str | None = None, dtype: str | None = None, **kwargs):
+        variant = variant_from_args(model, knockout, knockout_mlps, knockout_data, kind, adapter)
         self.prepared = prepare(variant, lambda name: models.load_model(name, device=device, dtype=dtype))
         hooked = self.prepared.model
         super().__init__(pretrained=hooked.hf, tokenizer=hooked.tokenizer, **kwargs)
