@@ -43,7 +43,7 @@ def test_mmlu_letter_scores_agree_with_lm_eval_for_base_knockout_and_precise_ada
     from keyheads.components import Components
     from keyheads.evaluation.config import EvalConfig
     from keyheads.evaluation.tasks import ChoiceTask
-    from keyheads.evaluation.variants import Variant, prepare
+    from keyheads.evaluation.variants import prepare
     from keyheads.finetune import FinetuneConfig, finetune
     from keyheads.finetune.data import Example
 
