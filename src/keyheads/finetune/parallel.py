@@ -20,7 +20,7 @@ import torch.distributed as dist
 from accelerate import Accelerator, DistributedDataParallelKwargs
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import distribute_tensor
 
 from .. import distributed
@@ -128,10 +128,6 @@ class FSDP:
 
     def barrier(self) -> None:
         dist.barrier()
-
-
-def is_sharded(module: nn.Module) -> bool:
-    return isinstance(module, FSDPModule)
 
 
 def check_batch_split(batch_size: int, world: int) -> None:
