@@ -33,6 +33,9 @@ SHAPES = {  # Llama-shaped random models for timing (no weights needed)
                            num_key_value_heads=4, vocab_size=32000),
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                       num_key_value_heads=32, vocab_size=32000),
+    # the bundled SmolLM2-135M's shape (its GGUF is too large to take to a machine that cannot download it)
+    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True),
 }
 
 

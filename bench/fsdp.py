@@ -8,7 +8,11 @@ On the CPU the processes share the machine's cores: 1 process gets 2 threads, 2 
                                         # resumed; the model/ it writes against one plain process
     python bench/fsdp.py gpu-offload    # full SFT of a random LLaMA-2-7B shape on one GPU, FSDP2 + offload
     python bench/fsdp.py gpu-overhead   # precise SFT on one GPU: FSDP2 (one process) against DDP
-    python bench/fsdp.py gpu-split      # patching with SmolLM2 split between cuda:0 and cpu, against cuda:0
+    python bench/fsdp.py gpu-split      # patching a model split between cuda:0 and cpu, against cuda:0
+
+The GPU cases need no file from outside the repository: their models are randomly initialised in the
+shapes of LLaMA-2-7B and of the bundled SmolLM2-135M, with a character tokenizer (bench/gpu_wheels.sh
+fetches the Python packages such a machine may lack).
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from results import write_section  # noqa: E402
 
 WORKER = ROOT / "bench" / "fsdp_worker.py"
-KEYHEADS = str(Path(sys.executable).with_name("keyheads"))
+KEYHEADS = [sys.executable, "-m", "keyheads.cli"]
 MODEL = "smollm2-135m"
 TRAIN = "arith:multidigit:96"
 # 32 of SmolLM2's 270 heads and three MLPs, spread over the layers (the cost of precise SFT depends on how
@@ -48,13 +52,18 @@ def launch(spec: dict, folder: Path, processes: int, check: bool = True) -> subp
     (folder / "spec.json").write_text(json.dumps(spec))
     cmd = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
            if processes > 1 else [sys.executable])
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TOKENIZERS_PARALLELISM": "false",
+    env = {**os.environ, "PYTHONPATH": python_path(), "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": str(spec.get("threads", 1))}
     proc = subprocess.run(cmd + [str(WORKER), str(folder / "spec.json"), str(folder / "results")], env=env,
                           capture_output=True, text=True)
     if check and proc.returncode:
         raise SystemExit(f"{folder}: the launch failed\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     return proc
+
+
+def python_path() -> str:
+    """src/ first, then whatever the caller had (packages unpacked beside the system's)."""
+    return os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def ranks(folder: Path) -> list[dict]:
@@ -160,31 +169,54 @@ def gpu_offload(root: Path) -> str:
 def gpu_overhead(root: Path) -> str:
     out = []
     for parallel in ("ddp", "fsdp"):
-        spec = {"model": MODEL, "train": TRAIN, "threads": 8, "out": str(root / parallel / "out"), "device": "cuda",
+        spec = {"random_init": "smollm2-135m", "train": TRAIN, "threads": 8, "out": str(root / parallel / "out"),
+                "device": "cuda",
                 "components": CASES["precise (32 heads)"][1],
                 "config": {"method": "precise", "parallel": parallel, **dict(RECIPE, max_steps=20)}}
         launch(spec, root / parallel, 1)
         out.append(ranks(root / parallel)[0])
     ddp, fsdp = (statistics.median(r["step_seconds"]) for r in out)
     worst = max(abs(a - b) for a, b in zip(out[0]["losses"], out[1]["losses"]))
-    return (f"- Precise SFT of SmolLM2 (32 heads) on one GPU, bf16: DDP {ddp:.3f} s/step, FSDP2 (one process) "
-            f"{fsdp:.3f} s/step: overhead **{100 * (fsdp / ddp - 1):+.0f}%**; largest loss difference {worst:.1e}.")
+    return (f"- Precise SFT of a random SmolLM2-135M shape (32 heads) on one GPU, bf16: DDP {ddp:.3f} s/step, "
+            f"FSDP2 (one process) {fsdp:.3f} s/step: overhead **{100 * (fsdp / ddp - 1):+.0f}%**; largest loss "
+            f"difference {worst:.1e}.")
+
+
+def split_inputs(root: Path) -> None:
+    """A random SmolLM2-135M-shaped model folder (fp32) and 32 addition pairs for it, no download."""
+    import json as _json
+
+    import torch
+    import transformers as tf
+    from finetune import SHAPES
+
+    from keyheads.testing import char_tokenizer
+
+    torch.manual_seed(0)
+    hf = tf.AutoModelForCausalLM.from_config(tf.LlamaConfig(max_position_embeddings=2048, **SHAPES[MODEL]))
+    hf.save_pretrained(root / "model")
+    char_tokenizer().save_pretrained(root / "model")
+    rows = [{"reference": f"Q: {a} + {b} = ", "counterfactual": f"Q: {a} @ {b} = ", "answer": str((a + b) % 10)}
+            for a in range(8) for b in range(4)]
+    (root / "pairs.jsonl").write_text("".join(_json.dumps(r) + "\n" for r in rows))
 
 
 def gpu_split(root: Path) -> str:
     import numpy as np
 
+    split_inputs(root)
     times = {}
     for name, flags in {"cuda:0": ["--device", "cuda"],
-                        "cuda:0 + cpu": ["--device", "auto", "--max-memory", "0=120MiB,cpu=8GiB"]}.items():
+                        "cuda:0 + cpu": ["--device", "auto", "--max-memory", "0=200MiB,cpu=8GiB"]}.items():
         out = root / name.replace(" ", "").replace(":", "").replace("+", "-")
         t0 = time.perf_counter()
-        subprocess.run([KEYHEADS, "patch", "--model", MODEL, "--data", str(root / "pairs.jsonl"), "--out", str(out),
-                        "--dtype", "float32", "--quiet", *flags], check=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        subprocess.run([*KEYHEADS, "patch", "--model", str(root / "model"), "--data", str(root / "pairs.jsonl"),
+                        "--out", str(out), "--dtype", "float32", "--quiet", *flags], check=True,
+                       env={**os.environ, "PYTHONPATH": python_path()})
         times[name] = (time.perf_counter() - t0, np.array(json.loads((out / "effects.json").read_text())["heads"]))
     (t1, e1), (t2, e2) = times.values()
-    return (f"- Path patching of SmolLM2, fp32: on cuda:0 {t1:.0f} s; split between cuda:0 (120 MiB) and cpu "
+    return (f"- Path patching of a random SmolLM2-135M shape, fp32: on cuda:0 {t1:.0f} s; split between cuda:0 "
+            f"(200 MiB of its 540) and cpu "
             f"{t2:.0f} s; largest effect difference {np.abs(e1 - e2).max():.1e}.")
 
 
@@ -194,9 +226,6 @@ def main() -> None:
     parser.add_argument("--keep", help="work folder to keep (default: a temporary one)")
     args = parser.parse_args()
     root = Path(args.keep or tempfile.mkdtemp(prefix="keyheads-fsdp-"))
-    if args.part == "gpu-split":
-        subprocess.run([KEYHEADS, "data", "--model", MODEL, "--out", str(root / "pairs.jsonl"), "-n", "32"],
-                       check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     body = {"cpu": cpu, "resume": resume, "gpu-offload": gpu_offload, "gpu-overhead": gpu_overhead,
             "gpu-split": gpu_split}[args.part](root)
     when = datetime.date.today().isoformat()
