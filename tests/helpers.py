@@ -6,6 +6,9 @@ Test modules import these from here; conftest files hold only fixtures.
 import csv
 import json
 import random
+import types
+
+import pytest
 
 PREFIX = "1 + 2 = 3\n"  # 10 tokens; A is the 11th
 
@@ -88,3 +91,46 @@ def write_tiny_benchmarks(root):
                 f.write(json.dumps({"id": f"{split}{i}", "answerKey": key,
                                     "question": {"stem": q, "choices": choices}}) + "\n")
     return root
+
+
+def assert_json_close(got, want, tol: float, where: str = "") -> None:
+    """Equal JSON-like values: floats within `tol`, everything else (text, keys, lengths) exactly."""
+    if isinstance(want, dict):
+        assert sorted(got) == sorted(want), where
+        for k in want:
+            assert_json_close(got[k], want[k], tol, f"{where}.{k}")
+    elif isinstance(want, list):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_json_close(g, w, tol, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, abs=tol), (where, got, want)
+    else:
+        assert got == want, (where, got, want)
+
+
+class Killed(RuntimeError):
+    """Stands for the process dying."""
+
+
+def kill_at_optimizer_step(monkeypatch, n: int, error: type[BaseException] = Killed) -> None:
+    """The n-th optimizer step (1-based) of the next training run raises `error` (Killed: the process dying;
+    KeyboardInterrupt: Ctrl-C) before it updates anything."""
+    import keyheads.finetune.train as train_mod
+
+    real = train_mod.make_optimizer
+
+    def make(tuned, cfg):
+        optimizer = real(tuned, cfg)
+        step, calls = optimizer.step, [0]
+
+        def dying_step(self, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] == n:
+                raise error(f"killed in optimizer step {n}")
+            return step(*args, **kwargs)
+
+        optimizer.step = types.MethodType(dying_step, optimizer)  # the LR scheduler wants a bound method
+        return optimizer
+
+    monkeypatch.setattr(train_mod, "make_optimizer", make)

@@ -36,7 +36,7 @@ from keyheads.cli import main
 from keyheads.evaluation.cache import read_rows
 from keyheads.testing import tiny_model
 
-from tests.helpers import make_rows, write_rows, write_tiny_benchmarks
+from tests.helpers import assert_json_close, make_rows, write_rows, write_tiny_benchmarks
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 TOL = 1e-5
@@ -166,18 +166,7 @@ def test_deterministic_stages_are_bit_for_bit_equal(runs):
 
 def close(a, b, path="") -> None:
     """Equal JSON, numbers within TOL."""
-    if isinstance(a, dict):
-        assert sorted(a) == sorted(b), path
-        for k in a:
-            close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert abs(a - b) <= TOL, (path, a, b)
-    else:
-        assert a == b, (path, a, b)
+    assert_json_close(a, b, TOL, path)
 
 
 def drop(obj, keys):

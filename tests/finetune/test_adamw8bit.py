@@ -1,8 +1,6 @@
 """--optimizer adamw8bit: bitsandbytes' AdamW with 8-bit moments, for full SFT where fp32 AdamW does not fit.
 Its moments of large tensors are uint8, its first step is AdamW's within the quantisation error, and a killed
 run resumes bit-identical (the 8-bit states and their scales go through the checkpoint)."""
-import types
-
 import pytest
 import torch
 
@@ -10,6 +8,8 @@ import keyheads.finetune.train as train_mod
 from keyheads.finetune.config import FinetuneConfig
 from keyheads.finetune.run import finetune
 from keyheads.testing import tiny_model
+
+from tests.helpers import Killed, kill_at_optimizer_step
 
 pytest.importorskip("bitsandbytes")
 CFG = FinetuneConfig(method="full", optimizer="adamw8bit", max_steps=4, save_every=2, batch_size=8,
@@ -45,23 +45,8 @@ def test_a_killed_8bit_run_resumes_bit_identical(examples, tmp_path, monkeypatch
     whole = tiny_model("llama", seed=0)
     finetune(whole, examples, CFG, tmp_path / "whole", progress=False)
 
-    real = train_mod.make_optimizer
-
-    def dying(tuned, cfg):
-        optimizer = real(tuned, cfg)
-        step, calls = optimizer.step, [0]
-
-        def step_or_die(self, *args, **kwargs):
-            calls[0] += 1
-            if calls[0] == 3:
-                raise KeyboardInterrupt  # after the checkpoint of step 2
-            return step(*args, **kwargs)
-
-        optimizer.step = types.MethodType(step_or_die, optimizer)
-        return optimizer
-
-    monkeypatch.setattr(train_mod, "make_optimizer", dying)
-    with pytest.raises(KeyboardInterrupt):
+    kill_at_optimizer_step(monkeypatch, 3)  # after the checkpoint of step 2
+    with pytest.raises(Killed):
         finetune(tiny_model("llama", seed=0), examples, CFG, tmp_path / "run", progress=False)
     monkeypatch.undo()
     resumed = tiny_model("llama", seed=0)

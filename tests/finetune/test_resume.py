@@ -5,8 +5,6 @@ import logging
 import os
 import re
 import shutil
-import sys
-import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,14 +23,12 @@ from keyheads.finetune.run import finetune
 from keyheads.io import read_json
 from keyheads.testing import tiny_model
 
+from tests.helpers import Killed, kill_at_optimizer_step
+
 pytestmark = pytest.mark.slow  # killed and resumed training runs, up to about 9 s each
 
 COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))
 CFG = FinetuneConfig(max_steps=6, save_every=2, batch_size=8, micro_batch_size=4, lr=1e-2)
-
-
-class Killed(RuntimeError):
-    """Stands for the process dying."""
 
 
 def trainable(model) -> dict[str, torch.Tensor]:
@@ -41,26 +37,6 @@ def trainable(model) -> dict[str, torch.Tensor]:
 
 def temporaries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith((".checkpoint.", ".old-", f".{ADAPTER}.")))
-
-
-def kill_at_optimizer_step(monkeypatch, n: int) -> None:
-    """The n-th optimizer step (1-based) of the next run raises Killed before it updates anything."""
-    real = train_mod.make_optimizer
-
-    def make(tuned, cfg):
-        optimizer = real(tuned, cfg)
-        step, calls = optimizer.step, [0]
-
-        def dying_step(self, *args, **kwargs):
-            calls[0] += 1
-            if calls[0] == n:
-                raise Killed(f"killed in optimizer step {n}")
-            return step(*args, **kwargs)
-
-        optimizer.step = types.MethodType(dying_step, optimizer)  # the LR scheduler wants a bound method
-        return optimizer
-
-    monkeypatch.setattr(train_mod, "make_optimizer", make)
 
 
 @pytest.fixture(scope="module")
@@ -237,8 +213,7 @@ def test_ctrl_c_keeps_every_finished_step(examples, uninterrupted, tmp_path, mon
 def test_ctrl_c_during_the_update_saves_nothing_new(examples, tmp_path, monkeypatch):
     """Interrupted inside the optimizer step, the state is half-updated: only the periodic checkpoint stays."""
     out = tmp_path / "run"
-    kill_at_optimizer_step(monkeypatch, 4)
-    monkeypatch.setattr(sys.modules[__name__], "Killed", KeyboardInterrupt)
+    kill_at_optimizer_step(monkeypatch, 4, error=KeyboardInterrupt)
     with pytest.raises(KeyboardInterrupt):
         finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
     assert read_json(out / "checkpoint" / "record.json")["step"] == 2

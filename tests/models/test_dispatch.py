@@ -34,7 +34,7 @@ from keyheads.patching.samples import Batch
 from keyheads.runconfig import PipelineConfig
 from keyheads.testing import tiny_model
 
-from tests.helpers import make_rows, write_rows
+from tests.helpers import assert_json_close, make_rows, write_rows
 
 TOL = dict(atol=1e-5, rtol=0)
 REF = ["3 + 4 = ", "5 + 2 = ", "1 + 1 = "]
@@ -200,23 +200,7 @@ def test_eval_items(pair, tiny_data, tmp_path):
     for bench in want:
         assert len(got[bench]) == len(want[bench]) > 0
         for g, w in zip(got[bench], want[bench]):
-            _assert_close_rows(g, w, f"{bench}")
-
-
-def _assert_close_rows(got, want, where: str) -> None:
-    """Equal rows: numbers within 1e-5, everything else exactly (generated text, choices, keys)."""
-    if isinstance(want, dict):
-        assert set(got) == set(want), where
-        for k in want:
-            _assert_close_rows(got[k], want[k], f"{where}.{k}")
-    elif isinstance(want, list):
-        assert len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want)):
-            _assert_close_rows(g, w, f"{where}[{i}]")
-    elif isinstance(want, float):
-        assert got == pytest.approx(want, abs=1e-5), where
-    else:
-        assert got == want, where
+            assert_json_close(g, w, 1e-5, bench)
 
 
 def test_max_memory_needs_device_auto(tmp_path, capsys):
