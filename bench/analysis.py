@@ -1,11 +1,17 @@
-"""Knockout curves on the demo's data: the direct method against the batched END-only passes.
+"""Knockout curves: the direct method against the batched END-only passes, on two kinds of data.
 
-Both run in one process on the same model, prompts, means and knockout sets. Prints both
-times, their ratio and whether every accuracy is the same, and the batched passes' time
-against their FLOP floor (the work they must do, at this machine's matrix-multiply rate).
-Writes the figures into bench/RESULTS.md.
+- demo: the demo's pairs (four addition templates, a three-example prefix shared per template);
+- shared-prefix: one template behind one three-example prefix, a few dozen prompts whose own
+  tokens are a handful each, so that a knockout set's own work is small and overheads show.
 
-    python bench/analysis.py [--k 12] [--seeds 5] [--effects effects.json]
+On each, both methods run in one process on the same model, prompts, means and knockout
+sets. Prints both times, their ratio and whether every accuracy is the same, and the batched
+passes' time against their FLOP floor: the work they must do (the clean prefix and the layers
+below a set's lowest knocked-out layer once; each set's prefix and prompts from that layer up,
+since knocking a head out changes the prefix's keys and values there too; logits at END only),
+at this machine's matrix-multiply rate. Writes the figures into bench/RESULTS.md.
+
+    python bench/analysis.py [--k 12] [--seeds 5] [--effects effects.json] [--cases demo,shared-prefix]
 """
 from __future__ import annotations
 
@@ -32,18 +38,26 @@ from keyheads.knockout import compute_means  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.models.prompt_set import PromptSet  # noqa: E402
 
+CASES = {
+    # name: (what RESULTS says about the data, overrides of the demo's data settings)
+    "demo": ("the demo's data: addition prompts of four templates, three-example prefix shared per template", {}),
+    "shared-prefix": ("one template (add-eq-1) behind one three-example prefix, the prompts' own tokens a few each",
+                      {"templates": ["add-eq-1"], "n": 64}),
+}
 
-def demo_data(folder: Path) -> Path:
-    """The pairs the demo makes (same templates, n, few-shot prefix, seed), and their effects."""
-    cfg = demo_config({"model": "smollm2-135m", "out": str(folder), "device": "cpu", "dtype": "float32"})
+
+def make_data(folder: Path, overrides: dict) -> Path:
+    """The pairs the demo makes (same templates, n, few-shot prefix, seed) with `overrides` on top."""
+    cfg = demo_config({"model": "smollm2-135m", "out": str(folder), "device": "cpu", "dtype": "float32",
+                       "data": overrides})
     data = folder / "pairs.jsonl"
     args = ["data", "--task", cfg.data.task, "-n", str(cfg.data.n), "--few-shot", str(cfg.data.few_shot),
-            "--keep-correct", "--single-token-answer", "--seed", str(cfg.seed), "--out", str(data)]
+            "--keep-correct", "--single-token-answer", "--seed", str(cfg.seed), "--out", str(data), "--quiet"]
     args += ["--shared-prefix"] if cfg.data.shared_prefix else []
     if cfg.data.templates:
         args += ["--templates", ",".join(cfg.data.templates)]
     if cli(args):
-        raise SystemExit("could not make the demo's pairs")
+        raise SystemExit("could not make the pairs")
     return data
 
 
@@ -55,26 +69,17 @@ def flops(model, work) -> float:
     return work.token_layers * per_token_layer + work.attention_pairs * 4 * q + work.end_rows * 2 * d * cfg.vocab_size
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--k", type=int, default=12, help="largest k of the curves (the demo's)")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--batch-size", type=int, default=16, help="the demo's batch size")
-    ap.add_argument("--effects", help="effects.json for the ranking (default: path patching on the data first)")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-
+def run_case(name: str, args, model) -> list[str]:
+    """Both methods on one case's data; the lines RESULTS gets."""
+    described, overrides = CASES[name]
     folder = Path(tempfile.mkdtemp())
-    data = demo_data(folder)
-    effects_path = args.effects
+    data = make_data(folder, overrides)
+    effects_path = args.effects if name == "demo" else None
     if effects_path is None:
         if cli(["patch", "--model", "smollm2-135m", "--data", str(data), "--first-token", "--top-k", "8",
-                "--out", str(folder / "identify")]):
+                "--out", str(folder / "identify"), "--quiet"]):
             raise SystemExit("path patching failed")
         effects_path = folder / "identify" / "effects.json"
-    model = load_model("smollm2-135m", device="cpu", dtype="float32")
     samples = load_samples(model, data)
     refs, answers = [s.prompt for s in samples], [s.answer_id for s in samples]
     heads = all_heads(model)
@@ -108,22 +113,46 @@ def main() -> None:
     floor = need / rate
     direct_tokens = sum(len(model.tokens(p, add_special_tokens=True)) for p in refs) * len(points(fast))
     sizes = sorted(len(g.index) for g in prompts.groups)
+    own = sorted({g.length - len(g.prefix) for g in prompts.groups})
+    prefixes = sorted({len(g.prefix) for g in prompts.groups})
+    return [
+        f"- **{name}**: {described}; {n} prompts in {len(prompts.groups)} groups (members {sizes}; prefix "
+        f"{', '.join(map(str, prefixes))} tokens; own tokens {', '.join(map(str, own))} per prompt)",
+        f"  - direct (one full forward per set, batch {args.batch_size}): {t_direct:.2f} s; batched END-only "
+        f"passes: {t_fast:.2f} s; **speed-up {t_direct / t_fast:.1f}x** (target >= 4x); accuracies identical "
+        f"at every point: **{'yes' if diff == 0 else f'no, largest difference {diff} prompts'}**",
+        f"  - work: {engine.work.token_layers:,} token-layers in {engine.work.passes} passes, against "
+        f"{direct_tokens * model.n_layers:,} for the direct method; {need / 1e9:.1f} GFLOP at the measured "
+        f"{rate / 1e9:.1f} GFLOP/s: floor {floor:.3f} s; **batched / floor = {t_fast / floor:.2f}** "
+        f"(target <= 1.5)",
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--k", type=int, default=12, help="largest k of the curves (the demo's)")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, default=16, help="the demo's batch size")
+    ap.add_argument("--effects", help="effects.json of the demo's data for its ranking (default: path patching "
+                    "on the data first)")
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cases = args.cases.split(",")
+    if unknown := [c for c in cases if c not in CASES]:
+        raise SystemExit(f"unknown case(s) {', '.join(unknown)}: choose from {', '.join(CASES)}")
+    model = load_model("smollm2-135m", device="cpu", dtype="float32")
     lines = [
         f"- date: {datetime.date.today()}; command: `python bench/analysis.py --k {args.k} --seeds {args.seeds}"
         f"{' --effects ...' if args.effects else ''}`",
-        f"- model: smollm2-135m (fp32, CPU, {args.threads} threads, {platform.machine()}); the demo's data: {n} "
-        f"addition prompts of {len(prompts.groups)} groups (members {sizes}), three-example prefix shared per template",
-        f"- {len(points(fast))} knockout sets: none, effect-rank k = 1..{args.k}, "
+        f"- model: smollm2-135m (fp32, CPU, {args.threads} threads, {platform.machine()}); "
+        f"{1 + args.k + args.seeds * args.k} knockout sets per case: none, effect-rank k = 1..{args.k}, "
         f"{args.seeds} random orders k = 1..{args.k}",
-        f"- direct (one full forward per set, batch {args.batch_size}): {t_direct:.2f} s",
-        f"- batched END-only passes: {t_fast:.2f} s",
-        f"- **speed-up: {t_direct / t_fast:.1f}x** (target >= 4x); accuracies identical at every point: "
-        f"**{'yes' if diff == 0 else f'no, largest difference {diff} prompts'}**",
-        f"- work: {engine.work.token_layers:,} token-layers in {engine.work.passes} passes, against "
-        f"{direct_tokens * model.n_layers:,} for the direct method",
-        f"- FLOPs the batched passes must do: {need / 1e9:.1f} GFLOP; measured matmul rate {rate / 1e9:.1f} GFLOP/s; "
-        f"floor {floor:.3f} s; **batched / floor = {t_fast / floor:.2f}** (target <= 1.5)",
     ]
+    for name in cases:
+        lines += run_case(name, args, model)
     text = "\n".join(lines)
     print(text)
     if not args.no_write:

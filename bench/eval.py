@@ -173,6 +173,7 @@ def main() -> None:
     ap.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA, else ../shared/data/benchmarks "
                     "beside the checkout)")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
+    ap.add_argument("--no-harness", action="store_true", help="leave lm-evaluation-harness out")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -204,7 +205,7 @@ def main() -> None:
             engine_out += timed(engine, batch, clock_engine)
             hf_out += timed(hf, batch, clock_hf)
         machine1, own1 = cpu_seconds()
-        harness = run_lm_eval(model, items, budget, cfg.batch_size)
+        harness = None if args.no_harness else run_lm_eval(model, items, budget, cfg.batch_size)
     t_engine, t_hf = sum(clock_engine), sum(clock_hf)
     engine_tokens, hf_tokens = engine.tokens(engine_out), hf.useful
     others = max(0.0, (machine1 - machine0) - (own1 - own0))  # CPU time other processes took meanwhile
@@ -238,7 +239,8 @@ def main() -> None:
         f"| transformers generate (batched, left-padded) | {t_hf:.1f} s | {hf_tokens} | {rate_hf:.1f} |",
     ]
     if harness is None:
-        lines.append("| lm-evaluation-harness HF backend | not installed | - | - |")
+        why = "left out (--no-harness)" if args.no_harness else "not installed"
+        lines.append(f"| lm-evaluation-harness HF backend | {why} | - | - |")
     else:
         texts, t_lm = harness
         lm_same = sum(a[0] == b for a, b in zip(engine_out, texts))

@@ -135,17 +135,6 @@ def test_growing_layers_generate_what_plain_layers_do(llama):
         torch.testing.assert_close(g.values, p.values, atol=0, rtol=0)
 
 
-def test_an_expanded_copy_serves_every_row_and_leaves_the_original(llama):
-    prefix = ids_of(llama, SHOTS)[0]
-    suffixes = [ids_of(llama, "3+3=")[0], ids_of(llama, "9+1=")[0]]
-    cache = prefix_cache(llama, prefix)
-    before = [layer.keys.clone() for layer in cache.layers]
-    logits, _ = continue_from(llama, hf_internals.expanded_copy(cache, 2), suffixes, len(prefix))
-    want = torch.stack([f[-1] for f in full_logits(llama, [prefix + s for s in suffixes])])
-    torch.testing.assert_close(logits, want, atol=1e-10, rtol=0)
-    assert all(torch.equal(layer.keys, b) for layer, b in zip(cache.layers, before))
-
-
 @pytest.mark.parametrize("expand_only", [False, True])
 def test_repeated_rows_equal_running_the_repeated_batch(llama, expand_only):
     prefixes = ids_of(llama, SHOTS, SHOTS.replace("3+4=7", "5+4=9"))

@@ -6,7 +6,8 @@ redundant, and this module skips it:
 
 - Prompts that share a token prefix (a few-shot block) and a length form a group
   (keyheads.models.prompt_set). The prefix runs once per set (one batch row per set) and
-  its keys/values serve every member; the members then run only their own suffix tokens.
+  its keys/values serve every member without a copy per member (models.shared_prefix); the
+  members then run only their own suffix tokens.
   The length must match too because the mean of a knocked-out head depends on the
   position's offset from END.
 - Layers below a set's lowest knocked-out layer see clean inputs. A clean pass per group
@@ -28,9 +29,10 @@ from tqdm.auto import tqdm
 
 from ..heads import Head
 from ..knockout import Knockout
-from ..models.hf_internals import repeat_rows, splice_layers, start_at
+from ..models.hf_internals import start_at
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet, run_end
+from ..models.shared_prefix import SharedPrefix
 from .common import Predictions
 
 __all__ = ["EndPasses", "Work"]
@@ -95,22 +97,21 @@ class EndPasses:
         self.work = Work()
 
     def _clean_pass(self, g: int, layers: set[int]) -> dict:
-        """Clean END logits, the prefix cache and the residual streams entering `layers`, for group g."""
+        """Clean END logits and the residual streams entering `layers`, for group g."""
         model, group = self.model, self.prompts.groups[g]
         L = model.n_layers
         points = [f"{l}.resid_pre" for l in sorted(layers) if 0 < l < L]
         P, m = len(group.prefix), len(group.index)
         with model.hooks(capture=points) as pre:
-            cache = None
+            shared = None
             if P:
-                _, cache = run_end(model, torch.tensor([group.prefix]), 0, want_cache=True)
+                shared = SharedPrefix.from_cache(run_end(model, torch.tensor([group.prefix]), 0, want_cache=True)[1])
             prefix_resid = dict(pre)
         with model.hooks(capture=points) as suf:
-            logits, _ = run_end(model, group.suffixes, P, repeat_rows(cache, m, expand_only=True) if P else None,
-                                mask=group.mask)
+            logits, _ = run_end(model, group.suffixes, P, mask=group.mask, shared=shared)
         self.work.add(1 if P else 0, P, m, group.length - P, L, m + (1 if P else 0))  # padding counts: it is computed
         resid = {int(k.split(".")[0]): (prefix_resid.get(k), suf[k]) for k in points}
-        return {"logits": logits.cpu(), "cache": cache, "resid": resid}
+        return {"logits": logits.cpu(), "resid": resid}
 
     def _knockout_pass(self, g: int, sets: Sequence[Sequence[Head]], clean: dict) -> torch.Tensor:
         """END logits [len(sets) * members, vocab], set-major."""
@@ -119,18 +120,17 @@ class EndPasses:
         start = min(_lowest(s, L) for s in sets)
         P, m, C, T = len(group.prefix), len(group.index), len(sets), group.length
         prefix_resid, suffix_resid = clean["resid"].get(start, (None, None))
-        cache = None
+        shared = None
         if P:
             resid = None if prefix_resid is None else prefix_resid.expand(C, -1, -1)
             with start_at(model.layers, start, resid), model.hooks(edit=_head_edits(full, sets, 1, T, 0, P, H)):
                 _, knocked = run_end(model, torch.tensor([group.prefix] * C), 0, want_cache=True)
-            # below `start` the clean prefix is the knocked-out one; above, each set's rows repeat per member
-            cache = repeat_rows(knocked, m)
-            splice_layers(cache, repeat_rows(clean["cache"], C * m, expand_only=True), start)
+            # one prefix per set, from `start` up; the layers below pass through and attend nothing
+            shared = SharedPrefix.from_cache(knocked)
         resid = None if suffix_resid is None else suffix_resid.repeat(C, 1, 1)
         with start_at(model.layers, start, resid), model.hooks(edit=_head_edits(full, sets, m, T, P, T, H)):
-            logits, _ = run_end(model, group.suffixes.repeat(C, 1), P, cache,
-                                mask=None if group.mask is None else group.mask.repeat(C, 1))
+            logits, _ = run_end(model, group.suffixes.repeat(C, 1), P,
+                                mask=None if group.mask is None else group.mask.repeat(C, 1), shared=shared)
         self.work.add(C if P else 0, P, C * m, T - P, L - start, C * m + (C if P else 0))
         return logits.cpu()
 

@@ -4,8 +4,9 @@ Few-shot prompts of one benchmark share a long prefix (the exemplars). Its keys 
 are computed once and reused for every batch that starts with it, which makes 5-shot MMLU
 and few-shot chain-of-thought affordable on a CPU. The prefix is found on token ids (the
 longest common prefix of the batch), so every row sees exactly the tokens it would see if
-it were run on its own. Rows are left-padded after the prefix; the attention mask and
-position ids skip the padding.
+it were run on its own. The batch attends to one copy of the prefix (models.shared_prefix):
+the cache holds only each row's own tokens, left-padded; the attention mask and position ids
+skip the padding.
 
 Hooks (a knockout) stay installed around these calls by the caller; they must not depend
 on the number of positions in a call (Knockout mode "global").
@@ -19,6 +20,7 @@ import torch
 
 from ..models import hf_internals
 from ..models.model import HookedModel
+from ..models.shared_prefix import SharedPrefix, attend_shared, supports
 
 
 def common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
@@ -31,7 +33,7 @@ def common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
 
 
 class PrefixKV:
-    """The KV cache of the last shared prefix, reused while batches keep starting with it.
+    """The keys/values of the last shared prefix, reused while batches keep starting with it.
 
     Args:
         min_len: prefixes shorter than this are not worth caching.
@@ -42,13 +44,14 @@ class PrefixKV:
     def __init__(self, model: HookedModel, min_len: int = 16, slack: int = 64):
         self.model, self.min_len, self.slack = model, min_len, slack
         self.ids: list[int] | None = None
-        self.cache = None
-        self.enabled = True
+        self.shared: SharedPrefix | None = None
+        # sliding-window or soft-capped attention cannot be split into prefix and rest
+        self.enabled = supports(model)
         self.computed = 0  # how many prefixes were computed (tests and logs)
 
     @torch.no_grad()
-    def lookup(self, rows: Sequence[Sequence[int]]):
-        """-> (prefix length, a cache holding the prefix for every row) or (0, None)."""
+    def lookup(self, rows: Sequence[Sequence[int]]) -> tuple[int, SharedPrefix | None]:
+        """-> (prefix length, its keys/values) or (0, None)."""
         if not self.enabled:
             return 0, None
         lcp = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)  # every row keeps >= 1 token
@@ -60,14 +63,10 @@ class PrefixKV:
         ):
             ids = torch.tensor([list(rows[0][:lcp])], device=self.model.device)
             cache = hf_internals.forward_last(self.model.hf, input_ids=ids, use_cache=True).past_key_values
-            # Sliding-window layers drop old positions, so their cache cannot be shared this way.
-            if hf_internals.has_sliding_layers(cache):
-                self.enabled = False
-                return 0, None
             stored = self.ids = list(rows[0][:lcp])
-            self.cache = cache
+            self.shared = SharedPrefix.from_cache(cache)
             self.computed += 1
-        return len(stored), hf_internals.expanded_copy(self.cache, len(rows))
+        return len(stored), self.shared
 
 
 @dataclass
@@ -75,30 +74,31 @@ class Step:
     """State after a forward pass: logits at the last position and what the next step needs."""
 
     logits: torch.Tensor  # [batch, vocab]
-    cache: object
+    cache: object  # each row's own tokens (after the shared prefix)
     mask: torch.Tensor  # [batch, cached + current]
     next_pos: torch.Tensor  # [batch] position id of the next token
+    shared: SharedPrefix | None = None
 
 
 @torch.no_grad()
 def prefill(model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV | None = None,
             use_cache: bool = True) -> Step:
     """Run token-id rows (with the shared prefix from `prefix` when possible)."""
-    P, past = prefix.lookup(rows) if prefix is not None else (0, None)
+    P, shared = prefix.lookup(rows) if prefix is not None else (0, None)
     suffixes = [list(r[P:]) for r in rows]
     S = max(len(s) for s in suffixes)
     pad = model.tokenizer.pad_token_id or 0
     ids = torch.full((len(rows), S), pad, dtype=torch.long)
-    smask = torch.zeros((len(rows), S), dtype=torch.long)
+    mask = torch.zeros((len(rows), S), dtype=torch.long)
     for i, s in enumerate(suffixes):
         ids[i, S - len(s):] = torch.tensor(s)
-        smask[i, S - len(s):] = 1
-    mask = torch.cat([torch.ones(len(rows), P, dtype=torch.long), smask], dim=1)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
+        mask[i, S - len(s):] = 1
+    pos = P + (mask.cumsum(-1) - 1).clamp(min=0)
     dev = model.device
-    out = hf_internals.forward_last(model.hf, input_ids=ids.to(dev), attention_mask=mask.to(dev),
-                                    position_ids=pos.to(dev), past_key_values=past, use_cache=use_cache)
-    return Step(out.logits[:, -1].float(), out.past_key_values, mask.to(dev), pos[:, -1].to(dev) + 1)
+    with attend_shared(model, shared):
+        out = hf_internals.forward_last(model.hf, input_ids=ids.to(dev), attention_mask=mask.to(dev),
+                                        position_ids=pos.to(dev), use_cache=use_cache)
+    return Step(out.logits[:, -1].float(), out.past_key_values, mask.to(dev), pos[:, -1].to(dev) + 1, shared)
 
 
 @torch.no_grad()
@@ -144,9 +144,10 @@ def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
             step.mask, step.next_pos, nxt = step.mask[index], step.next_pos[index], nxt[index]
             active = [active[b] for b in keep]
         mask = torch.cat([step.mask, torch.ones_like(step.mask[:, :1])], dim=1)
-        out = model.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=step.next_pos[:, None],
-                       past_key_values=step.cache, use_cache=True)
-        step = Step(out.logits[:, -1].float(), out.past_key_values, mask, step.next_pos + 1)
+        with attend_shared(model, step.shared):
+            out = model.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=step.next_pos[:, None],
+                           past_key_values=step.cache, use_cache=True)
+        step = Step(out.logits[:, -1].float(), out.past_key_values, mask, step.next_pos + 1, step.shared)
     return [("", "length") if r is None else r for r in results]  # None: max_new_tokens == 0
 
 
@@ -155,4 +156,4 @@ def next_token_logits(
     model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV | None = None
 ) -> torch.Tensor:
     """Logits [batch, vocab] of the token after each row."""
-    return prefill(model, rows, prefix, use_cache=prefix is not None).logits
+    return prefill(model, rows, prefix, use_cache=False).logits

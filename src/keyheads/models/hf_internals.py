@@ -118,16 +118,6 @@ def select_rows(cache, index: torch.Tensor) -> None:
     cache.batch_select_indices(index)
 
 
-def expanded_copy(cache, rows: int):
-    """A copy of a one-row cache whose keys/values are a view per row, no copy of them: the
-    forward's concatenation makes the only one."""
-    cache = copy.deepcopy(cache)
-    for layer in cache.layers:
-        layer.keys = layer.keys.expand(rows, *layer.keys.shape[1:])
-        layer.values = layer.values.expand(rows, *layer.values.shape[1:])
-    return cache
-
-
 def repeat_rows(cache, repeat: int, expand_only: bool = False):
     """The cache with every row repeated `repeat` times (row-major), as a new cache object.
 
@@ -234,3 +224,37 @@ def force_grouped_sdpa() -> Iterator[None]:
 def commit_hash(config) -> str | None:
     """The hub commit a model was loaded from, when transformers recorded one."""
     return getattr(config, "_commit_hash", None)
+
+
+# ---- attention functions ---------------------------------------------------------------------
+
+def register_attention(name: str, fn) -> None:
+    """Register an attention function under `name` (transformers' AttentionInterface), with
+    SDPA's boolean masks."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(name, fn)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
+
+
+def sdpa_attention(module, query, key, value, attention_mask, **kwargs):
+    """transformers' own SDPA attention function."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def uses_attention_interface(hf: nn.Module) -> bool:
+    """Whether the model's attention goes through transformers' attention-function interface
+    (a registered function then replaces it)."""
+    module = inspect.getmodule(type(hf))
+    return module is not None and "ALL_ATTENTION_FUNCTIONS" in vars(module)
+
+
+def cache_tensors(cache) -> tuple[list, list]:
+    """Per layer, the keys and values a cache holds [batch, kv_heads, positions, head_dim] (None
+    for a layer without any)."""
+    keys = [getattr(layer, "keys", None) for layer in cache.layers]
+    values = [getattr(layer, "values", None) for layer in cache.layers]
+    return keys, values

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from . import hf_internals
 from .model import HookedModel
+from .shared_prefix import SharedPrefix, attend_shared, supports
 
 
 @dataclass
@@ -63,13 +64,6 @@ def _cluster(rows: list[list[int]], min_prefix: int) -> list[list[int]]:
     return runs
 
 
-def _shares_prefix(model: HookedModel, length: int) -> bool:
-    # a sliding-window layer drops keys older than its window, so a cached prefix longer than
-    # that would not be what the full prompt sees
-    window = getattr(model.config, "sliding_window", None)
-    return window is None or length < window
-
-
 class PromptSet:
     """Prompts tokenised once and grouped for END-only passes.
 
@@ -91,7 +85,8 @@ class PromptSet:
         self.groups: list[Group] = []
         loose: list[int] = []
         for length, members in sorted(by_len.items()):
-            if not _shares_prefix(model, length):
+            # a sliding window shorter than the prompt would cut keys a cached prefix keeps
+            if not supports(model, length):
                 loose += members
                 continue
             for run in _cluster([ids[i] for i in members], min_prefix):
@@ -118,8 +113,9 @@ class PromptSet:
 
 
 def run_end(model: HookedModel, ids: torch.Tensor, start: int, past=None, want_cache: bool = False,
-         mask: torch.Tensor | None = None):
-    """Forward of `ids` at positions start.. (a padded batch: `mask`, no cache); END logits only."""
+            mask: torch.Tensor | None = None, shared: SharedPrefix | None = None):
+    """Forward of `ids` at positions start.., after `past` (a cache) or `shared` (a prefix each
+    group of rows attends once), or a padded batch (`mask`, no cache); END logits only."""
     rows, n = ids.shape
     dev = model.device
     kwargs = dict(input_ids=ids.to(dev), use_cache=want_cache or past is not None)
@@ -129,7 +125,8 @@ def run_end(model: HookedModel, ids: torch.Tensor, start: int, past=None, want_c
         kwargs.update(position_ids=torch.arange(start, start + n, device=dev).expand(rows, n))
     if past is not None:
         kwargs.update(past_key_values=past, attention_mask=torch.ones(rows, start + n, dtype=torch.long, device=dev))
-    out = hf_internals.forward_last(model.hf, **kwargs)
+    with attend_shared(model, shared):
+        out = hf_internals.forward_last(model.hf, **kwargs)
     return out.logits[:, -1].float(), out.past_key_values
 
 
