@@ -16,7 +16,10 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
 from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 # transformers' switch (integrations/sdpa_attention.py): let SDPA take grouped key/value heads
 # under a mask instead of repeating them per query head
@@ -231,17 +234,12 @@ def commit_hash(config) -> str | None:
 def register_attention(name: str, fn) -> None:
     """Register an attention function under `name` (transformers' AttentionInterface), with
     SDPA's boolean masks."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
     AttentionInterface.register(name, fn)
     ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
 
 
 def sdpa_attention(module, query, key, value, attention_mask, **kwargs):
     """transformers' own SDPA attention function."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
