@@ -224,7 +224,7 @@ def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_d
     def no_generation(*args, **kwargs):
         raise AssertionError("a re-run generated instead of reading the cache")
 
-    monkeypatch.setattr(tasks_module, "greedy_generate", no_generation)
+    monkeypatch.setattr(tasks_module, "generate_stream", no_generation)
     again = evaluate([Prepared.from_model(tiny, label="tiny")], cfg, tmp_path / "again")[0]["benchmarks"]
     for name in ARITH:
         assert again[name]["timing"]["computed"] == 0 and again[name]["timing"]["cached"] == 5
@@ -245,16 +245,14 @@ def test_scoring(tiny, tmp_path, no_data, monkeypatch, says, accuracy):
         for it, item in zip(make_task(name, cfg).items, arith_items(name)[0]):
             answers[tuple(tiny.tokenizer(it.prompt)["input_ids"])] = Decimal(item.answer)
 
-    def fake(model, rows, budget, stop, prefix=None):
+    def fake(model, rows, budget, stop, prefix=None, batch_size=None):
         """What the engine does with a model that says `says` and then starts the next question."""
-        out = []
-        for row in rows:
+        for j, row in enumerate(rows):
             answer = answers[tuple(row)]
             text = " " + says.format(answer=answer, wrong=answer + 1) + "\nQ: Compute 1 + 2. A: 3"
-            out.append((text[:stop(text)], "stop"))
-        return out
+            yield j, (text[:stop(text)], "stop")
 
-    monkeypatch.setattr(tasks_module, "greedy_generate", fake)
+    monkeypatch.setattr(tasks_module, "generate_stream", fake)
     result = evaluate([Prepared.from_model(tiny, label="t")], cfg, tmp_path / "run")[0]["benchmarks"]
     for name in ARITH:
         assert (result[name]["n"], result[name]["accuracy"]) == (10, accuracy)

@@ -65,7 +65,7 @@ def test_mmlu_letter_scores_agree_with_lm_eval_for_base_knockout_and_precise_ada
                        "precise": {"adapter": str(tmp_path / "ft")}}.items():
         prepared = prepare(adapter.variant_from_args("tiny", **args), lambda _: tiny_model("llama"))
         with prepared.model.hooks(edit=prepared.edits):
-            ours = task.run(prepared.model, task.items, None, cfg)
+            ours = [row for _, row in sorted(task.run(prepared.model, task.items, None, cfg))]
         lm = adapter.KeyheadsLM(model="tiny", batch_size=1, **args)
         letters = "ABCDEFGH"
         for item, row in zip(task.items, ours):

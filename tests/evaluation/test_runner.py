@@ -62,19 +62,19 @@ def test_second_run_is_served_from_the_cache(tiny, tiny_data, tmp_path):
 def test_interrupted_run_resumes_and_matches_a_clean_run(tiny, tiny_data, tmp_path, monkeypatch):
     cfg = _cfg(tiny_data, tmp_path, benchmarks=("gsm8k",), batch_size=2)
     real_run = tasks_module.MathTask.run
-    calls = {"n": 0}
 
     def flaky(self, model, items, prefix, cfg):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real_run(self, model, items, prefix, cfg)
+        """Interrupted after two items have ended, while others are still being generated."""
+        for n, result in enumerate(real_run(self, model, items, prefix, cfg)):
+            if n == 2:
+                raise KeyboardInterrupt
+            yield result
 
     monkeypatch.setattr(tasks_module.MathTask, "run", flaky)
     with pytest.raises(KeyboardInterrupt):
         evaluate([Prepared.from_model(tiny)], cfg, tmp_path / "run")
     cache_file = tmp_path / "cache" / "gsm8k.sqlite"
-    assert len(read_rows(cache_file)) == 2  # the first batch was kept
+    assert len(read_rows(cache_file)) == 2  # the items that had ended were kept
     crash_mid_write(cache_file)
     monkeypatch.setattr(tasks_module.MathTask, "run", real_run)
 
@@ -186,7 +186,8 @@ def test_run_folder_has_table_results_and_wrong_cases(tiny, tiny_data, tmp_path)
 
 
 def test_generation_without_a_number_counts_as_wrong(tiny, tiny_data, tmp_path, monkeypatch):
-    monkeypatch.setattr(tasks_module, "greedy_generate", lambda model, rows, *a, **k: [("no idea", "stop")] * len(rows))
+    monkeypatch.setattr(tasks_module, "generate_stream",
+                        lambda model, rows, *a, **k: ((j, ("no idea", "stop")) for j in range(len(rows))))
     res = evaluate([Prepared.from_model(tiny, label="t")], _cfg(tiny_data, tmp_path, benchmarks=("svamp",)),
                    tmp_path / "run")[0]["benchmarks"]["svamp"]
     assert res["correct"] == 0 and res["no_number"] == res["n"] == 6

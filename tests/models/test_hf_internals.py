@@ -99,16 +99,16 @@ def test_a_forward_cache_is_made_of_dynamic_layers_with_keys_and_values(llama):
         assert type(layer) is DynamicLayer and layer.is_initialized
         assert layer.keys.shape == (1, llama.n_kv_heads, len(row), llama.head_dim)
         assert layer.values.shape == (1, llama.n_kv_heads, len(row), llama.head_dim)
-    assert not hf_internals.has_sliding_layers(cache)
+    assert not any(layer.is_sliding for layer in cache.layers)
 
 
 def test_sliding_window_layers_are_seen():
     model = tiny_model("gemma3")
     cache = prefix_cache(model, ids_of(model, SHOTS)[0])
     assert [layer.is_sliding for layer in cache.layers] == [True, False, True]  # tiny.py's layer_types
-    assert hf_internals.has_sliding_layers(cache)
     hf_internals.make_growing(cache, room=4)  # a sliding layer drops positions: it stays what it is
     assert [type(layer) is hf_internals.GrowingLayer for layer in cache.layers] == [False, True, False]
+    assert not hf_internals.can_merge(cache)  # so rows join its batch only when the batch is empty
 
 
 def test_growing_layers_generate_what_plain_layers_do(llama):
@@ -214,3 +214,18 @@ def test_transformers_5_records_no_commit_on_a_loaded_config(tmp_path):
     config = AutoConfig.from_pretrained(tmp_path)
     assert not hasattr(config, "_commit_hash")
     assert hf_internals.commit_hash(config) is None
+
+
+def test_merged_rows_keep_their_keys_right_aligned_with_zeros_before(llama):
+    short, long = ids_of(llama, "3+3="), ids_of(llama, SHOTS)
+    a, b = prefix_cache(llama, short[0]), prefix_cache(llama, long[0])
+    hf_internals.make_growing(a, room=2)
+    hf_internals.make_growing(b, room=2)
+    keys_a, keys_b = a.layers[0].keys.clone(), b.layers[0].keys.clone()
+    width = keys_b.shape[2]
+    hf_internals.merge_rows(a, b, drop=1, width=width, room=3)  # a's first position dropped
+    merged = a.layers[0]
+    assert merged.keys.shape[:3] == (2, llama.n_kv_heads, width) and merged.kbuf.shape[2] == width + 3
+    torch.testing.assert_close(merged.keys[0, :, width - keys_a.shape[2] + 1:], keys_a[0, :, 1:], atol=0, rtol=0)
+    assert not merged.keys[0, :, :width - keys_a.shape[2] + 1].any()
+    torch.testing.assert_close(merged.keys[1], keys_b[0], atol=0, rtol=0)

@@ -13,7 +13,8 @@ on the number of positions in a call (Knockout mode "global").
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -85,6 +86,13 @@ def prefill(model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV 
             use_cache: bool = True) -> Step:
     """Run token-id rows (with the shared prefix from `prefix` when possible)."""
     P, shared = prefix.lookup(rows) if prefix is not None else (0, None)
+    return prefill_after(model, rows, P, shared, use_cache)
+
+
+@torch.no_grad()
+def prefill_after(model: HookedModel, rows: Sequence[Sequence[int]], P: int, shared: SharedPrefix | None,
+                  use_cache: bool = True) -> Step:
+    """Run each row's tokens after its first P, which `shared` holds (P = 0: none)."""
     suffixes = [list(r[P:]) for r in rows]
     S = max(len(s) for s in suffixes)
     pad = model.tokenizer.pad_token_id or 0
@@ -101,54 +109,135 @@ def prefill(model: HookedModel, rows: Sequence[Sequence[int]], prefix: PrefixKV 
     return Step(out.logits[:, -1].float(), out.past_key_values, mask.to(dev), pos[:, -1].to(dev) + 1, shared)
 
 
-@torch.no_grad()
+def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.cat([mask.new_zeros(mask.shape[0], width - mask.shape[1]), mask], dim=1)
+
+
+def _merge(running: Step, new: Step, room: int) -> None:
+    """Add `new`'s rows to `running` in place, both right-aligned; columns that are padding in
+    every running row are dropped, so the cache stays as wide as its longest live row."""
+    drop = int((running.mask.cumsum(-1) == 0).sum(-1).min())
+    width = max(running.mask.shape[1] - drop, new.mask.shape[1])
+    hf_internals.merge_rows(running.cache, new.cache, drop, width, room)
+    running.mask = torch.cat([_left_pad(running.mask[:, drop:], width), _left_pad(new.mask, width)])
+    running.next_pos = torch.cat([running.next_pos, new.next_pos])
+
+
+def eos_ids(model: HookedModel) -> set[int]:
+    """The token ids that end a row: the tokenizer's EOS and the generation config's."""
+    configured = getattr(getattr(model.hf, "generation_config", None), "eos_token_id", None)
+    eos = {model.tokenizer.eos_token_id} | set(configured if isinstance(configured, (list, tuple)) else [configured])
+    eos.discard(None)
+    return eos
+
+
 def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_tokens: int,
-                    stop: Callable[[str], int | None], prefix: PrefixKV | None = None) -> list[tuple[str, str]]:
+                    stop: Callable[[str], int | None] | None, prefix: PrefixKV | None = None,
+                    batch_size: int | None = None, check_every: int | None = None) -> list[tuple[str, str]]:
+    """`generate_stream`'s results in row order."""
+    results: list[tuple[str, str]] = [("", "length")] * len(rows)
+    for i, result in generate_stream(model, rows, max_new_tokens, stop, prefix, batch_size, check_every):
+        results[i] = result
+    return results
+
+
+@torch.no_grad()
+def generate_stream(model: HookedModel, rows: Sequence[Sequence[int]], max_new_tokens: int,
+                    stop: Callable[[str], int | None] | None, prefix: PrefixKV | None = None,
+                    batch_size: int | None = None, check_every: int | None = None
+                    ) -> Iterator[tuple[int, tuple[str, str]]]:
     """Greedy continuation of each row until `stop(text)` returns a cut index, EOS, or the budget.
 
-    Returns (text cut at the stop, why) per row, why in {"stop", "eos", "length"}. Finished
-    rows leave the batch, so a batch costs what its unfinished rows cost.
+    Yields (row index, (text cut at the stop, why)) as each row ends, why in {"stop", "eos",
+    "length"}. At most `batch_size` rows (default: all) decode together; a row that ends
+    leaves the batch and the next waiting row takes its place (continuous batching), so the
+    batch stays full until the rows run out instead of shrinking to its slowest row. Every row
+    attends the prefix `prefix` finds for all the rows. `stop=None` checks only EOS and the budget.
+
+    The chosen tokens stay on the model's device and are read back every `check_every` steps
+    (default 1 on a CPU; 8 on an accelerator, where reading waits for the device to finish).
+    Each live row is then checked token by token, so it ends exactly where a check per step
+    would end it; what it generated past that end is dropped.
     """
-    tok = model.tokenizer
-    configured = getattr(getattr(model.hf, "generation_config", None), "eos_token_id", None)
-    eos = {tok.eos_token_id} | set(configured if isinstance(configured, (list, tuple)) else [configured])
-    eos.discard(None)
-    step = prefill(model, rows, prefix)
-    hf_internals.make_growing(step.cache, max_new_tokens)
-    active = list(range(len(rows)))  # original row index of each batch row
-    generated: list[list[int]] = [[] for _ in rows]
-    results: list[tuple[str, str] | None] = [None] * len(rows)
-    for t in range(max_new_tokens):
-        nxt = step.logits.argmax(-1)
-        keep = []
-        for b, i in enumerate(active):
-            token = int(nxt[b])
-            if token in eos:
-                results[i] = (tok.decode(generated[i], skip_special_tokens=True), "eos")
-                continue
-            generated[i].append(token)
+    if not rows:
+        return
+    if max_new_tokens <= 0:
+        yield from ((i, ("", "length")) for i in range(len(rows)))
+        return
+    tok, eos = model.tokenizer, eos_ids(model)
+    P, shared = prefix.lookup(rows) if prefix is not None else (0, None)
+    width = batch_size or len(rows)
+    every = check_every or (1 if model.device.type == "cpu" else 8)
+    waiting = deque(range(len(rows)))
+    active: list[int] = []  # row index of each batch row
+    generated: dict[int, list[int]] = {}
+    batch: Step | None = None
+    nxt = torch.empty(0, dtype=torch.long)
+
+    def finish(i: int, token: int) -> tuple[str, str] | None:
+        """Take row i's next token; its result once it has ended."""
+        if token in eos:
+            return tok.decode(generated[i], skip_special_tokens=True), "eos"
+        generated[i].append(token)
+        if stop is not None:
             text = tok.decode(generated[i], skip_special_tokens=True)
-            cut = stop(text)
-            if cut is not None:
-                results[i] = (text[:cut], "stop")
-            elif t == max_new_tokens - 1:
-                results[i] = (text, "length")
-            else:
-                keep.append(b)
-        if not keep:
-            break
-        if len(keep) < len(active):
-            # a CPU index selects on any device: a dispatched model keeps each layer's cache on its own
-            hf_internals.select_rows(step.cache, torch.tensor(keep))
-            index = torch.tensor(keep, device=step.mask.device)
-            step.mask, step.next_pos, nxt = step.mask[index], step.next_pos[index], nxt[index]
-            active = [active[b] for b in keep]
-        mask = torch.cat([step.mask, torch.ones_like(step.mask[:, :1])], dim=1)
-        with attend_shared(model, step.shared):
-            out = model.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=step.next_pos[:, None],
-                           past_key_values=step.cache, use_cache=True)
-        step = Step(out.logits[:, -1].float(), out.past_key_values, mask, step.next_pos + 1, step.shared)
-    return [("", "length") if r is None else r for r in results]  # None: max_new_tokens == 0
+            if (cut := stop(text)) is not None:
+                return text[:cut], "stop"
+        if len(generated[i]) == max_new_tokens:
+            return tok.decode(generated[i], skip_special_tokens=True), "length"
+        return None
+
+    def admit() -> int:
+        """Fill the batch from the waiting rows (merging needs caches whose rows can be re-laid);
+        -> how many joined. Their first tokens are the last of `nxt`."""
+        nonlocal batch, nxt
+        if not waiting or len(active) == width or (active and not hf_internals.can_merge(batch.cache)):
+            return 0
+        new = [waiting.popleft() for _ in range(min(width - len(active), len(waiting)))]
+        step = prefill_after(model, [rows[i] for i in new], P, shared)
+        hf_internals.make_growing(step.cache, max_new_tokens)
+        generated.update((i, []) for i in new)
+        first = step.logits.argmax(-1)
+        if active:
+            _merge(batch, step, max_new_tokens)
+            nxt = torch.cat([nxt, first])
+        else:
+            batch, nxt = step, first
+        active.extend(new)
+        return len(new)
+
+    admit()
+    pending: list[torch.Tensor] = []
+    while active:
+        pending.append(nxt)
+        if len(pending) == every or max(len(generated[i]) for i in active) + len(pending) >= max_new_tokens:
+            chunk, pending, keep = torch.stack(pending, 1).tolist(), [], []
+            for b, i in enumerate(active):
+                for token in chunk[b]:
+                    if token < 0:  # a row that joined after these steps
+                        continue
+                    if (result := finish(i, token)) is not None:
+                        del generated[i]
+                        yield i, result
+                        break
+                else:
+                    keep.append(b)
+            if len(keep) < len(active):
+                if keep:  # a CPU index selects on any device: a dispatched model keeps each layer's cache on its own
+                    hf_internals.select_rows(batch.cache, torch.tensor(keep))
+                    index = torch.tensor(keep, device=batch.mask.device)
+                    batch.mask, batch.next_pos, nxt = batch.mask[index], batch.next_pos[index], nxt[index]
+                active[:] = [active[b] for b in keep]
+                if joined := admit():
+                    # the rows that stay have read their last token; the new ones' first is still to read
+                    pending = [torch.cat([torch.full_like(nxt[:-joined], -1), nxt[-joined:]])]
+            if not active:
+                break
+        batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
+        with attend_shared(model, shared):
+            out = model.hf(input_ids=nxt[:, None], attention_mask=batch.mask, position_ids=batch.next_pos[:, None],
+                           past_key_values=batch.cache, use_cache=True)
+        nxt, batch.cache, batch.next_pos = out.logits[:, -1].argmax(-1), out.past_key_values, batch.next_pos + 1
 
 
 @torch.no_grad()

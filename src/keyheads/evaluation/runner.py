@@ -77,20 +77,24 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
         prefix = PrefixKV(model)
         right = done = 0
         with model.hooks(edit={} if pairwise else prepared.edits):
-            for batch in _batches(pending, cfg.batch_size, lambda p: task.group(p[1])):
+            # a continuous task takes a whole group and keeps cfg.batch_size of it in flight
+            size = len(pending) if task.continuous else cfg.batch_size
+            for batch in _batches(pending, size, lambda p: task.group(p[1])):
                 cache.refresh()  # another run sharing the cache may have done some of these
                 todo = [(k, it) for k, it in batch if k not in cache]
-                if todo:
-                    items = [it for _, it in todo]
-                    if isinstance(task, PairwiseTask):
-                        results = task.run_pair(prepared, items, cfg)
-                    else:
-                        results = task.run(model, items, prefix, cfg)
-                    cache.add({"key": k, "variant": prepared.label, **r} for (k, _), r in zip(todo, results))
-                    right += sum(bool(task.score(it, r)["correct"]) for (_, it), r in zip(todo, results))
-                    done += len(todo)
-                bar.update(len(batch))
-                if done:
+                bar.update(len(batch) - len(todo))
+                items = [it for _, it in todo]
+                if not todo:
+                    results = []
+                elif isinstance(task, PairwiseTask):
+                    results = enumerate(task.run_pair(prepared, items, cfg))
+                else:
+                    results = task.run(model, items, prefix, cfg)
+                for j, r in results:  # saved as each one ends: an interruption loses no finished item
+                    cache.add([{"key": todo[j][0], "variant": prepared.label, **r}])
+                    right += bool(task.score(items[j], r)["correct"])
+                    done += 1
+                    bar.update(1)
                     bar.set_postfix(acc=f"{right / done:.3f}")
         bar.close()
     timing = {"computed": done, "cached": len(keys) - done, "seconds": round(time.time() - start, 1)}

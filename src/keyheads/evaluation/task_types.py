@@ -6,7 +6,7 @@ edits itself), so the runner dispatches on the type.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..data.benchmarks import Record
@@ -30,6 +30,8 @@ class Task:
     split: str
     exemplars: list[Record]
     items: list[Item]
+    # run() takes every pending item of a group at once and keeps cfg.batch_size in flight
+    continuous: bool = False
 
     def group(self, item: Item) -> str:
         """Items of one group share a few-shot prefix; batches do not mix groups."""
@@ -39,8 +41,10 @@ class Task:
         """Everything besides model and prompt that changes the raw result (part of the cache key)."""
         raise NotImplementedError
 
-    def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV, cfg: EvalConfig) -> list[dict]:
-        """Raw results to cache (generated text, letter logits)."""
+    def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV,
+            cfg: EvalConfig) -> Iterable[tuple[int, dict]]:
+        """(position in `items`, raw result to cache: generated text, letter logits), in the order
+        the items end."""
         raise NotImplementedError
 
     def score(self, item: Item, row: dict) -> dict:
@@ -72,7 +76,8 @@ class PairwiseTask(Task):
             raise ValueError(f"{self.name}: no reference variant set (the runner sets it before scoring)")
         return self.reference
 
-    def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV, cfg: EvalConfig) -> list[dict]:
+    def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV,
+            cfg: EvalConfig) -> Iterable[tuple[int, dict]]:
         raise TypeError(f"{self.name} compares two variants: call run_pair")
 
     def run_pair(self, prepared: Prepared, items: Sequence[Item], cfg: EvalConfig) -> list[dict]:

@@ -16,7 +16,7 @@ from .config import (
     check_benchmarks,
 )
 from .drift import DriftTask
-from .engine import greedy_generate, next_token_logits
+from .engine import generate_stream, next_token_logits
 from .extract import extract_answer, extract_first, numbers_match
 from .prompts import STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced, round_robin
 from .task_types import Item, Task
@@ -29,6 +29,7 @@ def _ids(model: HookedModel, prompts: Sequence[str]) -> list[list[int]]:
 
 class MathTask(Task):
     stops: tuple[str, ...] = STOPS
+    continuous = True  # generation: rows end at different steps, and finished ones make room
 
     def __init__(self, name: str, cfg: EvalConfig):
         self.name = name
@@ -53,8 +54,9 @@ class MathTask(Task):
         if limit and max(map(len, rows)) + budget > limit:
             raise ValueError(f"{self.name}: prompt ({max(map(len, rows))} tokens) + {budget} new tokens "
                              f"exceed the model's context of {limit}; use fewer shots or --max-new-tokens")
-        outs = greedy_generate(model, rows, budget, lambda text: cut_at_stop(text, self.stops), prefix)
-        return [{"id": it.record.id, "output": text, "finish": finish} for it, (text, finish) in zip(items, outs)]
+        outs = generate_stream(model, rows, budget, lambda text: cut_at_stop(text, self.stops), prefix,
+                               batch_size=cfg.batch_size)
+        return ((j, {"id": items[j].record.id, "output": text, "finish": finish}) for j, (text, finish) in outs)
 
     def extract(self, text: str) -> tuple[float | None, str | None, str]:
         return extract_answer(text)
@@ -126,10 +128,10 @@ class ChoiceTask(Task):
         lt = letter_tokens(model.tokenizer, self.n_choices)
         rows = [ids + list(lt.extra) for ids in _ids(model, [it.prompt for it in items])]
         logits = next_token_logits(model, rows, prefix)
-        return [
+        return enumerate([
             {"id": it.record.id, "scores": [float(x) for x in row_logits[list(lt.letters[: len(it.record.choices)])]]}
             for it, row_logits in zip(items, logits)
-        ]
+        ])
 
     def score(self, item, row):
         pred = max(range(len(row["scores"])), key=row["scores"].__getitem__)

@@ -95,6 +95,21 @@ class GrowingLayer(DynamicLayer):
         self.kbuf, self.vbuf = self.kbuf[indices], self.vbuf[indices]
         self._views()
 
+    def merge(self, other: DynamicLayer, drop: int, width: int, room: int) -> None:
+        """Keep this layer's rows without their first `drop` positions and add `other`'s rows,
+        all right-aligned to `width` positions (zeros on the left), with `room` spare."""
+        parts = [(self.keys[:, :, drop:], self.values[:, :, drop:]), (other.keys, other.values)]
+        b = sum(k.shape[0] for k, _ in parts)
+        h, d, dv = self.kbuf.shape[1], self.kbuf.shape[-1], self.vbuf.shape[-1]
+        kbuf, vbuf = self.kbuf.new_zeros(b, h, width + room, d), self.vbuf.new_zeros(b, h, width + room, dv)
+        r = 0
+        for k, v in parts:
+            kbuf[r:r + k.shape[0], :, width - k.shape[2]:width] = k
+            vbuf[r:r + v.shape[0], :, width - v.shape[2]:width] = v
+            r += k.shape[0]
+        self.kbuf, self.vbuf, self.n = kbuf, vbuf, width
+        self._views()
+
     def batch_repeat_interleave(self, repeats: int) -> None:
         self.kbuf = self.kbuf.repeat_interleave(repeats, dim=0)
         self.vbuf = self.vbuf.repeat_interleave(repeats, dim=0)
@@ -111,9 +126,16 @@ def make_growing(cache, room: int) -> None:
             layers[i] = GrowingLayer(layer, room)
 
 
-def has_sliding_layers(cache) -> bool:
-    """Whether some layer of the cache drops old positions (a sliding window)."""
-    return any(getattr(layer, "is_sliding", False) for layer in getattr(cache, "layers", []))
+def can_merge(cache) -> bool:
+    """Whether rows can be added to the cache (`merge_rows`): every layer is a GrowingLayer."""
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(isinstance(layer, GrowingLayer) for layer in layers)
+
+
+def merge_rows(cache, other, drop: int, width: int, room: int) -> None:
+    """Add `other`'s rows to `cache` in place (GrowingLayer.merge, layer by layer)."""
+    for layer, new in zip(cache.layers, other.layers):
+        layer.merge(new, drop, width, room)
 
 
 def select_rows(cache, index: torch.Tensor) -> None:
