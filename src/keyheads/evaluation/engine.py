@@ -169,10 +169,20 @@ def generate_stream(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
     width = batch_size or len(rows)
     every = check_every or (1 if model.device.type == "cpu" else 8)
     waiting = deque(range(len(rows)))
-    active: list[int] = []  # row index of each batch row
     generated: dict[int, list[int]] = {}
-    batch: Step | None = None
-    nxt = torch.empty(0, dtype=torch.long)
+
+    def start() -> Step:
+        """Prefill the next waiting rows that fit (at most `width - len(active)`)."""
+        new = [waiting.popleft() for _ in range(min(width - len(active), len(waiting)))]
+        step = prefill_after(model, [rows[i] for i in new], P, shared)
+        hf_internals.make_growing(step.cache, max_new_tokens)
+        generated.update((i, []) for i in new)
+        active.extend(new)
+        return step
+
+    active: list[int] = []  # row index of each batch row
+    batch = start()
+    nxt = batch.logits.argmax(-1)
 
     def finish(i: int, token: int) -> tuple[str, str] | None:
         """Take row i's next token; its result once it has ended."""
@@ -193,20 +203,16 @@ def generate_stream(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
         nonlocal batch, nxt
         if not waiting or len(active) == width or (active and not hf_internals.can_merge(batch.cache)):
             return 0
-        new = [waiting.popleft() for _ in range(min(width - len(active), len(waiting)))]
-        step = prefill_after(model, [rows[i] for i in new], P, shared)
-        hf_internals.make_growing(step.cache, max_new_tokens)
-        generated.update((i, []) for i in new)
-        first = step.logits.argmax(-1)
-        if active:
-            _merge(batch, step, max_new_tokens)
-            nxt = torch.cat([nxt, first])
-        else:
-            batch, nxt = step, first
-        active.extend(new)
-        return len(new)
+        if not active:
+            batch = start()
+            nxt = batch.logits.argmax(-1)
+            return len(active)
+        before = len(active)
+        step = start()
+        _merge(batch, step, max_new_tokens)
+        nxt = torch.cat([nxt, step.logits.argmax(-1)])
+        return len(active) - before
 
-    admit()
     pending: list[torch.Tensor] = []
     while active:
         pending.append(nxt)

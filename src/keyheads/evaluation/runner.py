@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -84,8 +84,9 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
                 todo = [(k, it) for k, it in batch if k not in cache]
                 bar.update(len(batch) - len(todo))
                 items = [it for _, it in todo]
+                results: Iterable[tuple[int, dict]] = []
                 if not todo:
-                    results = []
+                    pass
                 elif isinstance(task, PairwiseTask):
                     results = enumerate(task.run_pair(prepared, items, cfg))
                 else:

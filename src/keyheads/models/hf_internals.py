@@ -128,7 +128,7 @@ def make_growing(cache, room: int) -> None:
 
 def can_merge(cache) -> bool:
     """Whether rows can be added to the cache (`merge_rows`): every layer is a GrowingLayer."""
-    layers = getattr(cache, "layers", None)
+    layers = getattr(cache, "layers", None) or []
     return bool(layers) and all(isinstance(layer, GrowingLayer) for layer in layers)
 
 
