@@ -12,6 +12,10 @@ since knocking a head out changes the prefix's keys and values there too; logits
 at this machine's matrix-multiply rate. Writes the figures into bench/RESULTS.md.
 
     python bench/analysis.py [--k 12] [--seeds 5] [--effects effects.json] [--cases demo,shared-prefix]
+
+With --gpu it times the curves of a 7B-shaped random model on a GPU instead (bench/analysis_gpu.py):
+
+    python bench/analysis.py --gpu [--prompts 256] [--k 32] [--seeds 5]
 """
 from __future__ import annotations
 
@@ -138,8 +142,18 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
+    ap.add_argument("--gpu", action="store_true", help="a random 7B-shaped model on a GPU (bench/analysis_gpu.py)")
+    ap.add_argument("--prompts", type=int, default=256, help="with --gpu: how many prompts")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.gpu:
+        import analysis_gpu
+
+        text = "\n".join(analysis_gpu.main(args))
+        print(text)
+        if not args.no_write:
+            write_section("Knockout curves at 7B scale on one GPU (bench/analysis.py --gpu)", text)
+        return
     cases = args.cases.split(",")
     if unknown := [c for c in cases if c not in CASES]:
         raise SystemExit(f"unknown case(s) {', '.join(unknown)}: choose from {', '.join(CASES)}")

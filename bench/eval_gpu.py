@@ -156,7 +156,7 @@ def main(args) -> list[str]:
     results, outputs = {}, {}
     with torch.no_grad():
         greedy_generate(model, rows[:2], 4, None, PrefixKV(model))  # warm-up
-        out, results["keyheads engine (greedy_generate + PrefixKV)"] = timed(
+        out, results["keyheads engine (greedy_generate, shared prefix, continuous batching)"] = timed(
             lambda: greedy_generate(model, rows, NEW, None, PrefixKV(model)))
         outputs["engine"] = [text.split() for text, _ in out]
 
@@ -171,7 +171,7 @@ def main(args) -> list[str]:
         outputs["static"] = [list(map(str, r)) for r in out[:, width:].tolist()]
         profile = profile_engine(model, rows)
     best_hf = min(v for k, v in results.items() if k.startswith("transformers"))
-    engine_s = results["keyheads engine (greedy_generate + PrefixKV)"]
+    engine_s = results["keyheads engine (greedy_generate, shared prefix, continuous batching)"]
     same = {k: sum(a == b for a, b in zip(outputs["engine"], outputs[k])) for k in ("dynamic", "static")}
     lines = [
         f"- date: {datetime.date.today()}; command: `python bench/eval.py --gpu --n {args.n}`; "

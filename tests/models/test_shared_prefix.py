@@ -2,10 +2,11 @@
 import pytest
 import torch
 
-from keyheads.models.shared_prefix import SharedPrefix, attend_shared, supports
+from keyheads.models.shared_prefix import SPLIT_UP_TO, SharedPrefix, attend_shared, supports
 from keyheads.testing import tiny_model
 
-G, M, P, S = 2, 3, 7, 5  # groups, rows per group, prefix and own lengths
+G, M, P = 2, 3, 7  # groups, rows per group, prefix length
+OWN = [5, SPLIT_UP_TO + 4]  # own tokens: attention split in two, or over the concatenation (a long prefill)
 
 
 def _direct(model, prefixes, own):
@@ -15,8 +16,9 @@ def _direct(model, prefixes, own):
         return model.hf(input_ids=full).logits[:, P:]
 
 
+@pytest.mark.parametrize("S", OWN)
 @pytest.mark.parametrize("family", ["llama", "gpt2", "qwen2", "gpt_neox"])
-def test_rows_attending_a_shared_prefix_get_the_logits_of_whole_rows(family):
+def test_rows_attending_a_shared_prefix_get_the_logits_of_whole_rows(family, S):
     model = tiny_model(family, seed=1)
     g = torch.Generator().manual_seed(0)
     V = model.hf.config.vocab_size
@@ -35,7 +37,8 @@ def test_rows_attending_a_shared_prefix_get_the_logits_of_whole_rows(family):
     torch.testing.assert_close(step.logits[:, -1], want, atol=1e-4, rtol=0)
 
 
-def test_left_padded_rows_see_the_prefix_and_their_own_tokens_only():
+@pytest.mark.parametrize("S", OWN)
+def test_left_padded_rows_see_the_prefix_and_their_own_tokens_only(S):
     model = tiny_model("llama", seed=2)
     V = model.hf.config.vocab_size
     g = torch.Generator().manual_seed(1)

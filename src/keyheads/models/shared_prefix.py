@@ -23,6 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from . import hf_internals
 
@@ -61,6 +62,35 @@ def _causal(q: int, s: int, device) -> torch.Tensor:
     return torch.arange(q, device=device)[:, None] + (s - q) >= torch.arange(s, device=device)[None, :]
 
 
+# Up to this many query positions per row (a decode step, a knockout pass's few own tokens) the
+# split below is fastest; beyond it (a prefill of whole questions) SDPA over the prefix copied in
+# front of each row's keys is, by up to 3.5x on a CPU (measured on SmolLM2's shapes), and the copy
+# is made once per row.
+SPLIT_UP_TO = 16
+
+
+def _concatenated(query, key, value, kp, vp, attention_mask, scale):
+    """Attention over [prefix, own keys] per row with SDPA; output [B, q, H, d]."""
+    B, H, q, _ = query.shape
+    G, Hkv, P, _ = kp.shape
+    S = key.shape[-2]
+    k = torch.cat([kp.repeat_interleave(B // G, 0), key], dim=2)
+    v = torch.cat([vp.repeat_interleave(B // G, 0), value], dim=2)
+    if attention_mask is None:
+        attention_mask = _causal(q, S, query.device)
+    lead = attention_mask.shape[:-1]
+    if attention_mask.dtype == torch.bool:
+        mask = torch.cat([attention_mask.new_ones(*lead, P), attention_mask], dim=-1)
+    else:
+        mask = torch.cat([attention_mask.new_zeros(*lead, P), attention_mask], dim=-1)
+    if query.device.type == "cpu":  # CPU kernels take grouped key/value heads under a mask
+        out = F.scaled_dot_product_attention(query, k, v, attn_mask=mask, scale=scale, enable_gqa=H != Hkv)
+    else:  # CUDA's would fall back to the math kernel: repeat them, as transformers does
+        k, v = (x.repeat_interleave(H // Hkv, 1) for x in (k, v))
+        out = F.scaled_dot_product_attention(query, k, v, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2).contiguous()
+
+
 def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
               sliding_window=None, **kwargs):
     """transformers' attention-function signature: query [B, H, q, d], key/value [B, Hkv, S, d]
@@ -77,6 +107,8 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         raise ValueError(f"a shared prefix of {P} tokens and {S} more exceed the sliding window of "
                          f"{sliding_window}: run these prompts without a shared prefix")
     scale = scaling if scaling is not None else d ** -0.5
+    if q > SPLIT_UP_TO and softcap is None:
+        return _concatenated(query, key, value, kp, vp, attention_mask, scale), None
     # query head h reads key/value head h // g (transformers' repeat_kv order)
     qg = query.reshape(B, Hkv, g * q, d)
     # prefix scores: the m rows of a group stacked against their one prefix, one product per group and head
