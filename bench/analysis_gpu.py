@@ -17,6 +17,7 @@ import time
 
 import torch
 
+DEVICE = "cuda"
 TEMPLATES = ["{a}+{b}=", "{a} plus {b} is ", "sum {a} {b}: ", "{a} and {b} make "]
 
 
@@ -46,7 +47,7 @@ def main(args) -> list[str]:
 
     torch.manual_seed(0)
     config = tf.LlamaConfig(max_position_embeddings=4096, **SHAPES["llama2-7b"])
-    with torch.device("cuda"):
+    with torch.device(DEVICE):
         hf = tf.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model = HookedModel(hf, char_tokenizer(), name="random llama2-7b")
     refs, cfs = prompts(args.prompts, 0), prompts(args.prompts, 1)

@@ -1,4 +1,5 @@
 """Knockout curves against a direct computation of accuracy with heads mean-ablated by hand."""
+import pytest
 import torch
 
 from keyheads.analysis.common import Batches, all_heads, answer_token, load_samples
@@ -66,3 +67,43 @@ def test_samples_get_the_answer_token(llama, pairs_file):
     # continuing a number: no space in between
     prompt, tok = answer_token(llama, "from 1723 to 172", "8", join="")
     assert prompt == "from 1723 to 172" and llama.tokenizer.decode([tok]) == "8"
+
+
+def test_curves_killed_between_chunks_resume_from_the_checkpoint(llama, tmp_path, monkeypatch):
+    import keyheads.analysis.knockout_curves as kc
+    from keyheads.models.prompt_set import PromptSet
+
+    from tests.helpers import Killed
+
+    rows = make_rows(12)
+    refs, cfs = [r["reference"] for r in rows], [r["counterfactual"] for r in rows]
+    clean = llama.forward(llama.encode(refs))[:, -1].argmax(-1).tolist()
+    heads = all_heads(llama)
+    full = compute_means(llama, cfs, heads=heads, progress=False)
+    args = (llama, PromptSet(llama, refs, 4), clean, full, [(2, 1), (0, 3), (1, 0)], heads,
+            CurveConfig(k=3, seeds=3, seed=1))
+    want = knockout_curves(*args, progress=False)  # 1 + 3 + 9 = 13 sets, no checkpoint
+    monkeypatch.setattr(kc, "CHUNK", 4)
+    real, calls = kc.set_accuracies, []
+
+    def dies_on_the_third_chunk(*a, **k):
+        calls.append(len(a[4]))
+        if len(calls) == 3:
+            raise Killed
+        return real(*a, **k)
+
+    monkeypatch.setattr(kc, "set_accuracies", dies_on_the_third_chunk)
+    path = tmp_path / "curves.partial.json"
+    with pytest.raises(Killed):
+        knockout_curves(*args, progress=False, checkpoint=(path, "k1"))
+    assert len(kc.read_json(path)["accuracy"]) == 8  # two chunks of 4 kept
+    calls.clear()
+    monkeypatch.setattr(kc, "set_accuracies", real)
+    counted = []
+    monkeypatch.setattr(kc, "set_accuracies", lambda *a, **k: counted.append(len(a[4])) or real(*a, **k))
+    got = knockout_curves(*args, progress=False, checkpoint=(path, "k1"))
+    assert sum(counted) == 13 - 8  # only what the killed run had not finished
+    assert (got.effect, got.random) == (want.effect, want.random)
+    counted.clear()
+    knockout_curves(*args, progress=False, checkpoint=(path, "another key"))  # other inputs: all again
+    assert sum(counted) == 13

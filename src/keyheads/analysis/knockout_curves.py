@@ -11,19 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..distributed import map_sharded
+from ..distributed import is_main, map_sharded
 from ..heads import Head
+from ..io import read_json, write_json
 from ..knockout import Knockout
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..plotting import new_figure, save_figure
 from .common import Batches, knockout_subset, predict
 from .passes import EndPasses
+
+CHUNK = 32  # knockout sets per checkpointed chunk: a few passes of the batched engine
 
 
 @dataclass
@@ -96,12 +100,18 @@ def curve_sets(ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveCon
 
 def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids: Sequence[int], full: Knockout,
                     ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveConfig,
-                    progress: bool = True, extra: Sequence[Sequence[Head]] = ()) -> Curves:
+                    progress: bool = True, extra: Sequence[Sequence[Head]] = (),
+                    checkpoint: tuple[Path, str] | None = None) -> Curves:
     """Accuracy for k = 0..cfg.k heads knocked out, for `ranked` and for cfg.seeds random orders of `candidates`.
 
     `prompts` as a PromptSet runs the batched passes; as Batches, one direct forward pass per
     point (the reference the fast passes are checked against). The accuracies of the `extra`
     sets come back in `Curves.extra`.
+
+    With `checkpoint` (a file, and a key naming everything the accuracies depend on) the sets
+    run in chunks, and the accuracies of every finished chunk are kept in the file: a run
+    interrupted at 7B scale, hours in, continues where it stopped. A file with another key is
+    ignored.
     """
     sets, orders = curve_sets(ranked, candidates, cfg)
     sets += [list(s) for s in extra]
@@ -112,12 +122,30 @@ def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids
     else:
         def compute(part):
             return set_accuracies(model, prompts, answer_ids, full, part, progress)
-    acc = map_sharded(compute, sets)
+    acc = _in_chunks(compute, sets, model.n_layers, checkpoint)
     K = cfg.k
     effect = acc[:K + 1]
     random = [[acc[0]] + acc[1 + K * (s + 1): 1 + K * (s + 2)] for s in range(cfg.seeds)]
     return Curves(list(range(K + 1)), effect, random, list(ranked[:K]), [o[:K] for o in orders],
                   acc[len(acc) - len(extra):] if extra else [])
+
+
+def _in_chunks(compute, sets: list, n_layers: int, checkpoint: tuple[Path, str] | None) -> list[float]:
+    """compute(sets) over every process, in checkpointed chunks when asked (see knockout_curves)."""
+    if checkpoint is None:
+        return map_sharded(compute, sets)
+    path, key = checkpoint
+    saved = read_json(path) if path.exists() else {}
+    done = {int(i): a for i, a in saved.get("accuracy", {}).items()} if saved.get("key") == key else {}
+    # sets that start at the same layer share passes: chunks follow the passes' own order
+    todo = sorted((i for i in range(len(sets)) if i not in done),
+                  key=lambda i: -min((l for l, _ in sets[i]), default=n_layers))
+    for c in range(0, len(todo), CHUNK):
+        part = todo[c:c + CHUNK]
+        done.update(zip(part, map_sharded(compute, [sets[i] for i in part])))
+        if is_main():
+            write_json(path, {"key": key, "accuracy": {str(i): done[i] for i in sorted(done)}})
+    return [done[i] for i in range(len(sets))]
 
 
 def plot_curves(curves: Curves, path, title: str) -> None:

@@ -2,6 +2,8 @@
 transfer table, written as JSON, CSV and PNG into the run folder."""
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -12,7 +14,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..data.benchmarks import DataNotFound, data_dir_from
 from ..distributed import is_main, map_sharded
-from ..io import atomic_write_text, write_json
+from ..io import atomic_write_text, file_sha256, write_json
 from ..knockout import compute_means
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
@@ -98,9 +100,14 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
 
     if effects is not None and k:
         # the key heads' own knockout rides along with the curves' sets
+        # everything the accuracies depend on: the settings, the data, the model and its ranking
+        settings = {k: v for k, v in asdict(cfg).items() if k not in ("progress", "out")}
+        key = json.dumps([settings, file_sha256(cfg.data), model.name, [h.to_json() for h in effects.ranked()]],
+                         sort_keys=True, default=str)
         curves = knockout_curves(model, prompts, answers, full, effects.ranked(), candidates,
                                  CurveConfig(k=k, seeds=cfg.seeds, seed=cfg.seed), progress=cfg.progress,
-                                 extra=[key_heads])
+                                 extra=[key_heads], checkpoint=(out / "knockout_curves.partial.json",
+                                                                hashlib.sha256(key.encode()).hexdigest()))
         base, after = curves.effect[0], curves.extra[0]
         result["curves"] = {"k": curves.ks, "effect_rank": curves.effect, "random_rank": curves.random,
                             "random_mean": curves.random_mean.tolist(), "random_std": curves.random_std.tolist(),
@@ -123,6 +130,7 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
     if not is_main():  # every process holds the whole result; one writes it
         return result
     write_json(out / "knockout.json", result)  # no timing inside: the same inputs give the same bytes
+    (out / "knockout_curves.partial.json").unlink(missing_ok=True)
     print(f"wrote {out}/knockout.json" + (", knockout_curves.csv, knockout_curves.png" if "curves" in result else "")
           + (", transfer.csv, transfer_cases.txt" if cfg.transfer else "") + f" ({time.time() - t0:.0f} s)")
     return result
