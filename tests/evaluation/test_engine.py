@@ -135,3 +135,23 @@ def test_rows_that_join_a_running_batch_end_as_they_would_alone(family, width, e
     assert together == alone
     if family != "gemma3":  # the tiny gemma3 repeats one token: it checks the batch-after-batch path only
         assert len({len(t) for t, _ in alone}) > 1, "rows must end at different steps for the test to mean anything"
+
+
+def test_rows_that_joined_are_still_checked_every_step(monkeypatch):
+    """A row that joins must stop where its text is complete, not run on to the budget unchecked."""
+    model = tiny_model("llama", seed=3)
+    rows = _rows(model, PROMPTS + [SHOTS + "7+7=", SHOTS + "10+20="])
+    stop = lambda text: len(text) if len(text) >= 3 else None  # noqa: E731
+    decoded = []
+    real = model.hf.forward
+
+    def counting(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] == 1:
+            decoded.append(kwargs["input_ids"].shape[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model.hf, "forward", counting)
+    out = greedy_generate(model, rows, 40, stop, PrefixKV(model, min_len=4), batch_size=2, check_every=1)
+    tokens = sum(len(model.tokenizer(t)["input_ids"]) for t, _ in out)
+    assert all(why in ("stop", "eos") for _, why in out)
+    assert sum(decoded) <= tokens + 2 * len(rows), f"{sum(decoded)} row-steps for {tokens} tokens"

@@ -216,7 +216,7 @@ def generate_stream(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
     pending: list[torch.Tensor] = []
     while active:
         pending.append(nxt)
-        if len(pending) == every or max(len(generated[i]) for i in active) + len(pending) >= max_new_tokens:
+        if len(pending) >= every or max(len(generated[i]) for i in active) + len(pending) >= max_new_tokens:
             chunk, pending, keep = torch.stack(pending, 1).tolist(), [], []
             for b, i in enumerate(active):
                 for token in chunk[b]:
