@@ -78,7 +78,6 @@ class Step:
     cache: object  # each row's own tokens (after the shared prefix)
     mask: torch.Tensor  # [batch, cached + current]
     next_pos: torch.Tensor  # [batch] position id of the next token
-    shared: SharedPrefix | None = None
 
 
 @torch.no_grad()
@@ -106,7 +105,7 @@ def prefill_after(model: HookedModel, rows: Sequence[Sequence[int]], P: int, sha
     with attend_shared(model, shared):
         out = hf_internals.forward_last(model.hf, input_ids=ids.to(dev), attention_mask=mask.to(dev),
                                         position_ids=pos.to(dev), use_cache=use_cache)
-    return Step(out.logits[:, -1].float(), out.past_key_values, mask.to(dev), pos[:, -1].to(dev) + 1, shared)
+    return Step(out.logits[:, -1].float(), out.past_key_values, mask.to(dev), pos[:, -1].to(dev) + 1)
 
 
 def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:
