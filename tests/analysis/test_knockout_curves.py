@@ -107,3 +107,8 @@ def test_curves_killed_between_chunks_resume_from_the_checkpoint(llama, tmp_path
     counted.clear()
     knockout_curves(*args, progress=False, checkpoint=(path, "another key"))  # other inputs: all again
     assert sum(counted) == 13
+    for broken in ('{"key": "k1", "accura', '{"key": "k1"}', '[1, 2]'):  # truncated, keys missing, not an object
+        path.write_text(broken)
+        counted.clear()
+        again = knockout_curves(*args, progress=False, checkpoint=(path, "k1"))
+        assert sum(counted) == 13 and again.effect == want.effect

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..distributed import is_main, map_sharded
+from ..errors import BadFile
 from ..heads import Head
 from ..io import read_json, write_json
 from ..knockout import Knockout
@@ -135,8 +136,11 @@ def _in_chunks(compute, sets: list, n_layers: int, checkpoint: tuple[Path, str] 
     if checkpoint is None:
         return map_sharded(compute, sets)
     path, key = checkpoint
-    saved = read_json(path) if path.exists() else {}
-    done = {int(i): a for i, a in saved.get("accuracy", {}).items()} if saved.get("key") == key else {}
+    try:  # a checkpoint only saves time: one that cannot be read is started over, not an error
+        saved = read_json(path) if path.exists() else {}
+        done = {int(i): float(a) for i, a in saved["accuracy"].items()} if saved.get("key") == key else {}
+    except (BadFile, AttributeError, KeyError, TypeError, ValueError):
+        done = {}
     # sets that start at the same layer share passes: chunks follow the passes' own order
     todo = sorted((i for i in range(len(sets)) if i not in done),
                   key=lambda i: -min((l for l, _ in sets[i]), default=n_layers))
