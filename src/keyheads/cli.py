@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from .errors import UserError
@@ -35,10 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm(signum, frame):
+    # Batch schedulers and session ends send SIGTERM before killing; treating it as Ctrl-C lets
+    # training save its finished steps and every stage stop cleanly on the same path.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_log(quiet=getattr(args, "quiet", False))
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         return int(args.func(args) or 0)
     except UserError as err:  # bad input: one line that says what to do; anything else is a bug and keeps its traceback
@@ -46,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("interrupted; finished work is kept and a re-run resumes", file=sys.stderr)
-        return 130
+        return 130  # 128 + SIGINT, as a shell reports Ctrl-C
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from .errors import SettingError, UserError
 from .evaluation import EvalConfig, Variant, evaluate
 from .finetune import describe as describe_training
 from .finetune import finetune, load_examples
+from .finetune.config import FinetuneConfig
 from .finetune.parallel import check_setup
 from .io import write_json
 from .models.fingerprint import base_fingerprint
@@ -78,8 +79,8 @@ def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = Tru
         Stage("mlp", {**seeded, **section(cfg.mlp)}, [PAIRS], ["mlp"], lambda: _mlp(cfg, run, get_model(), progress)),
     ]
     train = {**seeded, **section(cfg.finetune), "data_dir": cfg.data_dir}
-    for key in ("mlps", "save_every"):  # only +mlp variants read mlps; save_every changes no result
-        train.pop(key)
+    for key in ("mlps", *FinetuneConfig.RESUMABLE_CHANGES):  # only +mlp variants read mlps; the others change no result
+        train.pop(key, None)
     for variant in cfg.variants:
         extra = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
         inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []

@@ -112,3 +112,30 @@ def test_curves_killed_between_chunks_resume_from_the_checkpoint(llama, tmp_path
         counted.clear()
         again = knockout_curves(*args, progress=False, checkpoint=(path, "k1"))
         assert sum(counted) == 13 and again.effect == want.effect
+
+
+def test_knockout_means_are_kept_until_the_stage_ends(llama, tmp_path, monkeypatch):
+    """The stage's means pass runs once: a resumed stage reads the same tensors back; other prompts, other
+    batching or a broken file compute them again."""
+    import keyheads.analysis.knockout_run as kr
+
+    cfs = [f"{a} + {b} = " for a, b in [(1, 2), (3, 4), (5, 6), (7, 1), (2, 2)]]
+    heads = all_heads(llama)
+    calls = []
+    monkeypatch.setattr(kr, "compute_means", lambda *a, **k: calls.append(1) or compute_means(*a, **k))
+    cfg = kr.KnockoutRun(data="pairs.jsonl", out=str(tmp_path), batch_size=2, progress=False)
+    path = tmp_path / kr.MEANS_PARTIAL
+    first = kr._means(llama, cfs, heads, cfg, path)
+    want = compute_means(llama, cfs, heads=heads, batch_size=2, progress=False).to_state()
+    again = kr._means(llama, cfs, heads, cfg, path)
+    assert len(calls) == 1
+    for ko in (first, again):
+        state = ko.to_state()
+        assert set(state) == set(want) and all(torch.equal(state[k], want[k]) for k in want)
+    assert again.heads == first.heads and again.mode == first.mode
+    kr._means(llama, cfs[:4], heads, cfg, path)
+    kr._means(llama, cfs[:4], heads, kr.KnockoutRun(data="pairs.jsonl", out=str(tmp_path), batch_size=3), path)
+    assert len(calls) == 3
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+    kr._means(llama, cfs, heads, cfg, path)
+    assert len(calls) == 4

@@ -390,3 +390,32 @@ def test_finished_run_with_other_settings_is_refused(tiny_folder, train_file, tm
     assert main(finetune_argv(tiny_folder, train_file, out, "--heads", "1.0", "--lr", "1e-3")) == 2
     assert "lr" in error_line(capsys.readouterr().err)
     assert (out / "finetune.json").read_text() == finished
+
+
+def test_sigterm_saves_finished_steps_like_ctrl_c(tiny_folder, train_file, tmp_path, capsys, monkeypatch):
+    """A scheduler's SIGTERM mid-run keeps the finished step (no periodic checkpoint is due), exits 130, and
+    the handler is put back afterwards."""
+    import os
+    import signal
+
+    import keyheads.finetune.train as train_mod
+
+    real, calls = train_mod.collate, [0]
+
+    def terminated_collate(*args, **kwargs):  # 2 micro-batches a step: call 3 is step 2's first
+        calls[0] += 1
+        if calls[0] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "collate", terminated_collate)
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "run"
+    assert main(finetune_argv(tiny_folder, train_file, out, "--heads", "1.0", "--save-every", "0",
+                              "--save-minutes", "0")) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert json.loads((out / "checkpoint" / "record.json").read_text())["step"] == 1
+    assert signal.getsignal(signal.SIGTERM) == before
+    monkeypatch.undo()
+    assert main(finetune_argv(tiny_folder, train_file, out, "--heads", "1.0")) == 0
+    assert info(out)["train"]["steps_this_run"] == 1

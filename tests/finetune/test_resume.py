@@ -217,3 +217,24 @@ def test_ctrl_c_during_the_update_saves_nothing_new(examples, tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
     assert read_json(out / "checkpoint" / "record.json")["step"] == 2
+
+
+@pytest.mark.parametrize("save_minutes, saved", [(1e-9, 3), (0.0, None)])
+def test_checkpoints_by_time_when_steps_are_slow(save_minutes, saved, examples, uninterrupted, tmp_path,
+                                                 monkeypatch):
+    """With no step interval, a checkpoint still follows every step once save_minutes have passed (here at
+    once); with both off only the end is saved. The time-saved run resumes to the same bits."""
+    out = tmp_path / "run"
+    cfg = replace(CFG, save_every=0, save_minutes=save_minutes)
+    kill_at_optimizer_step(monkeypatch, 4)
+    with pytest.raises(Killed):
+        finetune(tiny_model("llama", seed=0), examples, cfg, out, COMPONENTS, progress=False)
+    monkeypatch.undo()
+    if saved is None:
+        assert not (out / "checkpoint").exists()
+        return
+    assert read_json(out / "checkpoint" / "record.json")["step"] == saved
+    model = tiny_model("llama", seed=0)
+    info = finetune(model, examples, replace(cfg, save_minutes=30.0), out, COMPONENTS, progress=False)
+    assert info["train"]["steps_this_run"] == CFG.max_steps - saved
+    assert_same_as(uninterrupted, out, info, model)

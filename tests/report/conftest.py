@@ -100,6 +100,7 @@ def run_folder(tmp_path_factory, tiny_data):
                                                       batch_size=8, progress=False)))):
             t = time.perf_counter()
             call()
+            assert not list((out / stage).glob("*.partial.*")), "a finished stage leaves no partial results"
             _record(out, stage, time.perf_counter() - t, [f"{stage}/{stage}.json"], config)
 
         examples = [Example(r["reference"], r["answer"]) for r in make_rows(4)]

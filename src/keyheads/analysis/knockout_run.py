@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..data.benchmarks import DataNotFound, data_dir_from
 from ..distributed import is_main, map_sharded
-from ..io import atomic_write_text, file_sha256, write_json
-from ..knockout import compute_means
+from ..io import atomic_path, atomic_write_text, file_sha256, write_json
+from ..knockout import Knockout, compute_means
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..plotting import write_csv
@@ -33,6 +35,8 @@ from .common import (
 )
 from .knockout_curves import CurveConfig, knockout_curves, plot_curves, random_order, set_accuracies
 from .selection import Notes, Selection, choose_heads
+
+MEANS_PARTIAL = "knockout_means.partial.safetensors"
 
 
 @pydantic_dataclass(config=RUN_CONFIG)
@@ -91,8 +95,7 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
     )
 
     # one pass over the counterfactual prompts gives the means of every head
-    full = compute_means(model, cf, heads=candidates, batch_size=cfg.batch_size, mode=cfg.mean_mode,
-                         progress=cfg.progress)
+    full = _means(model, cf, candidates, cfg, out / MEANS_PARTIAL)
     prompts = PromptSet(model, [s.prompt for s in samples], cfg.batch_size)
     notes.add(fallback_note(full, prompts).text("reference prompts"))
     result: dict = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "n_counterfactual": len(cf),
@@ -130,10 +133,30 @@ def run_knockout(model: HookedModel, cfg: KnockoutRun) -> dict:
     if not is_main():  # every process holds the whole result; one writes it
         return result
     write_json(out / "knockout.json", result)  # no timing inside: the same inputs give the same bytes
-    (out / "knockout_curves.partial.json").unlink(missing_ok=True)
+    for partial in ("knockout_curves.partial.json", MEANS_PARTIAL):
+        (out / partial).unlink(missing_ok=True)
     print(f"wrote {out}/knockout.json" + (", knockout_curves.csv, knockout_curves.png" if "curves" in result else "")
           + (", transfer.csv, transfer_cases.txt" if cfg.transfer else "") + f" ({time.time() - t0:.0f} s)")
     return result
+
+
+def _means(model: HookedModel, cf: list[str], heads, cfg: KnockoutRun, path: Path) -> Knockout:
+    """Every head's mean output over the counterfactual prompts, kept beside the results until the stage
+    ends: on a large model this pass is long, and an interrupted stage resumes after it."""
+    key = hashlib.sha256(json.dumps([model.name, cf, cfg.batch_size, cfg.mean_mode]).encode()).hexdigest()
+    try:
+        with safe_open(str(path), "pt") as f:
+            if (f.metadata() or {}).get("key") == key:
+                return Knockout.from_state(heads, (), {name: f.get_tensor(name) for name in f.keys()},
+                                           mode=cfg.mean_mode)
+    except (OSError, SafetensorError, KeyError, ValueError):
+        pass  # absent, truncated or of other settings: computed again
+    full = compute_means(model, cf, heads=heads, batch_size=cfg.batch_size, mode=cfg.mean_mode,
+                         progress=cfg.progress)
+    if is_main():
+        with atomic_path(path) as tmp:
+            save_file(full.to_state(), str(tmp), metadata={"key": key})
+    return full
 
 
 def _write_curves(out: Path, curves, model_name: str) -> None:

@@ -54,6 +54,9 @@ class FinetuneConfig:
     lora_alpha: float | None = Field(None, description="LoRA's scale (None: equal to the rank)")
     seed: int = Field(0, ge=0, description="data order and any random initialisation (LoRA's A)")
     save_every: int = Field(50, ge=0, description="optimizer steps between checkpoints (0: only at the end)")
+    save_minutes: float = Field(30.0, ge=0.0, description="also checkpoint once this many minutes have passed since "
+                                "the last checkpoint, so a killed run loses little when steps are slow (0: by "
+                                "steps only)")
     max_length: int = Field(1024, ge=1, description="longest tokenised sample; longer samples are an error, "
                                                     "not silently cut")
     parallel: Literal["ddp", "fsdp"] = Field(
@@ -75,4 +78,4 @@ class FinetuneConfig:
 
     # Settings a resumed run may change without changing what it computes.
     # Offload moves the same numbers between memories: an offloaded run may resume without it, and back.
-    RESUMABLE_CHANGES = ("save_every", "offload")
+    RESUMABLE_CHANGES = ("save_every", "save_minutes", "offload")

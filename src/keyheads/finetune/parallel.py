@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator, DistributedDataParallelKwargs
+from accelerate.utils import broadcast
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
@@ -62,6 +63,10 @@ class DDP:
 
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         return self.acc.reduce(value, "sum")
+
+    def first(self, flag: bool) -> bool:
+        """The first process's `flag`, on every process."""
+        return bool(broadcast(torch.tensor([float(flag)], device=self.acc.device), from_process=0).item())
 
     def barrier(self) -> None:
         self.acc.wait_for_everyone()
@@ -125,6 +130,12 @@ class FSDP:
         value = value.clone()
         dist.all_reduce(value)
         return value
+
+    def first(self, flag: bool) -> bool:
+        """The first process's `flag`, on every process."""
+        value = torch.tensor([float(flag)], device=self.device)
+        dist.broadcast(value, src=0)
+        return bool(value.item())
 
     def barrier(self) -> None:
         dist.barrier()

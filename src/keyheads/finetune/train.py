@@ -89,6 +89,15 @@ def make_scheduler(optimizer, cfg: FinetuneConfig, steps: int):
     return get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * steps), steps)
 
 
+def _checkpoint_due(cfg: FinetuneConfig, done: int, since_save: float, par: DDP | FSDP) -> bool:
+    if cfg.save_every and done % cfg.save_every == 0:
+        return True
+    if not cfg.save_minutes:
+        return False
+    # Clocks differ between processes, and a save is collective: every process takes the first one's word.
+    return par.first(since_save >= 60 * cfg.save_minutes)
+
+
 def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | Path, meta: dict,
           parallel: DDP | FSDP | None = None, progress: bool = True) -> TrainResult:
     """Train `tuned` on `data`; checkpoints into `out`/checkpoint and resumes from it.
@@ -115,6 +124,7 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     bar = tqdm(total=steps, initial=start, desc=f"{cfg.method} SFT", disable=not (progress and par.is_main),
                unit="step")
     seconds, samples, step_seconds, updating = 0.0, 0, [], False
+    last_save = time.monotonic()
     try:
         for step in range(start, steps):
             t0 = time.perf_counter()
@@ -150,8 +160,9 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
             updating = False
             bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{samples / seconds:.1f}")
             bar.update(1)
-            if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < steps:
+            if step + 1 < steps and _checkpoint_due(cfg, step + 1, time.monotonic() - last_save, par):
                 save_checkpoint(out / "checkpoint", record, step + 1, losses, tuned, optimizer, scheduler, par)
+                last_save = time.monotonic()
     except KeyboardInterrupt:
         # Keep every finished step. With several processes the others may not be here to agree,
         # so only a single process saves; they resume from the last periodic checkpoint.
