@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
-from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..data.benchmarks import DataNotFound, data_dir_from
 from ..distributed import is_main, map_sharded
