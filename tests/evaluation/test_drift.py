@@ -144,3 +144,20 @@ def test_the_runner_dispatches_on_the_pairwise_type(tiny, tiny_data, tmp_path):
     alone = Recording(items)
     run_task(base, alone, cfg(tiny_data, tmp_path), ResultCache(tmp_path / "d.sqlite"))
     assert alone.calls == [("base", "base", 3)]
+
+
+def test_item_sums_over_position_blocks_equal_one_whole_computation():
+    """Texts longer than drift.ROWS positions are summed block by block; the sums are those of one pass."""
+    from keyheads.evaluation.drift import ROWS, item_sums
+
+    g = torch.Generator().manual_seed(0)
+    T, V = 2 * ROWS + 17, 50
+    ref = torch.log_softmax(torch.randn(T, V, generator=g), -1)
+    var = torch.log_softmax(torch.randn(T, V, generator=g), -1)
+    ids = torch.randint(0, V, (T,), generator=g).tolist()
+    r, v = ref.double(), var.double()
+    kl = float((r.exp() * (r - v)).sum())
+    nll = float(-sum(v[t, ids[t + 1]] for t in range(T - 1)))
+    got = item_sums(ref, var, ids)
+    assert got["kl_sum"] == pytest.approx(kl, rel=1e-12) and got["nll_sum"] == pytest.approx(nll, rel=1e-12)
+    assert (got["positions"], got["tokens"]) == (T, T - 1)

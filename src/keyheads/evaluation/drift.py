@@ -50,12 +50,18 @@ def log_probs(prepared, ids: list[int]) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1)
 
 
+ROWS = 64  # positions per float64 block: a 152k-word vocabulary makes each [T, vocab] copy large
+
+
 def item_sums(ref: torch.Tensor, var: torch.Tensor, ids: list[int]) -> dict:
     """KL(ref || var) summed over positions, and the variant's NLL of each next token."""
-    ref, var = ref.double(), var.double()  # float32 sums of p (log p - log q) leave -1e-9 where KL is 0
-    kl = (ref.exp() * (ref - var)).sum(-1)
-    nll = -var[:-1].gather(-1, torch.tensor(ids[1:], device=var.device)[:, None])[:, 0]
-    return {"kl_sum": float(kl.sum()), "positions": len(ids), "nll_sum": float(nll.sum()), "tokens": len(ids) - 1}
+    kl = 0.0
+    for start in range(0, len(ids), ROWS):
+        # float32 sums of p (log p - log q) leave -1e-9 where KL is 0
+        r, v = ref[start:start + ROWS].double(), var[start:start + ROWS].double()
+        kl += float((r.exp() * (r - v)).sum())
+    nll = -var[:-1].gather(-1, torch.tensor(ids[1:], device=var.device)[:, None])[:, 0].double()
+    return {"kl_sum": kl, "positions": len(ids), "nll_sum": float(nll.sum()), "tokens": len(ids) - 1}
 
 
 def bootstrap(values: Sequence[tuple[float, float]], stat, n: int = 1000, seed: int = 0) -> list[float]:
