@@ -121,7 +121,8 @@ def main() -> None:
     precise = [r for r in t.rows if r.run and (runs.get(r.run) or {}).get("method") == "precise"
                and not r.run.startswith("random")]
     # the paper's rows: base, full SFT, LoRA, precise SFT of the key heads; plus the knockout and the control
-    main_rows = ("full", "lora", "precise")
+    # (precise@K with K the key heads' count is the same variant as precise)
+    main_rows = ("full", "lora", "precise", f"precise@{config['patch']['top_k']}")
     table1 = [r for r in t.rows if r.kind in ("model", "knockout")
               or (r.run or "") in main_rows or (r.run or "").startswith("random")]
     png = figure(t, FIGURES / f"{run.name}.png")
