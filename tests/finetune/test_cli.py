@@ -304,9 +304,9 @@ def test_merge_or_eval_of_a_truncated_adapter_is_one_line(adapter_run, tmp_path,
 
 def test_resume_with_other_settings_is_refused(tiny_folder, train_file, tmp_path, capsys):
     out = tmp_path / "run"
-    # a checkpoint after step 1 of 2 stays beside the finished run
+    # the checkpoint after step 1 of 2 is removed once the run has finished
     assert main(finetune_argv(tiny_folder, train_file, out, "--heads", "1.0", "--save-every", "1")) == 0
-    assert (out / "checkpoint" / "record.json").is_file()
+    assert (out / "finetune.json").is_file() and not (out / "checkpoint").exists()
     finished = (out / "finetune.json").read_text()
     capsys.readouterr()
     assert main(finetune_argv(tiny_folder, train_file, out, "--heads", "1.0", "--save-every", "1",

@@ -88,6 +88,7 @@ def test_killed_run_resumes_bit_identical(at, saved, resume_cfg, examples, unint
     info = finetune(model, examples, resume_cfg, out, COMPONENTS, progress=False)
     assert f"at step {saved}" in caplog.text
     assert info["train"]["steps_this_run"] == CFG.max_steps - saved  # resumed, not restarted
+    assert not (out / "checkpoint").exists()  # dead weight once the run has finished
     assert_same_as(uninterrupted, out, info, model)
     assert temporaries(out) == []
 
@@ -129,17 +130,18 @@ def test_kill_while_saving_keeps_the_previous_checkpoint(examples, uninterrupted
 
 def test_stale_temporaries_do_not_block_saving(examples, uninterrupted, tmp_path, monkeypatch):
     """Leftovers of a run killed hard (no clean-up ran) while saving: a temporary checkpoint folder,
-    and the moved-aside old checkpoint next to the new one. The next run saves and finishes."""
+    and the moved-aside old checkpoint next to the new one. The next run saves, and a third finishes."""
     out = tmp_path / "run"
     killed_run(monkeypatch, examples, out, 4)  # checkpoint of step 2
     shutil.copytree(out / "checkpoint", out / ".old-checkpoint")
     shutil.copytree(out / "checkpoint", out / ".checkpoint.stale123")
+    killed_run(monkeypatch, examples, out, 3)  # resumes at step 3, saves step 4, dies in step 5
+    assert read_json(out / "checkpoint" / "record.json")["step"] == 4
     model = tiny_model("llama", seed=0)
     info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
-    assert info["train"]["steps_this_run"] == 4
+    assert info["train"]["steps_this_run"] == 2
     assert_same_as(uninterrupted, out, info, model)
-    assert read_json(out / "checkpoint" / "record.json")["step"] == 4
-    assert temporaries(out) == []
+    assert temporaries(out) == [] and not (out / "checkpoint").exists()
 
 
 @pytest.mark.parametrize("change, keys", [

@@ -1,6 +1,7 @@
 """One fine-tuning run into one folder: train, then write the adapter (or model) and finetune.json."""
 from __future__ import annotations
 
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -94,6 +95,9 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, o
                 model.tokenizer.save_pretrained(out / "model")
     if par.is_main:
         write_json(out / INFO, info)
+        # Once finetune.json is written a re-run reads it, never the checkpoint, which is then dead weight:
+        # for full SFT the weights and optimizer moments again (9 GB at 1.5B with 8-bit AdamW).
+        shutil.rmtree(out / "checkpoint", ignore_errors=True)
     par.barrier()
     return info
 
