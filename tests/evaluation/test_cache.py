@@ -52,3 +52,35 @@ def test_an_old_jsonl_cache_is_imported_once(tmp_path):
 def test_reading_a_missing_cache(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere.sqlite does not exist"):
         read_rows(tmp_path / "nowhere.sqlite")
+
+
+def test_a_database_locked_while_another_process_switches_it_to_wal_is_retried(tmp_path, monkeypatch):
+    """SQLite can answer the WAL switch with "database is locked" at once while a peer opens the same new
+    database; the cache waits and retries instead of failing the run. Other errors still raise."""
+    import sqlite3
+
+    import keyheads.evaluation.cache as cache_mod
+
+    real = sqlite3.connect
+    failures = {"left": 2, "message": "database is locked"}
+
+    class Flaky:
+        def __init__(self, db):
+            self.db = db
+
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA journal_mode") and failures["left"]:
+                failures["left"] -= 1
+                raise sqlite3.OperationalError(failures["message"])
+            return self.db.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+
+    monkeypatch.setattr(cache_mod.sqlite3, "connect", lambda *a, **k: Flaky(real(*a, **k)))
+    cache = ResultCache(tmp_path / "c.sqlite")
+    cache.add([{"key": "k", "value": 1}])
+    assert failures["left"] == 0 and ResultCache(tmp_path / "c.sqlite").get("k") == {"key": "k", "value": 1}
+    failures.update(left=1, message="disk I/O error")
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        ResultCache(tmp_path / "d.sqlite")

@@ -80,6 +80,7 @@ def fsdp(examples, tmp_path_factory):
     proc = launch({"examples": exs, "runs": [kill]}, root, "kill")
     assert proc.returncode != 0 and "simulated kill at step 3" in proc.stderr + proc.stdout
     shutil.copytree(root / "out" / "killed", root / "out" / "killed-on-one")
+    shutil.copytree(root / "out" / "killed" / "checkpoint", root / "killed-checkpoint")  # gone once resumed runs end
     resumed = []
     for name, processes in (("killed", 2), ("killed-on-one", 1)):
         spec = run_spec(name, "llama", "precise", HEADS, killed, root / "out" / name)
@@ -165,5 +166,6 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(fsdp, examples, tmp_pa
     resumed, whole = load_file(str(root / "out" / "killed" / ADAPTER)), load_file(str(root / "out" / "uninterrupted" /
                                                                                        ADAPTER))
     assert set(resumed) == set(whole) and all(torch.equal(resumed[k], whole[k]) for k in whole)
-    # the checkpoint of step 2 was sharded: one file per process
-    assert len(list((root / "out" / "killed" / "checkpoint" / "shards").glob("*.distcp"))) == 2
+    # the checkpoint of step 2 was sharded: one file per process; the finished runs keep none
+    assert len(list((root / "killed-checkpoint" / "shards").glob("*.distcp"))) == 2
+    assert not any((root / "out" / name / "checkpoint").exists() for name in ("killed", "killed-on-one"))

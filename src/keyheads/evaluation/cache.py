@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import time
 from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
@@ -34,7 +35,18 @@ def item_key(fingerprint: str, benchmark: str, prompt: str, settings: dict) -> s
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE takes the write lock up front)
     db = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
+    # Switching a new database to WAL while another process opens it can fail at once with "database is
+    # locked" (SQLite does not always call the busy handler there), so that step is retried.
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                db.close()
+                raise
+            time.sleep(0.05)
     db.execute("PRAGMA synchronous=FULL")  # a committed batch survives a power cut, as the fsync'd lines did
     return db
 
