@@ -31,3 +31,20 @@ def test_analysis_bench_makes_the_demos_pairs_and_one_template_behind_one_prefix
     one = [json.loads(x) for x in analysis.make_data(tmp_path / "one", analysis.CASES["shared-prefix"][1])
            .read_text().splitlines()]
     assert len(one) > 24 and {r["template"] for r in one} == {"add-eq-1"}
+
+
+def test_reproduce_row_matches_rows_by_key_and_names_the_items_that_differ(tmp_path):
+    from keyheads.evaluation.cache import ResultCache
+
+    reproduce = importlib.import_module("reproduce_row")
+    compare, latest = reproduce.compare, reproduce.latest_by_key
+    run, fresh = ResultCache(tmp_path / "run.sqlite"), ResultCache(tmp_path / "fresh.sqlite")
+    run.add([{"key": "a", "variant": "run label", "id": "q/0", "output": " 12"},
+             {"key": "b", "variant": "run label", "id": "q/1", "output": " 7"},
+             {"key": "b", "variant": "run label", "id": "q/1", "output": " 8"}])  # the latest row of a key wins
+    fresh.add([{"key": "a", "variant": "cli label", "id": "q/0", "output": " 12"},
+               {"key": "b", "variant": "cli label", "id": "q/1", "output": " 7"},
+               {"key": "c", "variant": "cli label", "id": "q/2", "output": " 3"}])
+    found = compare(latest(tmp_path / "fresh.sqlite"), latest(tmp_path / "run.sqlite"))
+    assert found == {"items": 3, "in_run": 2, "identical": 1, "differ": ["q/1"]}
+    assert latest(tmp_path / "missing.sqlite") == {}
