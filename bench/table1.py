@@ -137,7 +137,8 @@ def main() -> None:
              f"the flags its header gives; the effective settings are in {run.name}/config.json), then "
              f"`python bench/table1.py {run}{' --partial' if missing else ''}`",
              f"- training data `{ft['train']}` ({n_train} examples), {ft['epochs']} epoch(s), lr "
-             f"{ft['lr']}, batch {ft['optimizer_batch_size']}, {config.get('dtype') or 'default dtype'}; "
+             f"{ft['lr']}, batch {ft['optimizer_batch_size']}, optimizer {ft.get('optimizer') or 'adamw'}, "
+             f"{config.get('dtype') or 'default dtype'}; "
              f"trained on {where} (train speed is measured there, each variant in this run); "
              f"{config['eval']['limit'] or 'all'} items per benchmark (AddSub/SingleEq/SVAMP split: {split}); "
              f"key heads = top-{config['patch']['top_k']} by path patching"]
