@@ -98,9 +98,11 @@ def main() -> None:
     total = sum(c["identical"] for c in found.values())
     items = sum(c["items"] for c in found.values())
     differ = {b: c["differ"] for b, c in found.items() if c["differ"]}
+    shown = shlex.join(cmd).replace(tmp, "EMPTY_DIR")  # the temporary folder's name means nothing later
+    again = f"python bench/reproduce_row.py {args.run} --variant {args.variant} --limit {limit}" + (
+        f" --benchmarks {args.benchmarks}" if args.benchmarks else "")
     body = "\n".join([
-        f"- date: {datetime.date.today()}; `{shlex.join(cmd)}` ({seconds:.0f} s), compared by "
-        f"`python bench/reproduce_row.py {args.run} --variant {args.variant} --limit {limit}`",
+        f"- date: {datetime.date.today()}; `{shown}` ({seconds:.0f} s), compared by `{again}`",
         "",
         *lines,
         "",
