@@ -49,9 +49,8 @@ def accuracy(out: Path, bench: str) -> float | None:
     return json.loads(found[0].read_text()).get("accuracy") if found else None
 
 
-def eval_command(run: Path, variant: str, benches: list[str], limit: int, cache: Path, out: Path,
-                 threads: int | None) -> list[str]:
-    cfg = PipelineConfig.model_validate(json.loads((run / "config.json").read_text()))
+def eval_command(run: Path, cfg: PipelineConfig, variant: str, benches: list[str], limit: int, cache: Path,
+                 out: Path, threads: int | None) -> list[str]:
     cmd = ["keyheads", "eval", "--adapter", str(run / "finetune" / variant), "--no-base",
            "--benchmarks", ",".join(benches), "--limit", str(limit), "--cache-dir", str(cache),
            "--out", str(out), "--split", cfg.resolved_eval_split()]
@@ -76,12 +75,12 @@ def main() -> None:
     run = Path(args.run)
     if not (run / "finetune" / args.variant / "finetune.json").is_file():
         sys.exit(f"{run}/finetune/{args.variant} holds no finished adapter (finetune.json)")
-    ev = json.loads((run / "config.json").read_text())["eval"]
-    benches = args.benchmarks.split(",") if args.benchmarks else [b for b in ev["benchmarks"] if b != "generic-kl"]
-    limit = args.limit or ev["limit"]
+    cfg = PipelineConfig.model_validate(json.loads((run / "config.json").read_text()))
+    benches = args.benchmarks.split(",") if args.benchmarks else [b for b in cfg.eval.benchmarks if b != "generic-kl"]
+    limit = args.limit or cfg.eval.limit
     with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
         cache, out = Path(tmp) / "cache", Path(tmp) / "out"
-        cmd = eval_command(run, args.variant, benches, limit, cache, out, args.threads)
+        cmd = eval_command(run, cfg, args.variant, benches, limit, cache, out, args.threads)
         print("$", shlex.join(cmd), flush=True)
         started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "keyheads", *cmd[1:]], check=True)
@@ -111,8 +110,7 @@ def main() -> None:
     ])
     print(body)
     if not args.no_write:
-        model = json.loads((run / "config.json").read_text())["model"]
-        write_section(f"Reproducing a row from its adapter: {model} {args.variant} ({run.name})", body)
+        write_section(f"Reproducing a row from its adapter: {cfg.model} {args.variant} ({run.name})", body)
 
 
 if __name__ == "__main__":
