@@ -120,7 +120,7 @@ class Recording(PairwiseTask):
     def group(self, item):
         return ""
 
-    def settings(self, model, cfg):
+    def settings(self, tokenizer, cfg):
         return {"reference": self.reference.fingerprint}
 
     def run_pair(self, prepared, items, cfg):

@@ -11,6 +11,7 @@ from keyheads.data.benchmarks import DataNotFound, question_key
 from keyheads.data.trainset import SplitConfig, build_trainset
 from keyheads.evaluation import EvalConfig, Prepared, Variant, evaluate, prepare
 from keyheads.evaluation import tasks as tasks_module
+from keyheads.evaluation import variants as variants_module
 from keyheads.evaluation.cache import ResultCache, read_rows
 from keyheads.evaluation.config import TABLE_BENCHMARKS, check_benchmarks
 from keyheads.evaluation.table import to_csv, to_markdown
@@ -138,6 +139,27 @@ def test_knockout_variant_changes_the_outputs(tiny, tiny_data, tmp_path, pairs_f
     again = evaluate([Variant.make("model", "tiny")], _cfg(tiny_data, tmp_path / "again", benchmarks=("mmlu",)),
                      tmp_path / "again", loader=lambda name: tiny)
     assert again[0]["benchmarks"]["mmlu"]["correct"] == results[0]["benchmarks"]["mmlu"]["correct"]
+
+
+def test_rows_are_built_only_for_items_not_cached_and_released_after(tiny, tiny_data, tmp_path, pairs_file,
+                                                                       monkeypatch):
+    means = []
+    real = variants_module.compute_means
+    monkeypatch.setattr(variants_module, "compute_means", lambda *a, **kw: means.append(1) or real(*a, **kw))
+    cfg = _cfg(tiny_data, tmp_path, benchmarks=("mmlu",))
+    knockout = Variant.make("knockout", "tiny", label="ko", heads=[[1, 0]], data=str(pairs_file))
+    rows = [Variant.make("model", "tiny"), knockout]
+    first = evaluate(rows, cfg, tmp_path / "a", loader=lambda name: tiny)
+    assert len(means) == 1
+    again = evaluate(rows, cfg, tmp_path / "b", loader=lambda name: tiny)  # every item cached: no means
+    assert len(means) == 1 and again[1]["benchmarks"]["mmlu"]["timing"]["computed"] == 0
+    assert [r["benchmarks"]["mmlu"]["correct"] for r in again] == [r["benchmarks"]["mmlu"]["correct"] for r in first]
+
+    built = []
+    base = Prepared.from_model(tiny, label="base")
+    later = Prepared(base.fingerprint + "x", "later", tiny.tokenizer, lambda: built.append(1) or (tiny, {}))
+    evaluate([base, later], cfg, tmp_path / "c")
+    assert len(built) == 1 and later._built is None and base._built is not None  # the reference stays
 
 
 def test_knockout_needs_pairs_with_the_right_fields(tiny, tmp_path):

@@ -277,11 +277,14 @@ def test_lora_and_full_runs_load_back(method, examples, tmp_path):
 
     loader = loader_of("llama")
     prepared = prepare(Variant.make("adapter", str(tmp_path / "run")), loader)
+    # full SFT: nothing is loaded before the row is needed; LoRA: only the base it is merged into
+    assert list(loader.shared) == ([] if method == "full" else ["tiny-llama"])
     assert close(logits(prepared.model), trained, atol=tol)
-    for shared in loader.shared.values():  # the base (LoRA) or the loaded folder (full) is untouched
-        assert shared.hf is not prepared.model.hf
-    if method == "lora":
+    if method == "lora":  # the shared base is copied before LoRA is merged into it, and stays untouched
+        assert loader.shared["tiny-llama"].hf is not prepared.model.hf
         assert torch.equal(logits(loader.shared["tiny-llama"]), base)
+    else:  # full SFT's own weights are used as loaded: nothing changes them, so nothing is copied
+        assert prepared.model.hf is loader.shared[str(tmp_path / "run" / "model")].hf
 
 
 def test_lora_run_refuses_another_base(examples, tmp_path):

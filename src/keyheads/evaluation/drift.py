@@ -86,7 +86,7 @@ class DriftTask(PairwiseTask):
     def group(self, item):
         return ""
 
-    def settings(self, model, cfg):
+    def settings(self, tokenizer, cfg):
         return {"type": "drift", "v": 2, "reference": self.the_reference().fingerprint}
 
     def run_pair(self, prepared, items, cfg) -> list[dict]:

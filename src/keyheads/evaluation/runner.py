@@ -59,11 +59,10 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
     A pairwise task (generic-kl) compares `prepared` with `reference` (default: itself) and
     installs each one's edits itself.
     """
-    model = prepared.model
     pairwise = isinstance(task, PairwiseTask)
     if isinstance(task, PairwiseTask):
         task.reference = reference or prepared
-    settings = task.settings(model, cfg)
+    settings = task.settings(prepared.tokenizer, cfg)
     keys = [item_key(prepared.fingerprint, task.name, it.prompt, settings) for it in task.items]
     pending = [(k, it) for k, it in zip(keys, task.items) if k not in cache and in_shard(k, cfg.shard)]
     # A batch never mixes groups (MMLU subjects, whose few-shot prefixes differ), and within a
@@ -74,6 +73,7 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache
     if pending:
         bar = tqdm(total=len(pending), desc=f"{prepared.label} {task.name}", unit="q", disable=not cfg.progress,
                    dynamic_ncols=True)
+        model = prepared.model  # built here, once an item needs it
         prefix = PrefixKV(model)
         right = done = 0
         with model.hooks(edit={} if pairwise else prepared.edits):
@@ -187,7 +187,14 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalConfig, out: str |
         if isinstance(v, Variant):
             prepared.info.setdefault("variant", v.spec())
         ready.append(prepared)
+        before = set(loaded)
         results.append(evaluate_prepared(prepared, run_cfg, out, tasks, ready[0]))
+        if prepared is not ready[0]:  # the first row stays: every drift measurement compares with it
+            # Free this row's copy of the weights before the next row builds its own; the main
+            # process of a multi-process run scores from the cache below and builds nothing.
+            prepared.release()
+            for name in set(loaded) - before:  # loaded while building this row, for it alone
+                del loaded[name]
     if together:
         distributed.barrier()  # every shard is in the cache now
         if distributed.is_main():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..data.benchmarks import Record
 from ..models.model import HookedModel
@@ -37,7 +38,7 @@ class Task:
         """Items of one group share a few-shot prefix; batches do not mix groups."""
         return item.record.subject or ""
 
-    def settings(self, model: HookedModel, cfg: EvalConfig) -> dict:
+    def settings(self, tokenizer: Any, cfg: EvalConfig) -> dict:
         """Everything besides model and prompt that changes the raw result (part of the cache key)."""
         raise NotImplementedError
 

@@ -43,7 +43,7 @@ class MathTask(Task):
         records = records[:cfg.limit] if cfg.limit is not None else records
         self.items = [Item(r, math_prompt(r.question, self.exemplars, cfg.cot)) for r in records]
 
-    def settings(self, model, cfg):
+    def settings(self, tokenizer, cfg):
         return {"type": "greedy", "v": 1, "stops": list(self.stops) + ["answer-complete"],
                 "max_new_tokens": cfg.new_tokens(self.name)}
 
@@ -120,8 +120,8 @@ class ChoiceTask(Task):
         self.n_choices = max(len(r.choices) for r in records) if records else 4
         self.items = [Item(r, choice_prompt(r, shots[r.subject] if shots else self.exemplars)) for r in records]
 
-    def settings(self, model, cfg):
-        lt = letter_tokens(model.tokenizer, self.n_choices)
+    def settings(self, tokenizer, cfg):
+        lt = letter_tokens(tokenizer, self.n_choices)
         return {"type": "letters", "v": 1, "extra": list(lt.extra), "letters": list(lt.letters)}
 
     def run(self, model, items, prefix, cfg):

@@ -20,6 +20,7 @@ from ..heads import heads_of
 from ..io import file_sha256
 from ..knockout import compute_means
 from ..models.fingerprint import parameters_fingerprint, short_sha, weights_fingerprint
+from ..models.loading import load_tokenizer
 from ..models.model import HookedModel
 from ..numbers import human
 
@@ -57,27 +58,57 @@ class Variant:
 
 @dataclass
 class Prepared:
-    """A variant ready to run.
+    """A variant ready to run: its cache identity now, its model and edits when first needed.
+
+    Building can be the costly part (a copy of the weights, knockout means over hundreds of
+    prompts), so it waits until an item is not in the cache: a resumed evaluation whose rows are
+    done builds nothing. `release()` drops what was built, so rows evaluated one after another
+    hold one fine-tuned copy of the weights at a time.
 
     Attributes:
-        model: the HookedModel (possibly shared with other variants).
-        edits: hook edits to install around every forward pass (empty for a plain model).
         fingerprint: hash of the weights and of everything else that changes outputs.
         label: the row name.
+        tokenizer: the model's tokenizer (part of some cache keys, so needed before building).
         info: table extras ("train_speed", "tuned_params") and notes for the report.
+        build: makes (model, edits): the HookedModel (possibly shared with other variants) and the
+            hook edits to install around every forward pass (empty for a plain model).
     """
 
-    model: HookedModel
-    edits: dict = field(default_factory=dict)
-    fingerprint: str = ""
-    label: str = "model"
+    fingerprint: str
+    label: str
+    tokenizer: Any
+    build: Callable[[], tuple[HookedModel, dict]]
     info: dict = field(default_factory=dict)
+    _built: tuple[HookedModel, dict] | None = field(default=None, repr=False)
+
+    @property
+    def model(self) -> HookedModel:
+        return self._get()[0]
+
+    @property
+    def edits(self) -> dict:
+        return self._get()[1]
+
+    def _get(self) -> tuple[HookedModel, dict]:
+        if self._built is None:
+            self._built = self.build()
+        return self._built
+
+    def release(self) -> None:
+        """Forget the built model and edits (built again if used again)."""
+        self._built = None
+
+    @classmethod
+    def of(cls, model: HookedModel, edits: dict, fingerprint: str, label: str, info: dict | None = None) -> Prepared:
+        """A variant whose model is already in memory."""
+        edits = dict(edits)
+        return cls(fingerprint, label, model.tokenizer, lambda: (model, edits), dict(info or {}), (model, edits))
 
     @classmethod
     def from_model(cls, model: HookedModel, label: str | None = None, edits: dict | None = None,
                    extra: str = "") -> Prepared:
         """Wrap an in-memory model; its fingerprint hashes the parameters themselves."""
-        return cls(model, dict(edits or {}), short_sha(parameters_fingerprint(model) + extra), label or model.name)
+        return cls.of(model, edits or {}, short_sha(parameters_fingerprint(model) + extra), label or model.name)
 
 
 # ---- kinds ---------------------------------------------------------------------------------------
@@ -103,7 +134,7 @@ def prepare(variant: Variant, loader: Loader) -> Prepared:
 def _plain(variant: Variant, loader: Loader) -> Prepared:
     """A bundled/base model or any local model folder (fine-tuned or merged)."""
     model = loader(variant.model)
-    return Prepared(model, {}, weights_fingerprint(model), variant.name)
+    return Prepared.of(model, {}, weights_fingerprint(model), variant.name)
 
 
 @register_kind("knockout")
@@ -122,13 +153,17 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
         raise ValueError("knockout needs counterfactual prompts: pass --knockout-data PAIRS.jsonl "
                          "(one JSON object per line with reference, counterfactual, answer)")
     prompts = read_counterfactuals(data)
-    ko = compute_means(model, prompts, heads=heads, mlps=mlps, mode="global", progress=False)
+
+    def build() -> tuple[HookedModel, dict]:
+        ko = compute_means(model, prompts, heads=heads, mlps=mlps, mode="global", progress=False)
+        return model, ko.edits()
+
     spec = json.dumps({"heads": sorted(heads), "mlps": sorted(mlps), "data": file_sha256(Path(data)),
                        "mode": "global"}, sort_keys=True)
     fp = short_sha(weights_fingerprint(model) + spec)
     info = {"knockout": {"heads": [h.to_json() for h in heads], "mlps": mlps, "pairs": str(data),
                          "counterfactual_prompts": len(prompts), "mode": "global"}}
-    return Prepared(model, ko.edits(), fp, variant.name, info)
+    return Prepared(fp, variant.name, model.tokenizer, build, info)
 
 
 def read_counterfactuals(path: str | Path) -> list[str]:
@@ -146,14 +181,19 @@ def _adapter(variant: Variant, loader: Loader) -> Prepared:
     folder = Path(variant.opt("path") or variant.model)
     info = read_info(folder)
 
-    def private(name: str) -> HookedModel:  # the loader shares models between variants
-        base = loader(name)
+    def private(name: str) -> HookedModel:
+        if name != info["base_model"]:  # full SFT's own weights: no other row changes them
+            return loader(name)
+        base = loader(name)  # shared with other rows, so copied before the adapter changes it
         return HookedModel(copy.deepcopy(base.hf), base.tokenizer, name=base.name, source=base.source)
 
-    model = load_finetuned(folder, private)
     weights = sorted(p for p in folder.rglob("*.safetensors") if "checkpoint" not in p.parts)
     fp = short_sha(info["base_fingerprint"] + "".join(file_sha256(p) for p in weights))
     extras = {"train_speed": f"{info['train']['samples_per_second']:.1f} sam./s",
               "tuned_params": human(info["tuned_params"]), "finetune": {k: info[k] for k in ("method", "components")
                                                                           if k in info}}
-    return Prepared(model, {}, fp, variant.label or f"{info['base_model']} + {info['method']} SFT", extras)
+    # Full SFT saves its tokenizer beside its weights; the others are built on the base, loaded anyway.
+    tokenizer = (load_tokenizer(folder / "model") if info["method"] == "full"
+                 else loader(info["base_model"]).tokenizer)
+    return Prepared(fp, variant.label or f"{info['base_model']} + {info['method']} SFT", tokenizer,
+                    lambda: (load_finetuned(folder, private), {}), extras)

@@ -201,5 +201,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
     hf = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     if device != "auto":
         hf = hf.to(device)
-    tokenizer = AutoTokenizer.from_pretrained(location)
-    return HookedModel(hf, tokenizer, name=name_or_path, source=location)
+    return HookedModel(hf, load_tokenizer(location), name=name_or_path, source=location)
+
+
+def load_tokenizer(folder: str | Path):
+    """The tokenizer saved in a model folder, without its weights."""
+    return AutoTokenizer.from_pretrained(str(folder))
