@@ -48,3 +48,15 @@ def test_reproduce_row_matches_rows_by_key_and_names_the_items_that_differ(tmp_p
     found = compare(latest(tmp_path / "fresh.sqlite"), latest(tmp_path / "run.sqlite"))
     assert found == {"items": 3, "in_run": 2, "identical": 1, "differ": ["q/1"]}
     assert latest(tmp_path / "missing.sqlite") == {}
+
+
+def test_table1_pairs_items_and_tests_them_with_the_exact_binomial(tmp_path):
+    paired = importlib.import_module("table1").paired
+    # base wrong on a, b, c; the row wrong on c, d: gained a and b, lost d
+    gained, lost, p = paired({"a", "b", "c"}, {"c", "d"})
+    assert (gained, lost) == (2, 1)
+    # two-sided exact binomial, written out: P(X <= 1) + P(X >= 2) of Binomial(3, 1/2) = 1
+    assert p == pytest.approx(1.0)
+    gained, lost, p = paired(set("abcdefgh"), set())  # 8 gained, none lost: 2 * (1/2)^8
+    assert (gained, lost) == (8, 0) and p == pytest.approx(2 / 256)
+    assert paired({"x"}, {"x"}) == (0, 0, 1.0)
