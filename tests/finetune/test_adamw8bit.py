@@ -54,3 +54,47 @@ def test_a_killed_8bit_run_resumes_bit_identical(examples, tmp_path, monkeypatch
     assert info["train"]["steps_this_run"] == 2
     a, b = weights(resumed), weights(whole)
     assert all(torch.equal(a[n], b[n]) for n in a)
+
+
+def test_the_largest_tensor_is_updated_last_with_every_other_gradient_freed_and_the_same_weights(examples):
+    """make_optimizer's 8-bit AdamW frees each gradient after its update and takes the largest tensor
+    last (the memory peak of bitsandbytes' CPU kernel); each update is still the library's own."""
+    import bitsandbytes
+
+    from keyheads.finetune.model import full
+
+    models = [tiny_model("llama", seed=0) for _ in range(2)]
+    tuned = [full(m) for m in models]
+    lean = train_mod.make_optimizer(tuned[0], CFG)
+    plain = bitsandbytes.optim.AdamW8bit(tuned[1].param_groups(0.0), lr=CFG.lr, betas=CFG.adam_betas,
+                                         eps=CFG.adam_eps)
+    order = [p for g in lean.param_groups for p in g["params"]]
+    largest = order[-1]
+    assert largest.numel() == max(q.numel() for q in order) > order[0].numel()
+    assert len(order) == len(list(tuned[0].named_trainable()))
+
+    grads_left_at_largest = []
+    real = type(lean).__mro__[1].update_step  # bitsandbytes' own, under the subclass
+
+    def spy(self, group, p, gindex, pindex):
+        if p is largest:
+            grads_left_at_largest.append(sum(q.grad is not None for q in order if q is not p))
+        return real(self, group, p, gindex, pindex)
+
+    for step in range(2):
+        for g in range(2):
+            torch.manual_seed(step)
+            for q in models[g].hf.parameters():
+                q.grad = torch.randn_like(q)
+        type(lean).__mro__[1].update_step = spy
+        try:
+            lean.step()
+        finally:
+            type(lean).__mro__[1].update_step = real
+        plain.step()
+        assert all(q.grad is None for q in order)
+        plain.zero_grad(set_to_none=True)
+    assert grads_left_at_largest == [0, 0]
+    a, b = weights(models[0]), weights(models[1])
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert any(not torch.equal(a[n], w) for n, w in weights(tiny_model("llama", seed=0)).items())

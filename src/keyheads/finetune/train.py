@@ -81,8 +81,33 @@ def make_optimizer(tuned: Tuned, cfg: FinetuneConfig) -> torch.optim.Optimizer:
             raise MissingPackage("--optimizer adamw8bit needs bitsandbytes: pip install bitsandbytes==0.50.2 "
                                  "(or keyheads[finetune])") from None
         # Tensors under 4096 entries (biases, norms, small deltas) keep fp32 moments, as bitsandbytes decides.
-        return bitsandbytes.optim.AdamW8bit(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
+        return _lean_adamw8bit(bitsandbytes)(largest_last(groups), lr=cfg.lr, betas=cfg.adam_betas,
+                                             eps=cfg.adam_eps)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
+
+
+def largest_last(groups: list[dict]) -> list[dict]:
+    """The same groups, each tensor list by size and the group of the largest tensor last, so that the
+    optimizer updates the largest tensor (a 152k-row embedding) when the other gradients are gone."""
+    groups = [{**g, "params": sorted(g["params"], key=torch.Tensor.numel)} for g in groups]
+    return sorted(groups, key=lambda g: g["params"][-1].numel())
+
+
+def _lean_adamw8bit(bitsandbytes):
+    class LeanAdamW8bit(bitsandbytes.optim.AdamW8bit):
+        """bitsandbytes' AdamW8bit that frees each gradient once its tensor is updated.
+
+        Its CPU kernel dequantises both moments of a tensor to fp32 and copies the gradient and the
+        denominator: about five fp32 copies of the tensor at once, 4.7 GB for Qwen2.5-1.5B's embedding,
+        on top of every other gradient. Updated last (largest_last), it finds those gradients freed.
+        Each tensor's update is the library's own, so the weights are bit-identical to AdamW8bit's.
+        """
+
+        def update_step(self, group, p, gindex, pindex):
+            super().update_step(group, p, gindex, pindex)
+            p.grad = None
+
+    return LeanAdamW8bit
 
 
 def make_scheduler(optimizer, cfg: FinetuneConfig, steps: int):
@@ -118,6 +143,9 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | P
     scheduler = make_scheduler(optimizer, cfg, steps)
     params = [p for p in module.parameters() if p.requires_grad]
     record = {"config": cfg.to_json(), **meta, "total_steps": steps}
+    if cfg.optimizer == "adamw8bit":  # its states are stored by position, and largest_last set the order
+        record["optimizer_order"] = "largest last"
+
     start, losses = load_checkpoint(out / "checkpoint", record, tuned, optimizer, scheduler)
     pad = tuned.model.tokenizer.pad_token_id
     module.train()
