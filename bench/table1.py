@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
+from keyheads.io import read_jsonl  # noqa: E402
 from keyheads.plotting import new_figure, save_figure  # noqa: E402
 from keyheads.report.rundata import DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs, stage_records  # noqa: E402
 
@@ -88,7 +89,7 @@ def wrong_ids(run: Path, row: EvalRow, bench: str) -> set[str] | None:
     path = run / "eval" / slug(row.label) / f"{bench}.wrong.jsonl"
     if bench not in row.benchmarks or not path.exists():
         return None
-    return {json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()}
+    return {row["id"] for row in read_jsonl(path)}
 
 
 def paired(base_wrong: set[str], row_wrong: set[str]) -> tuple[int, int, float]:
