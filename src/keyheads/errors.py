@@ -45,6 +45,19 @@ class MalformedLine(BadFile):
     """A line of a JSONL file that is not a JSON object of the expected keys."""
 
 
+class NoPairs(BadFile):
+    """A pairs file without a single pair."""
+
+
+class BadSample(UserError):
+    """A pair that patching cannot use: its prompts tokenise to different lengths, or its answer is not
+    one token after the reference prompt. The message names the file and line."""
+
+
+class NothingCorrect(UserError):
+    """`keep_correct` with a model that predicts no candidate prompt's answer: no pair would be kept."""
+
+
 class ModelNotFound(UserError):
     """A model name that is neither bundled, a folder, a .gguf file nor a reachable hub id."""
 

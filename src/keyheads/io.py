@@ -11,7 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import BadFile, MalformedLine
+import yaml
+
+from .errors import BadFile, MalformedLine, MissingFile
 
 
 def file_sha256(path: str | Path) -> str:
@@ -120,9 +122,14 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """Yield (line_number, object); a malformed line raises an error naming it."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+        raise MissingFile(f"{path} does not exist")
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:  # an image, an archive, a model file...
+                raise MalformedLine(f"{path}:{number}: not UTF-8 text; is it a JSONL file (one JSON object a "
+                                    "line)?") from None
             if not line.strip():
                 continue
             try:
@@ -136,3 +143,22 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
 
 def read_jsonl(path: str | Path) -> list[dict]:
     return [obj for _, obj in iter_jsonl(path)]
+
+
+def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
+    """The YAML document in `path` (None when empty): the one reader of YAML files given as input.
+
+    A missing file is a MissingFile, a file that is not UTF-8 text or not valid YAML a BadFile, each
+    naming the file in one line (the line and column where the YAML breaks)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFile(f"{what} {path} does not exist")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise BadFile(f"{path}: not UTF-8 text; a {what} is YAML text") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise BadFile(f"{path}: not valid YAML{at} ({problem}); fix that line") from None

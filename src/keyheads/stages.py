@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import distributed
+from .errors import MissingFile
 from .io import file_sha256, read_json, write_json
 from .provenance import changed_settings, machine, versions
 
@@ -154,8 +155,8 @@ class Runner:
             return False
         sig, inputs, missing = plan
         if missing:
-            raise FileNotFoundError(f"stage {stage.name} needs {', '.join(missing)} in {self.run}: run the stages "
-                                    "that write them first (drop --stages/--from)")
+            raise MissingFile(f"stage {stage.name} needs {', '.join(missing)} in {self.run}: run the stages "
+                              "that write them first (drop --stages/--from)")
         started = distributed.on_main(lambda: self._prepare(stage, sig), where)
         if stage.spread:
             _spread(stage)

@@ -4,10 +4,11 @@ import pytest
 
 from keyheads.analysis.common import AnalysisError, read_pair_rows
 from keyheads.data import pairs as pairs_module
-from keyheads.data.pairs import NoPairs, Pair, read_pairs
+from keyheads.data.pairs import Pair, read_pairs
+from keyheads.errors import NoPairs, UserError
 from keyheads.evaluation.variants import read_counterfactuals
 from keyheads.io import MalformedLine
-from keyheads.patching.samples import BadSample, load_patch_samples
+from keyheads.patching.samples import load_patch_samples
 from keyheads.testing.tiny import tiny_model
 
 GOOD = '{"reference": "1 + 2 = ", "counterfactual": "1 @ 2 = ", "answer": "3"}'
@@ -46,13 +47,13 @@ def test_wrong_type_and_bad_json_are_named(reader, tmp_path):
 
 
 @pytest.mark.parametrize("reader, error", [("read_pairs", NoPairs), ("analysis", AnalysisError),
-                                           ("patching", BadSample), ("evaluation", NoPairs)])
+                                           ("patching", NoPairs), ("evaluation", NoPairs)])
 def test_empty_file_is_an_error(reader, error, tmp_path):
     path = tmp_path / "empty.jsonl"
     path.write_text("\n\n")
     with pytest.raises(error, match=r"empty.jsonl: no pairs in the file"):
         READERS[reader](path)
-    assert issubclass(error, ValueError)  # the CLI prints it as a plain error
+    assert issubclass(error, UserError)  # the CLI prints it as one line
 
 
 @pytest.mark.parametrize("reader", list(READERS))

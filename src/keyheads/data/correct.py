@@ -9,10 +9,6 @@ from tqdm.auto import tqdm
 from ..models.prompt_set import PromptSet, group_pass
 
 
-class NothingCorrect(ValueError):
-    """The model predicted no candidate correctly."""
-
-
 @dataclass
 class TemplateScore:
     template: str

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from ..errors import CounterfactualError
+from ..errors import CounterfactualError, NothingCorrect
 from .alignment import SameLength, aligned
 from .arithmetic import draw_operands
-from .correct import NothingCorrect, format_scores, predict_correct, score_table
+from .correct import format_scores, predict_correct, score_table
 from .pairs import POSITION_KEYS, Pair, answer_continuation, encode_with_offsets, span_tokens
 from .render import Rendered, draw_fillers, left_context, render
 from .templates import OPERANDS, Slot, Template, TemplateError, TemplateSet, operator_pool
@@ -251,7 +251,7 @@ def make_pairs(templates: TemplateSet, tasks: list[str], config: PairConfig, tok
                keep_correct: bool = False, batch_size: int = 32, log=print, progress: bool = True) -> list[Pair]:
     """Generate config.n candidates per task; with keep_correct, keep only those `model` gets right.
 
-    Raises NothingCorrect (with the per-template accuracy) when the model gets none right.
+    Raises NothingCorrect when the model gets none right (the accuracy per template is logged).
     """
     tokenizer = tokenizer if tokenizer is not None else model.tokenizer
     gen = Generator(templates, tokenizer, config)
@@ -272,7 +272,9 @@ def make_pairs(templates: TemplateSet, tasks: list[str], config: PairConfig, tok
         if not any(ok):
             log(f"{task}: the model got nothing right; no {task} pairs")
         kept.extend(c.pair for c, good in zip(candidates, ok) if good)
-    if keep_correct and not kept:
-        raise NothingCorrect("the model predicted no prompt correctly, so there is nothing to keep "
-                             f"(try --few-shot 3):\n{format_scores(all_scores)}")
+    if keep_correct and not kept:  # the accuracy per template was logged above, task by task
+        total = sum(score.total for score in all_scores)
+        raise NothingCorrect(f"the model predicted none of the {total} prompts correctly (accuracy per template "
+                             "above), so --keep-correct keeps nothing: give examples first (--few-shot 3), or "
+                             "leave out --keep-correct")
     return kept

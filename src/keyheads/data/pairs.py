@@ -20,15 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import BadSample, NoPairs
 from ..io import MalformedLine, iter_jsonl, write_jsonl
 from .templates import OPERANDS
 
 POSITION_KEYS = ("A", "B", "operator")
 REQUIRED = ("reference", "counterfactual", "answer")
-
-
-class NoPairs(ValueError):
-    """A pairs file without a single pair."""
 
 
 # ---- the file format ----------------------------------------------------------------------------
@@ -149,7 +146,7 @@ def answer_token_id(tokenizer, prompt: str, answer: str) -> int:
     """The token a model must predict after `prompt`: the first token of the answer."""
     found = answer_continuation(tokenizer, prompt, answer)
     if found is None:
-        raise ValueError(f"the answer {answer!r} does not start a token of its own after {prompt!r}")
+        raise BadSample(f"the answer {answer!r} does not start a token of its own after {prompt!r}")
     return found[0]
 
 

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from ..errors import TemplateError
+from ..io import read_yaml
 
 TASKS = ("addition", "subtraction", "multiplication", "division", "exponentiation")
 OPERANDS = ("A", "B")
@@ -257,12 +256,7 @@ def load_templates(files: Iterable[str | Path] | None = None) -> TemplateSet:
 
 
 def _load_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise FileNotFoundError(f"template file {path} does not exist")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise TemplateError(f"{path}: not valid YAML: {err}") from err
+    doc = read_yaml(path, "template file") or {}
     if not isinstance(doc, dict) or set(doc) - {"templates", "pools"}:
         raise TemplateError(f"{path}: expected a mapping with `templates:` and/or `pools:`")
     return doc

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
 
+from ..errors import MissingFile
 from ..log import logger
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS rows (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, row TEXT NOT NULL)"
@@ -123,6 +124,6 @@ def read_rows(path: str | Path) -> list[dict]:
     """Every row ever added to the cache at `path`, in commit order (a key added twice is there twice)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
+        raise MissingFile(f"{path} does not exist")
     with closing(sqlite3.connect(path, timeout=BUSY_SECONDS)) as db:
         return [json.loads(row) for (row,) in db.execute("SELECT row FROM rows ORDER BY seq")]

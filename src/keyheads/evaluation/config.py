@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field, field_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..data.trainset import SplitConfig
+from ..errors import SettingError
 from .arith import ARITH_SETS
 
 MATH = ("gsm8k", "addsub", "singleeq", "svamp")
@@ -82,5 +83,6 @@ class EvalConfig:
 def check_benchmarks(names: Sequence[str]) -> tuple[str, ...]:
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
-        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; known: {', '.join(BENCHMARKS)}")
+        raise SettingError("benchmarks", list(names),
+                           f"unknown benchmark {', '.join(map(repr, unknown))}; known: {', '.join(BENCHMARKS)}")
     return tuple(names)

@@ -20,6 +20,7 @@ import torch
 from scipy import stats
 
 from ..data.benchmarks import Record, load
+from ..errors import SettingError
 from .config import EvalConfig
 from .prompts import round_robin
 from .task_types import Item, PairwiseTask
@@ -96,8 +97,8 @@ class DriftTask(PairwiseTask):
         for it in items:
             ids = tok(it.prompt)["input_ids"]
             if ref_tok(it.prompt)["input_ids"] != ids:
-                raise ValueError(f"{NAME}: {prepared.label} and the reference {reference.label} tokenise "
-                                 "differently; KL needs one vocabulary")
+                raise SettingError(f"{NAME}: {prepared.label} and the reference {reference.label} tokenise "
+                                   "differently; KL needs one vocabulary: compare models that share a tokenizer")
             var = log_probs(prepared, ids)
             ref = var if prepared.fingerprint == reference.fingerprint else log_probs(reference, ids)
             rows.append({"id": it.record.id, **item_sums(ref, var, ids)})

@@ -27,6 +27,7 @@ except ImportError as err:  # keep the message actionable
     raise MissingPackage("the lm-eval adapter needs lm-evaluation-harness: `pip install lm_eval[hf]`") from err
 
 from .. import models
+from ..errors import SettingError
 from ..heads import read_heads
 from .variants import Variant, prepare
 
@@ -37,7 +38,8 @@ def variant_from_args(model: str, knockout: str | None = None, knockout_mlps: st
     """lm-eval model_args -> a Variant: a fine-tuning run folder, a knockout, or the plain model."""
     if adapter:
         if knockout or knockout_mlps:
-            raise ValueError("adapter= evaluates a fine-tuned run as it is; a knockout on top of it is not supported")
+            raise SettingError("adapter= evaluates a fine-tuned run as it is; a knockout on top of it is not "
+                               "supported: drop knockout= and knockout_mlps=")
         return Variant.make("adapter", adapter)
     if knockout or knockout_mlps:
         heads = read_heads(knockout.replace(";", ",")) if knockout else []

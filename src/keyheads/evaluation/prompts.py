@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..data.benchmarks import LETTERS, Record
+from ..errors import SettingError, UserError
 from ..numbers import format_number
 from .extract import NUMBER
 
@@ -21,7 +22,8 @@ def pick(records: Sequence[T], k: int, seed: int) -> list[T]:
     if k <= 0:
         return []
     if k > len(records):
-        raise ValueError(f"asked for {k} few-shot exemplars but only {len(records)} are available")
+        raise SettingError(f"asked for {k} few-shot exemplars but only {len(records)} are available: "
+                           "ask for fewer (--few-shot)")
     index = sorted(random.Random(seed).sample(range(len(records)), k))
     return [records[i] for i in index]
 
@@ -38,7 +40,7 @@ def pick_balanced(records: Sequence[Record], k: int, seed: int) -> list[Record]:
     for want in (i % n_choices for i in range(k)):
         match = next((records[j] for j in order if records[j].label == want and records[j] not in chosen), None)
         if match is None:
-            raise ValueError(f"no exemplar with answer {LETTERS[want]} left to pick")
+            raise UserError(f"no exemplar with answer {LETTERS[want]} left to pick: ask for fewer (--few-shot)")
         chosen.append(match)
     random.Random(seed + 1).shuffle(chosen)  # and no A, B, C, ... pattern to continue
     return chosen
@@ -117,17 +119,20 @@ def letter_tokens(tokenizer, n: int, stem: str = "Question?\nAnswer:") -> Letter
     for letter in LETTERS[:n]:
         full = tokenizer(f"{stem} {letter}", add_special_tokens=False)["input_ids"]
         if full[:len(base)] != base:
-            raise ValueError(f"the tokenizer merges 'Answer:' with the letter {letter!r}; cannot score letters")
+            raise UserError(f"the tokenizer merges 'Answer:' with the letter {letter!r}; this model cannot score "
+                            "multiple-choice letters (leave out mmlu and csqa)")
         tails.append(full[len(base):])
     if all(len(t) == 1 for t in tails):
         extra: tuple[int, ...] = ()
     elif all(len(t) == 2 for t in tails) and len({t[0] for t in tails}) == 1:
         extra = (tails[0][0],)  # the space is its own token: feed it, then read the letter
     else:
-        raise ValueError(f"unexpected tokenisation of the answer letters: {tails}")
+        raise UserError(f"unexpected tokenisation of the answer letters: {tails}; this model cannot score "
+                        "multiple-choice letters (leave out mmlu and csqa)")
     letters = tuple(t[-1] for t in tails)
     if len(set(letters)) != n:
-        raise ValueError(f"answer letters do not map to distinct tokens: {tails}")
+        raise UserError(f"answer letters do not map to distinct tokens: {tails}; this model cannot score "
+                        "multiple-choice letters (leave out mmlu and csqa)")
     return LetterTokens(extra, letters)
 
 

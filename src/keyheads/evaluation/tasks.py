@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from ..data.benchmarks import LETTERS, Record, get_benchmark, load
 from ..data.trainset import heldout_splits
+from ..errors import SettingError
 from ..models.model import HookedModel
 from .arith import ArithItem, arith_items, arith_prompt
 from .config import (
@@ -52,8 +53,8 @@ class MathTask(Task):
         budget = cfg.new_tokens(self.name)
         limit = getattr(model.config, "max_position_embeddings", None)
         if limit and max(map(len, rows)) + budget > limit:
-            raise ValueError(f"{self.name}: prompt ({max(map(len, rows))} tokens) + {budget} new tokens "
-                             f"exceed the model's context of {limit}; use fewer shots or --max-new-tokens")
+            raise SettingError(f"{self.name}: prompt ({max(map(len, rows))} tokens) + {budget} new tokens "
+                               f"exceed the model's context of {limit}; use fewer shots or --max-new-tokens")
         outs = generate_stream(model, rows, budget, lambda text: cut_at_stop(text, self.stops), prefix,
                                batch_size=cfg.batch_size)
         return ((j, {"id": items[j].record.id, "output": text, "finish": finish}) for j, (text, finish) in outs)

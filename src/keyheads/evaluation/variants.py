@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.pairs import read_pairs
+from ..errors import SettingError
 from ..finetune.adapter import load_finetuned, read_info
 from ..heads import heads_of
 from ..io import file_sha256
@@ -126,7 +127,7 @@ def register_kind(name: str):
 
 def prepare(variant: Variant, loader: Loader) -> Prepared:
     if variant.kind not in VARIANT_KINDS:
-        raise ValueError(f"unknown variant kind {variant.kind!r}; known: {', '.join(VARIANT_KINDS)}")
+        raise SettingError(f"unknown variant kind {variant.kind!r}; known: {', '.join(VARIANT_KINDS)}")
     return VARIANT_KINDS[variant.kind](variant, loader)
 
 
@@ -147,11 +148,12 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
     model = loader(variant.model)
     heads, mlps = heads_of(variant.opt("heads", [])), [int(m) for m in variant.opt("mlps", [])]
     if not heads and not mlps:
-        raise ValueError("a knockout variant needs at least one head or MLP")
+        raise SettingError("a knockout variant needs at least one head or MLP (--knockout L.H,... or "
+                           "--knockout-mlps L,...)")
     data = variant.opt("data")
     if not data:
-        raise ValueError("knockout needs counterfactual prompts: pass --knockout-data PAIRS.jsonl "
-                         "(one JSON object per line with reference, counterfactual, answer)")
+        raise SettingError("knockout needs counterfactual prompts: pass --knockout-data PAIRS.jsonl "
+                           "(one JSON object per line with reference, counterfactual, answer)")
     prompts = read_counterfactuals(data)
 
     def build() -> tuple[HookedModel, dict]:

@@ -14,9 +14,10 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from ..errors import MissingPackage, ModelNotFound, SettingError
+from ..errors import BadFile, MissingPackage, ModelNotFound, SettingError
 from ..io import atomic_folder, file_sha256
 from ..settings import check_dtype, parse_max_memory
 from .bundled import BUNDLED, DEFAULT_MODEL
@@ -186,7 +187,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
         if kind == "hub":
             raise ModelNotFound(f"could not fetch {name_or_path!r} from the hub ({err}). Offline? "
                                 f"Use a bundled name ({', '.join(BUNDLED)}) or a local folder.") from err
-        raise
+        raise BadFile(f"{location}: its config.json cannot be read ({_one_line(err)}); copy the model folder "
+                      "again") from None
     family_for(config.model_type)  # fail early, naming the supported families
     kwargs = {"dtype": dtype}
     if attn_implementation:
@@ -198,10 +200,21 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
             kwargs["max_memory"] = max_memory
         if offload_folder is not None:
             kwargs["offload_folder"] = str(offload_folder)
-    hf = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    except (SafetensorError, OSError) as err:
+        if kind == "hub":
+            raise
+        # a weights file cut short by a copy or a full disk, or another model's
+        raise BadFile(f"{location}: its weights cannot be read ({_one_line(err)}); a file is truncated or not "
+                      "this model's: copy the model folder again") from None
     if device != "auto":
         hf = hf.to(device)
     return HookedModel(hf, load_tokenizer(location), name=name_or_path, source=location)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
 
 
 def load_tokenizer(folder: str | Path):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..errors import SettingError
 from . import hf_internals
 
 NAME = "keyheads_shared_prefix"
@@ -104,8 +105,8 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     G, Hkv, P, _ = kp.shape
     S, m, g = key.shape[-2], B // G, H // Hkv
     if sliding_window is not None and P + S > sliding_window:
-        raise ValueError(f"a shared prefix of {P} tokens and {S} more exceed the sliding window of "
-                         f"{sliding_window}: run these prompts without a shared prefix")
+        raise SettingError(f"a shared prefix of {P} tokens and {S} more exceed the sliding window of "
+                           f"{sliding_window}: run these prompts without a shared prefix (shared_prefix false)")
     scale = scaling if scaling is not None else d ** -0.5
     if q > SPLIT_UP_TO and softcap is None:
         return _concatenated(query, key, value, kp, vp, attention_mask, scale), None

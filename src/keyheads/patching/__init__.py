@@ -1,9 +1,10 @@
 """Identify: path patching (exact and fast), activation patching and attribution patching."""
+from ..errors import BadSample
 from .heatmap import draw_heatmap
 from .identify import describe, identify
 from .metrics import METRICS
 from .run import METHODS, PatchConfig, sweep
-from .samples import BadSample, load_patch_samples
+from .samples import load_patch_samples
 
 __all__ = ["METHODS", "METRICS", "BadSample", "PatchConfig", "describe", "draw_heatmap", "identify",
            "load_patch_samples", "sweep"]

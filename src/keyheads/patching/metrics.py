@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import SettingError
+
 METRICS = ("relative-logit", "logit-diff", "prob")
 
 
 def check_metric(metric: str) -> str:
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}: valid metrics are {', '.join(METRICS)}")
+        raise SettingError("metric", metric, f"unknown metric: valid metrics are {', '.join(METRICS)}")
     return metric
 
 

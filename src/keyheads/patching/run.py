@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from .. import distributed
 from ..effects import Effects
+from ..errors import ResumeMismatch, SettingError
 from ..io import atomic_write_bytes, file_sha256
 from ..models.model import HookedModel
 from .activation import activation_patch_batch
@@ -43,7 +44,7 @@ METHODS = {
 
 def check_method(method: str) -> str:
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}: valid methods are {', '.join(METHODS)}")
+        raise SettingError("method", method, f"unknown method: valid methods are {', '.join(METHODS)}")
     return method
 
 
@@ -169,8 +170,8 @@ def _resume(out: Path | None, signature: dict, n: int, L: int, H: int) -> dict:
             old = json.loads(str(saved["signature"]))
             if old != signature:
                 changed = sorted(k for k in set(old) | set(signature) if old.get(k) != signature.get(k))
-                raise ValueError(f"{path} holds a run with different settings ({', '.join(changed)}); "
-                                 "use another --out folder or pass --restart")
+                raise ResumeMismatch(f"{path} holds a run with different settings ({', '.join(changed)}); "
+                                     "use another --out folder or pass --restart")
             done = saved["done"]
             for k in ("original", "heads", "mlps"):
                 state[k][done] = saved[k][done]

@@ -13,12 +13,9 @@ from pathlib import Path
 
 import torch
 
-from ..data.pairs import NoPairs, answer_continuation, read_pairs
+from ..data.pairs import answer_continuation, read_pairs
+from ..errors import BadSample
 from ..models.model import HookedModel
-
-
-class BadSample(ValueError):
-    pass
 
 
 @dataclass
@@ -39,11 +36,10 @@ class PatchSample:
 
 def load_patch_samples(model: HookedModel, path: str | Path, limit: int | None = None,
                  first_token_only: bool = False) -> list[PatchSample]:
-    """A pairs JSONL file (read and checked by keyheads.data.pairs.read_pairs), tokenised for patching."""
-    try:
-        pairs = read_pairs(path)
-    except NoPairs as err:
-        raise BadSample(str(err)) from err
+    """A pairs JSONL file (read and checked by keyheads.data.pairs.read_pairs), tokenised for patching.
+
+    A pair patching cannot use raises BadSample naming its line (an empty file: NoPairs)."""
+    pairs = read_pairs(path)
     samples = []
     tok = model.tokenizer
     for pair in pairs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import MissingFile
 from ..io import atomic_write_text
 from . import sections, tables
 from .findings import findings
@@ -57,7 +58,7 @@ def write_html_report(run: str | Path) -> Path:
     """Write run/report.html (atomically) from the files in the run folder; returns its path."""
     run = Path(run)
     if not run.is_dir():
-        raise FileNotFoundError(f"run folder {run} does not exist")
+        raise MissingFile(f"run folder {run} does not exist")
     return atomic_write_text(run / "report.html", render(run))
 
 
