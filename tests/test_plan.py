@@ -175,7 +175,7 @@ def test_cli_llama2_7b_full_sft(tmp_path, capsys):
 @pytest.mark.parametrize("args, says", [
     (["--model", "no-such-model"], "unknown model 'no-such-model'"),
     (["--gpus", "0"], "--gpus 0: must be an integer >= 1"),
-    (["--gpu-memory", "80GB?"], "--gpu-memory 80GB?: expected a positive size with a unit"),
+    (["--gpu-memory", "80GB?"], "--gpu-memory 80GB?: expected a positive size, e.g. 80GiB"),
     (["--host-memory", "lots"], "--host-memory lots: expected a positive size"),
 ])
 def test_cli_bad_input(capsys, args, says):

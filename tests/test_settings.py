@@ -145,6 +145,21 @@ def test_writable_file(tmp_path):
 
 
 # ---- numbers and choices, as the settings models check them -----------------------------------------
+@pytest.mark.parametrize("text, size", [("80GiB", 80 * 2**30), ("80 GB", 80 * 10**9), ("1.5mib", 3 * 2**19),
+                                        ("500MB", 500 * 10**6), ("2KiB", 2048), ("2kb", 2000), ("4096", 4096),
+                                        ("7b", 7), ("1TiB", 2**40)])
+def test_one_reader_of_sizes(text, size):
+    """--gpu-memory (plan) and --max-memory (dispatch) read sizes alike: binary GiB, decimal GB, plain bytes."""
+    assert settings.parse_bytes(text, "gpu_memory") == size
+    assert settings.parse_max_memory(f"cpu={text}") == {"cpu": size}
+
+
+@pytest.mark.parametrize("text", ["lots", "80 gigs", "GiB", "0", "-1GB", "8 0GB"])
+def test_what_is_not_a_size(text):
+    with pytest.raises(SettingError, match=re.escape(f"--gpu-memory {text}: expected a positive size, e.g. 80GiB")):
+        settings.parse_bytes(text, "--gpu-memory")
+
+
 def test_integer_settings_refuse_bools_and_floats():
     from keyheads.runconfig import PipelineConfig
 

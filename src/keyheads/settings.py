@@ -34,9 +34,29 @@ _NAMES = tuple(dict.fromkeys(DTYPES.values()))
 DTYPE_HELP = (f"{', '.join(_NAMES[:-1])} or {_NAMES[-1]} "  # float32, bfloat16, float16 or float64 (or fp32, ...)
               f"(or {', '.join(alias for alias in DTYPES if alias not in _NAMES)})")
 DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto"
+SIZE_HELP = "80GiB, 500MB or a number of bytes (GiB, MiB, KiB = 2^30, 2^20, 2^10 bytes; GB, MB, KB = 10^9, 10^6, 10^3)"
 MAX_MEMORY_HELP = "DEVICE=SIZE,... with DEVICE cuda:N (or N), cpu or mps and SIZE like 20GiB, 500MB or bytes"
-# the units accelerate's max_memory takes, in bytes (GiB, MiB, KiB binary; GB, MB, KB decimal)
-_UNITS = {"": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+# every size a setting takes, in bytes: binary GiB, MiB, KiB (and TiB), decimal GB, MB, KB (and TB), plain bytes
+UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+         "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def size_bytes(text: str) -> int | None:
+    """'80GiB', '80 GB', '500mb', '1073741824' -> bytes; None for text that is not a size. The one reader of
+    sizes (UNITS)."""
+    m = _SIZE.fullmatch(text)
+    if m is None or m.group(2).lower() not in UNITS:
+        return None
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+def parse_bytes(text: str, key: str = "size") -> int:
+    """A positive size (see size_bytes) in bytes; anything else is a SettingError naming `key`."""
+    size = size_bytes(text)
+    if size is None or size <= 0:
+        raise SettingError(key, text, f"expected a positive size, e.g. {SIZE_HELP}")
+    return size
 
 
 # ---- devices and dtypes -------------------------------------------------------------------------
@@ -70,11 +90,12 @@ def parse_max_memory(value: str, key: str = "max_memory") -> dict[int | str, int
     or "cpu"/"mps" -> bytes. A GPU this machine lacks, a repeated device or a malformed part is an error."""
     limits: dict[int | str, int] = {}
     for part in value.split(","):
-        m = re.fullmatch(r"\s*(cuda:\d+|\d+|cpu|mps)\s*=\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", part, re.IGNORECASE)
-        if m is None or m.group(3).lower() not in _UNITS:
+        m = re.fullmatch(r"\s*(cuda:\d+|\d+|cpu|mps)\s*=(.*)", part, re.IGNORECASE)
+        size = size_bytes(m.group(2)) if m else None
+        if m is None or size is None:
             raise SettingError(key, value, f"cannot read {part.strip()!r}; use {MAX_MEMORY_HELP}, "
                                            "e.g. cuda:0=20GiB,cpu=60GiB")
-        name, size = m.group(1).lower(), int(float(m.group(2)) * _UNITS[m.group(3).lower()])
+        name = m.group(1).lower()
         device: int | str = name
         if name[0].isdigit() or name.startswith("cuda"):
             device = int(name.removeprefix("cuda:"))

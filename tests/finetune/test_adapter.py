@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from keyheads.components import Components
+from keyheads.errors import SettingError
 from keyheads.evaluation.variants import Variant, prepare
 from keyheads.finetune import FinetuneConfig, apply_adapter, export_peft, finetune, load_finetuned, merge
 from keyheads.finetune.adapter import ADAPTER, AdapterMismatch, read_adapter
@@ -200,7 +201,7 @@ def test_merge_refuses_an_existing_folder_before_touching_the_model(runs, tmp_pa
     out = tmp_path / "merged"
     out.mkdir()
     model = tiny_model("llama", SEED)
-    with pytest.raises(FileExistsError):
+    with pytest.raises(SettingError, match="merged: exists; choose a new folder"):
         merge(model, run.folder, out)
     assert not has_deltas(model) and torch.equal(logits(model), run.base)
     assert [p.name for p in tmp_path.iterdir()] == ["merged"] and not any(out.iterdir())

@@ -266,7 +266,7 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused(tiny_folder, 
     argv = finetune_argv(tiny_folder, train_file, tmp_path / "run", "--heads", "1.0", "--optimizer-batch-size", "8")
     assert main(argv) == 2
     err = error_line(capsys.readouterr().err)
-    assert "--optimizer-batch-size 8 does not split over 3 processes" in err and "multiple of 3" in err
+    assert "--optimizer-batch-size 8: does not split over the 3 processes; use a multiple of 3" in err
     assert spies["load"] == 0 and spies["train"] == 0
 
 

@@ -2,24 +2,28 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 from .. import distributed, models
 from .. import finetune as training  # training.finetune looked up at call time: tests count its calls
 from ..components import Components
 from ..config.commands import FinetuneCommand, MergeCommand
 from ..effects import Effects
-from ..errors import BadFile, SettingError
-from ..finetune.adapter import export_peft, merge, read_adapter
+from ..errors import SettingError
+from ..finetune.adapter import check_new_folder, export_peft, merge, read_adapter
+from ..finetune.model import check_components
 from ..finetune.parallel import check_setup, placement
-from ..heads import parse_heads, parse_layers
+from ..heads import parse_layers
 from .flags import add_settings, settings
 from .models import resident_only
 
+T = TypeVar("T")
 COMPONENT_FLAGS = ("effects", "top_k", "heads", "random_heads", "mlps", "mlp_layers")
 
 
 def check_component_args(args, method: str = "precise") -> None:
-    """What can be said about the component flags before any model loads (the model's size comes later)."""
+    """How the component flags combine, before any model loads (each flag's own value is checked by the settings
+    model, FinetuneCommand; the model's size comes later)."""
     given = ["--" + k.replace("_", "-") for k in COMPONENT_FLAGS if getattr(args, k, None) not in (None, "")]
     if method != "precise":
         if given:
@@ -30,34 +34,24 @@ def check_component_args(args, method: str = "precise") -> None:
     ways = [bool(args.heads), args.random_heads is not None, args.top_k is not None]
     if sum(ways) > 1:
         raise SettingError("choose heads one way: --effects with --top-k, --heads, or --random-heads")
-    if (args.top_k is not None or args.mlps) and not args.effects:
-        raise SettingError("--top-k and --mlps rank by effect: give --effects effects.json (from `keyheads patch`)")
+    if args.top_k is not None or args.mlps:
+        _ranked_by(args.effects)
     if args.mlps and args.mlp_layers:
         raise SettingError("give either --mlps M (the top-M by effect) or --mlp-layers L,... (explicit), not both")
-    for flag, value, least in (("--top-k", args.top_k, 0), ("--mlps", args.mlps, 0),
-                               ("--random-heads", args.random_heads, 1)):
-        if value is not None and value < least:
-            raise SettingError(f"{flag} must be >= {least}, got {value}")
-    if args.heads:
-        parse_heads(args.heads)  # a malformed item is named here
-    if args.mlp_layers:
-        parse_layers(args.mlp_layers)
     if not (args.heads or args.random_heads is not None or args.top_k or args.mlps or args.mlp_layers):
-        raise SettingError("precise SFT needs heads or MLPs: --effects F --top-k K, --heads L.H,..., "
-                         "--random-heads K, and/or --mlps M / --mlp-layers L,...")
-    if args.effects and not Path(args.effects).is_file():
-        raise BadFile(f"--effects {args.effects}: no such file (it is written by `keyheads patch`)")
+        check_components(None)  # no flag chooses any
 
 
-def _ranked_by(effects: Effects | None) -> Effects:
-    if effects is None:  # check_component_args requires --effects with --top-k and --mlps
+def _ranked_by(effects: T | None) -> T:
+    """The one check that ranking by effect (--top-k, --mlps) has effects to rank by."""
+    if effects is None:
         raise SettingError("--top-k and --mlps rank by effect: give --effects effects.json (from `keyheads patch`)")
     return effects
 
 
 def components_from_args(args, model, seed: int = 0):
-    """Heads (top-k of effects, explicit, or random) and MLPs (top-m of effects, or explicit)."""
-    check_component_args(args, "precise")
+    """Heads (top-k of effects, explicit, or random) and MLPs (top-m of effects, or explicit); the flags were
+    checked by check_component_args."""
     effects = Effects.load(args.effects, model) if args.effects else None
     name = Path(args.effects).name if args.effects else ""
     if args.heads:
@@ -73,10 +67,7 @@ def components_from_args(args, model, seed: int = 0):
         chosen = chosen.with_mlps(ranked.mlps, f"top-{args.mlps} MLPs")
     elif args.mlp_layers:
         chosen = chosen.with_mlps(parse_layers(args.mlp_layers), f"MLPs {args.mlp_layers}")
-    if not chosen.heads and not chosen.mlps:
-        raise SettingError("precise SFT needs heads or MLPs: --effects F --top-k K, --heads L.H,..., "
-                         "--random-heads K, and/or --mlps M / --mlp-layers L,...")
-    return chosen.check(model.n_layers, model.n_heads)
+    return check_components(chosen).check(model.n_layers, model.n_heads)
 
 
 def cmd_finetune(args) -> int:
@@ -108,8 +99,8 @@ def cmd_merge(args) -> int:
     cfg: MergeCommand = settings(args)
     resident_only(cfg, "merge")
     _, meta = read_adapter(cfg.adapter)  # a broken adapter is said before the model loads
-    if cfg.export == "hf" and Path(cfg.out).exists():  # before the model loads (merge() checks again)
-        raise SettingError("--out", cfg.out, "exists; choose a new folder")
+    if cfg.export == "hf":
+        check_new_folder(cfg.out)  # before the model loads (merge() checks again)
     # merging is exact in float32 on the CPU unless --device/--dtype say otherwise
     model = models.load_model(cfg.model or meta["base_model"], device=cfg.device or "cpu", dtype=cfg.dtype or "float32")
     if cfg.export == "peft":

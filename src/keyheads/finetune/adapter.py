@@ -19,7 +19,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ..components import Components
-from ..errors import BadFile, UserError
+from ..errors import BadFile, SettingError, UserError
 from ..io import atomic_folder, atomic_path, read_json
 from ..models.fingerprint import base_fingerprint
 from ..models.model import HookedModel
@@ -74,13 +74,15 @@ def apply_adapter(model: HookedModel, folder: str | Path, check: bool = True) ->
     tuned = precise(model, Components.from_json(meta["components"]), meta["config"]["kv"])
     expected = set(tuned.adapter_tensors())
     if expected != set(tensors):
-        raise ValueError(f"{folder}: its tensors do not match its own metadata (missing "
-                         f"{sorted(expected - set(tensors))[:3]}, extra {sorted(set(tensors) - expected)[:3]})")
+        raise BadFile(f"{folder}: its tensors do not match its own metadata (missing "
+                      f"{sorted(expected - set(tensors))[:3]}, extra {sorted(set(tensors) - expected)[:3]}): "
+                      "it was changed after training; re-run `keyheads finetune`")
     with torch.no_grad():
         for key, delta in tuned.deltas.items():
             prefix = f"delta.{key}.{delta.kind}"
             if not torch.equal(tensors[f"{prefix}.index"], delta.index.cpu()):
-                raise ValueError(f"{folder}: the feature indices of {key} differ from this model's head layout")
+                raise BadFile(f"{folder}: the feature indices of {key} differ from this model's head layout; "
+                              "re-run `keyheads finetune`")
             delta.weight.copy_(tensors[f"{prefix}.weight"])
             if delta.bias is not None:
                 delta.bias.copy_(tensors[f"{prefix}.bias"])
@@ -99,14 +101,20 @@ def merge_adapter(tuned: Tuned) -> None:
     tuned.remove()
 
 
+def check_new_folder(out: str | Path, key: str = "--out") -> Path:
+    """The one check that the folder a merge writes does not exist yet."""
+    out = Path(out)
+    if out.exists():
+        raise SettingError(key, str(out), "exists; choose a new folder")
+    return out
+
+
 def merge(model: HookedModel, folder: str | Path, out: str | Path) -> Path:
     """A plain Hugging Face model folder with the adapter folded in (loads with AutoModelForCausalLM).
 
     `model` is the base model; it is modified (the adapter is merged into it).
     """
-    out = Path(out)
-    if out.exists():  # before any work, and before `model` is modified
-        raise FileExistsError(f"{out} exists; choose a new --out")
+    out = check_new_folder(out)  # before any work, and before `model` is modified
     tuned = apply_adapter(model, folder)
     merge_adapter(tuned)
     # Written next to `out` and renamed into place: a crash leaves no half-written model folder.
@@ -114,8 +122,7 @@ def merge(model: HookedModel, folder: str | Path, out: str | Path) -> Path:
         model.hf.save_pretrained(tmp, safe_serialization=True)
         if model.tokenizer is not None:
             model.tokenizer.save_pretrained(tmp)
-        if out.exists():  # made while we saved
-            raise FileExistsError(f"{out} exists; choose a new --out")
+        check_new_folder(out)  # made while we saved
     return out
 
 
@@ -142,7 +149,8 @@ def export_peft(model: HookedModel, folder: str | Path, out: str | Path) -> Path
             bias = bias or f"delta.{layer_path}.{kind}.bias" in tensors
     mlps = [f"{prefix}.{layer}.{fam.mlp}" for layer in meta["components"]["mlps"]]
     if not modules:
-        raise ValueError(f"{folder} trains no head, only MLPs; a LoRA export needs at least one head")
+        raise SettingError(f"{folder} trains no head, only MLPs; a LoRA export needs at least one head: "
+                           "use --export hf")
     lora_bias = bias and all(getattr(model.module(name), "bias", None) is not None for name in modules)
     config = LoraConfig(r=1, lora_alpha=1, target_modules=modules, rank_pattern=ranks, alpha_pattern=dict(ranks),
                         lora_dropout=0.0, fan_in_fan_out=fam.conv1d, lora_bias=lora_bias,

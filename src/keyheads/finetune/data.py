@@ -22,7 +22,7 @@ from ..data.benchmarks import data_dir_from
 from ..data.render import draw_fillers, render
 from ..data.templates import load_templates
 from ..data.trainset import build_trainset
-from ..errors import BadFile, UserError
+from ..errors import BadFile, SettingError, UserError
 from ..io import iter_jsonl
 
 
@@ -52,8 +52,7 @@ def trainset_examples(data_dir: str | None = None) -> list[Example]:
 
 def arithmetic_examples(kind: str, n: int, seed: int = 0, template_ids: list[str] | None = None) -> list[Example]:
     """n prompts from the builtin templates of the kind's tasks, operands of the kind, answer as completion."""
-    if kind not in ARITH_KINDS:
-        raise UserError(f"unknown arithmetic kind {kind!r}; known: {', '.join(ARITH_KINDS)}")
+    check_arith_kinds([kind], "kind", kind)
     tasks, operands = ARITH_KINDS[kind]
     templates = load_templates()
     # templates with a max_answer (time spans, dates, clocks) only stay true for small answers:
@@ -72,24 +71,43 @@ def arithmetic_examples(kind: str, n: int, seed: int = 0, template_ids: list[str
     return out
 
 
+def check_arith_kinds(kinds: list[str], key: str, value: object) -> list[str]:
+    """The one check that arithmetic kinds are known (ARITH_KINDS); `key` and `value` name the setting."""
+    bad = [k for k in kinds if k not in ARITH_KINDS]
+    if bad:
+        raise SettingError(key, value, f"unknown arithmetic kind{'s' * (len(bad) > 1)} "
+                                       f"{', '.join(map(repr, bad))}; known: {', '.join(ARITH_KINDS)}")
+    return kinds
+
+
+def arith_spec(spec: str, key: str = "train") -> tuple[list[str], int]:
+    """'arith:KINDS[:N]' -> (kinds, N); unknown kinds or an N that is not an integer >= 1 are a SettingError."""
+    kinds_text, _, n_text = spec[len("arith:"):].partition(":")
+    kinds = check_arith_kinds([k.strip() for k in kinds_text.split(",")], key, spec)
+    if n_text and (not n_text.isdigit() or int(n_text) < 1):
+        raise SettingError(key, spec, "N must be an integer >= 1, as in arith:multidigit:2000")
+    return kinds, int(n_text) if n_text else 2000
+
+
+def check_train(spec: str, key: str = "train") -> str:
+    """The one check of a training-data spec, before anything loads: 'trainset', 'arith:KINDS[:N]' or a file."""
+    if spec.startswith("arith:"):
+        arith_spec(spec, key)
+    elif spec != "trainset" and not Path(spec).is_file():
+        raise SettingError(key, spec, "is neither a JSONL file, 'trainset' nor 'arith:KINDS[:N]'")
+    return spec
+
+
 def load_examples(spec: str, data_dir: str | None = None, seed: int = 0) -> list[Example]:
     """Examples named by a --train spec (see the module docstring)."""
+    check_train(spec)
     if spec == "trainset":
         examples = trainset_examples(data_dir)
     elif spec.startswith("arith:"):
-        kinds, _, n_text = spec[len("arith:"):].partition(":")
-        try:
-            n = int(n_text) if n_text else 2000
-        except ValueError:
-            raise UserError(f"--train {spec!r}: N must be an integer, as in arith:multidigit:2000") from None
-        if n < 1:
-            raise UserError(f"--train {spec!r}: N must be >= 1")
-        examples = [e for kind in kinds.split(",") for e in arithmetic_examples(kind.strip(), n, seed)]
+        kinds, n = arith_spec(spec)
+        examples = [e for kind in kinds for e in arithmetic_examples(kind, n, seed)]
     else:
-        path = Path(spec)
-        if not path.is_file():
-            raise FileNotFoundError(f"--train {spec!r} is neither a JSONL file, 'trainset' nor 'arith:KINDS[:N]'")
-        examples = read_jsonl_examples(path)
+        examples = read_jsonl_examples(Path(spec))
     if not examples:
         raise UserError(f"--train {spec!r} gave no training examples")
     return examples

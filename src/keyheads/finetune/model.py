@@ -13,6 +13,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from ..components import Components
+from ..errors import MissingPackage, SettingError
 from ..models.model import HookedModel
 from .config import FinetuneConfig
 from .layer import ATTR, ColDelta, RowDelta, attach, detach
@@ -146,11 +147,18 @@ class Tuned:
         return self.model.layer_module(int(layer), path)
 
 
-def precise(model: HookedModel, components: Components, kv: str = "group") -> Tuned:
+def check_components(components: Components | None) -> Components:
+    """The one check that precise SFT has something to train: heads, MLPs or both."""
+    if components is None or not (components.heads or components.mlps):
+        raise SettingError("precise SFT needs heads or MLPs: --effects F --top-k K, --heads L.H,..., "
+                           "--random-heads K, and/or --mlps M / --mlp-layers L,...")
+    return components
+
+
+def precise(model: HookedModel, components: Components | None, kv: str = "group") -> Tuned:
     """Freeze everything; attach zero deltas on the heads' slices; unfreeze whole MLPs."""
+    components = check_components(components)
     plan = slice_plan(model, components, kv)
-    if not plan and not components.mlps:
-        raise ValueError("precise SFT needs at least one head or MLP layer to train")
     model.hf.requires_grad_(False)
     deltas = {}
     for (layer, path, kind), index in plan.items():
@@ -180,7 +188,7 @@ def lora(model: HookedModel, rank: int, alpha: float | None = None, seed: int = 
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as err:
-        raise ImportError("LoRA needs peft: pip install 'peft>=0.13' (or keyheads[finetune])") from err
+        raise MissingPackage("LoRA needs peft: pip install 'peft>=0.13' (or keyheads[finetune])") from err
     model.hf.requires_grad_(False)
     torch.manual_seed(seed)
     config = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank, lora_dropout=0.0,
@@ -191,8 +199,6 @@ def lora(model: HookedModel, rank: int, alpha: float | None = None, seed: int = 
 
 def make_trainable(model: HookedModel, cfg: FinetuneConfig, components: Components | None = None) -> Tuned:
     if cfg.method == "precise":
-        if components is None:
-            raise ValueError("precise SFT needs components: --top-k K with --effects, --heads, or --random-heads K")
         return precise(model, components, cfg.kv)
     if cfg.method == "full":
         return full(model)

@@ -79,9 +79,7 @@ class FSDP:
     sharded = True
 
     def __init__(self, device: torch.device, compute_dtype: torch.dtype | None = None, offload: bool = False):
-        if offload and device.type != "cuda":
-            raise SettingError("--offload moves shards between GPU and CPU memory: it needs a GPU (the run is on "
-                               f"{device}); leave --offload out on the CPU")
+        """`offload` on a GPU only: make_parallel checks it (check_offload)."""
         if distributed.launched():
             distributed.world()  # accelerate's PartialState sets up the process group (gloo on CPU, nccl on GPUs)
         elif not dist.is_initialized():
@@ -141,15 +139,36 @@ class FSDP:
         dist.barrier()
 
 
-def check_batch_split(batch_size: int, world: int) -> None:
+def setting_name(key: str, section: str | None = None) -> str:
+    """A fine-tuning setting as the user gives it: a flag of `keyheads finetune` (section None,
+    `--optimizer-batch-size`) or a key of a run config (section "finetune": `finetune.optimizer_batch_size`)."""
+    return f"{section}.{key}" if section else "--" + key.replace("_", "-")
+
+
+def check_batch_split(batch_size: int, world: int, key: str = "--optimizer-batch-size") -> None:
+    """The one check that the optimizer batch splits evenly over the processes; `key` names the setting."""
     if batch_size % world:
-        raise SettingError(f"--optimizer-batch-size {batch_size} does not split over {world} processes: use a "
-                           f"multiple of {world}, e.g. {max(world, batch_size // world * world)}")
+        raise SettingError(key, batch_size, f"does not split over the {world} processes; use a multiple of {world}, "
+                                            f"e.g. {max(world, batch_size // world * world)}")
 
 
-def check_setup(cfg: FinetuneConfig, device: str | None, world: int) -> None:
-    """What can be refused before any model loads."""
-    check_batch_split(cfg.batch_size, world)
+def check_offload(offload: bool, parallel: str, device: str, section: str | None = None) -> None:
+    """The one check of offload: it is FSDP2's, and it moves shards to a GPU (`device`: where the run trains)."""
+    if not offload:
+        return
+    key = setting_name("offload", section)
+    if parallel != "fsdp":
+        fsdp = "--parallel fsdp" if section is None else f"{section}.parallel: fsdp"
+        raise SettingError(key, offload, f"is FSDP2's CPU offload: add {fsdp}")
+    if not device.startswith("cuda"):
+        raise SettingError(key, offload, f"moves shards between GPU and CPU memory, so it needs a GPU, and this run "
+                                         f"is on {device}: leave it out")
+
+
+def check_setup(cfg: FinetuneConfig, device: str | None, world: int, section: str | None = None) -> None:
+    """What can be refused before any model loads; `section` names the settings as a run config does
+    ("finetune": finetune.optimizer_batch_size), None as `keyheads finetune`'s flags."""
+    check_batch_split(cfg.batch_size, world, setting_name("optimizer_batch_size", section))
     if device == "auto" and (cfg.parallel == "fsdp" or world > 1):
         raise SettingError("--device auto splits one model over the devices of one process, and accelerate does not "
                            "train such a model on several processes or under FSDP: leave --device out (each process "
@@ -158,11 +177,7 @@ def check_setup(cfg: FinetuneConfig, device: str | None, world: int) -> None:
         # accelerate's own FSDP wrapping would meet keyheads' DDP set-up: one way to shard, ours
         raise SettingError("`accelerate launch --use_fsdp` is not how keyheads shards: launch without --use_fsdp "
                            "and add --parallel fsdp (FSDP2, set up by keyheads)")
-    if cfg.offload and cfg.parallel != "fsdp":
-        raise SettingError("--offload is FSDP2's CPU offload: add --parallel fsdp")
-    if cfg.offload and not placement(cfg, device)[1].startswith("cuda"):
-        raise SettingError("--offload moves shards between GPU and CPU memory: it needs a GPU, and this run is on "
-                           "the CPU; leave --offload out")
+    check_offload(cfg.offload, cfg.parallel, placement(cfg, device)[1], section)
 
 
 def placement(cfg: FinetuneConfig, device: str | None) -> tuple[str, str]:
@@ -178,10 +193,9 @@ def placement(cfg: FinetuneConfig, device: str | None) -> tuple[str, str]:
 
 def make_parallel(mode: str, device: torch.device, compute_dtype: torch.dtype | None = None, offload: bool = False,
                   accelerator: Accelerator | None = None) -> DDP | FSDP:
+    check_offload(offload, mode, str(device))
     if mode == "fsdp":
         if accelerator is not None:
             raise ValueError("an Accelerator is for DDP; FSDP2 runs on torch's process group")
         return FSDP(device, compute_dtype, offload)
-    if offload:
-        raise SettingError("--offload is FSDP2's: add --parallel fsdp")
     return DDP(accelerator or make_accelerator(device.type == "cpu"))

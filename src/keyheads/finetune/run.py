@@ -18,7 +18,7 @@ from .adapter import INFO, save_adapter
 from .checkpoint import ResumeMismatch, describe_differences, differing_keys
 from .config import FinetuneConfig
 from .data import Example, examples_sha256, tokenize
-from .model import make_trainable
+from .model import check_components, make_trainable
 from .parallel import FSDP, make_parallel
 from .train import train
 
@@ -37,8 +37,8 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, o
     out = Path(out)
     if cfg.method != "precise":
         components = None
-    elif components is None:
-        raise ValueError("precise SFT needs components (heads and/or MLP layers)")
+    else:
+        components = check_components(components)  # before any work
     meta = {"base_model": model.name, "base_fingerprint": base_fingerprint(model), "method": cfg.method,
             "components": components.to_json() if components else None,
             "data": {"name": data_name, "sha256": examples_sha256(examples), "n": len(examples)}}

@@ -8,9 +8,7 @@ of transformers' LlamaDecoderLayer; tests/test_plan.py measures them again on a 
 """
 from __future__ import annotations
 
-import re
-
-from ..errors import SettingError
+from ..settings import parse_bytes as parse_bytes  # the one reader of sizes; still importable from here
 from .shape import ModelShape
 
 GiB = 2**30
@@ -155,14 +153,3 @@ def usable(gpu_bytes: int) -> int:
     return int((gpu_bytes - CUDA_CONTEXT) * (1 - ALLOCATOR_SLACK))
 
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_bytes(text: str, key: str = "gpu_memory") -> int:
-    """'80GiB', '80 GB', '81920MiB' -> bytes (GB = 10^9, GiB = 2^30); anything else is a SettingError."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b)\s*", text.lower())
-    if not m or float(m.group(1)) <= 0:
-        raise SettingError(key, text, "expected a positive size with a unit, e.g. 80GiB or 80GB (GB = 10^9 bytes, "
-                                      "GiB = 2^30)")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
