@@ -19,7 +19,8 @@ from results import write_section  # noqa: E402
 
 from keyheads.io import read_jsonl  # noqa: E402
 from keyheads.plotting import new_figure, save_figure  # noqa: E402
-from keyheads.report.rundata import DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs, stage_records  # noqa: E402
+from keyheads.report.rundata import DRIFT, EvalRow, EvalTable, display, eval_table  # noqa: E402
+from keyheads.runfolder import RunFolder  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 
@@ -155,7 +156,8 @@ def main() -> None:
     args = ap.parse_args()
     run = Path(args.run)
     config = json.loads((run / "config.json").read_text())
-    runs, t, missing = finetune_runs(run), eval_table(run), []
+    folder = RunFolder(run)
+    runs, t, missing = folder.finetune_records, eval_table(folder), []
     if t is None and args.partial:
         t, missing = partial_table(run, config)
     if t is None:
@@ -169,7 +171,7 @@ def main() -> None:
     table1 = [r for r in t.rows if r.kind in ("model", "knockout")
               or (r.run or "") in main_rows or (r.run or "").startswith("random")]
     png = figure(t, FIGURES / f"{run.name}.png")
-    records = stage_records(run)
+    records = folder.stage_records
     trained_on = next((r.get("machine") or {} for k, r in records.items() if k.startswith("finetune/")), {})
     where = trained_on.get("gpu") or f"{trained_on.get('torch_threads', '?')} CPU threads"
     split = next((r.benchmarks[b].get("split") for r in t.rows for b in ("addsub", "singleeq", "svamp")

@@ -168,13 +168,7 @@ CASES = {
 }
 
 
-# cases whose fix lies in a module being restructured: strict, so the fix shows as XPASS and drops its entry
-PENDING = {"run-png-as-yaml": "PipelineConfig.from_yaml reads the file itself; keyheads.io.read_yaml is the reader "
-                              "that says a file is not UTF-8 text"}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(reason=PENDING[c], strict=True))
-                                  if c in PENDING else c for c in CASES])
+@pytest.mark.parametrize("case", list(CASES))
 def test_a_bad_input_is_one_line_and_exit_2(case, paths, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("KEYHEADS_DATA", raising=False)
     argv = CASES[case]

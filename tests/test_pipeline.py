@@ -242,7 +242,7 @@ def test_invalid_settings_are_named_before_anything_runs(values, named, tmp_path
 def test_a_section_given_in_part_keeps_the_run_defaults(tmp_path):
     cfg = PipelineConfig.make(out=str(tmp_path / "r"), eval={"benchmarks": []}, data={"task": "all"})
     assert (cfg.data.task, cfg.data.n, cfg.data.few_shot) == ("all", 300, 3)
-    assert cfg.patch.top_k == 10 and cfg.knockout.n_samples == cfg.attention.n_samples == cfg.mlp.n_samples == 300
+    assert cfg.patch.top_k == 10 and cfg.knockout.limit == cfg.attention.limit == cfg.mlp.limit == 300
     assert cfg.eval.limit == 50 and cfg.eval.split == "auto"
 
 
@@ -308,7 +308,7 @@ def test_cli_run_flags_reach_the_sections(tmp_path, monkeypatch):
                  "7", "--variants", "precise,random@2", "--quiet"]) == 0
     cfg = seen["cfg"]
     assert cfg.eval.benchmarks == ("arith-add", "arith-sub") and cfg.finetune.batch_size == 32
-    assert cfg.knockout.n_samples is None and cfg.knockout.k == 7 and cfg.variants == ["precise", "random@2"]
+    assert cfg.knockout.limit is None and cfg.knockout.k == 7 and cfg.variants == ["precise", "random@2"]
     assert seen["progress"] is False
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from .errors import BadFile, MissingFile
 from .heads import Head
 from .io import atomic_write_text, read_json, write_json
+from .runfolder import EFFECTS_JSON
 
 PAPER_THRESHOLD = -0.05  # the paper's key heads: "logit change exceeding -5%"
 
@@ -73,7 +74,7 @@ class Effects:
         return sorted((Head(l, h) for l, row in enumerate(self.heads) for h in range(len(row))), key=key)
 
     def write(self, folder) -> None:
-        write_json(folder / "effects.json", self.to_json())
+        write_json(folder / EFFECTS_JSON, self.to_json())
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["component", "layer", "head", "label", "effect", "sem", "metric", "method"])

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from .errors import BadFile, MalformedLine, MissingFile
+from .errors import BadFile, MalformedLine, MissingFile, SettingError
 
 
 def file_sha256(path: str | Path) -> str:
@@ -162,3 +162,10 @@ def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise BadFile(f"{path}: not valid YAML{at} ({problem}); fix that line") from None
+
+
+def existing_file(key: str, path: str | None, hint: str = "") -> str | None:
+    """`path` if it names a file (None passes): the check of every setting that names an input file."""
+    if path is not None and not Path(path).is_file():
+        raise SettingError(key, path, "no such file" + (f" ({hint})" if hint else ""))
+    return path

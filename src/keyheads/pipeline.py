@@ -16,24 +16,24 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import os
 from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from pydantic import TypeAdapter
+
 from . import distributed, models
-from .analysis.attention_run import AttentionRun, run_attention
-from .analysis.knockout_run import KnockoutRun, run_knockout
-from .analysis.mlp_run import MLPRun, run_mlp
-from .analysis.selection import Selection
+from .analysis.attention_run import run_attention
+from .analysis.knockout_run import run_knockout
+from .analysis.mlp_run import run_mlp
+from .analysis.selection import HeadChoice
 from .components import Components
 from .data.benchmarks import data_dir_from
-from .data.generate import PairConfig, make_pairs
+from .data.generate import pairs_for
 from .data.pairs import write_pairs
-from .data.templates import load_templates
 from .effects import Effects
-from .errors import SettingError, UserError
+from .errors import SettingError
 from .evaluation import EvalConfig, Variant, evaluate
 from .finetune import describe as describe_training
 from .finetune import finetune, load_examples
@@ -42,41 +42,44 @@ from .finetune.parallel import check_setup
 from .io import write_json
 from .models.fingerprint import base_fingerprint
 from .models.model import HookedModel
-from .patching import PatchConfig, identify
 from .patching import describe as describe_effects
+from .patching import identify
 from .report.html import write_html_report
 from .runconfig import VARIANT, PipelineConfig
+from .runfolder import RunFolder
 from .stages import Runner, Stage
 
 STAGE_GROUPS = ("data", "identify", "knockout", "attention", "mlp", "finetune", "eval", "report")
-KEY_HEADS = "identify/key_heads.json"
-EFFECTS = "identify/effects.json"
-PAIRS = "pairs.jsonl"
+PAIRS, KEY_HEADS, EFFECTS = RunFolder.PAIRS, RunFolder.KEY_HEADS, RunFolder.EFFECTS
 
 
-def key_heads(run: Path) -> Components:
+def key_heads(folder: RunFolder | Path) -> Components:
     """The key heads, from the one file that defines them."""
-    return Components.read_key_heads(run / KEY_HEADS)
+    return Components.read_key_heads(RunFolder.of(folder).key_heads)
 
 
-def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = True) -> list[Stage]:
-    """Every stage of `cfg` in order; `get_model()` loads the model on first use. A stage's signature
-    is its section of the config (keyheads.config.sections) and what the whole run shares."""
+def build_stages(cfg: PipelineConfig, folder: RunFolder | Path, get_model, progress: bool = True) -> list[Stage]:
+    """Every stage of `cfg` in order; `get_model()` loads the model on first use. A stage's signature is
+    the settings its step is given, whole, and what the whole run shares (the model)."""
+    run = RunFolder.of(folder)
     model_key = {"model": cfg.model, "dtype": cfg.dtype}
     seeded = {**model_key, "seed": cfg.seed}
     def section(part) -> dict:  # the YAML's keys
-        return part.model_dump(by_alias=True)
+        return TypeAdapter(type(part)).dump_python(part, mode="json", by_alias=True)
 
     stages = [
-        Stage("data", {**seeded, **section(cfg.data)}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
-        Stage("identify", {**model_key, **section(cfg.patch)}, [PAIRS], ["identify"],
+        Stage("data", {**model_key, **section(cfg.data)}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
+        Stage("identify", {**model_key, **section(cfg.patch)}, [PAIRS], [RunFolder.IDENTIFY],
               lambda: _identify(cfg, run, get_model(), progress), spread=True,
-              resume=["identify/per_sample*.npz"]),  # one checkpoint per process
-        Stage("knockout", {**seeded, **section(cfg.knockout), "data_dir": cfg.data_dir}, [PAIRS, KEY_HEADS, EFFECTS],
-              ["knockout"], lambda: _knockout(cfg, run, get_model(), progress), spread=True),
-        Stage("attention", {**seeded, **section(cfg.attention)}, [PAIRS, KEY_HEADS, EFFECTS], ["attention"],
+              resume=[f"{RunFolder.IDENTIFY}/per_sample*.npz"]),  # one checkpoint per process
+        # a step's settings are passed whole, so the signature is exactly what reaches the step
+        Stage("knockout", {**model_key, **section(cfg.knockout), "data_dir": cfg.data_dir},
+              [PAIRS, KEY_HEADS, EFFECTS], [RunFolder.KNOCKOUT], lambda: _knockout(cfg, run, get_model(), progress),
+              spread=True),
+        Stage("attention", {**model_key, **section(cfg.attention)}, [PAIRS, KEY_HEADS, EFFECTS], [RunFolder.ATTENTION],
               lambda: _attention(cfg, run, get_model(), progress)),
-        Stage("mlp", {**seeded, **section(cfg.mlp)}, [PAIRS], ["mlp"], lambda: _mlp(cfg, run, get_model(), progress)),
+        Stage("mlp", {**model_key, **section(cfg.mlp)}, [PAIRS], [RunFolder.MLP],
+              lambda: _mlp(cfg, run, get_model(), progress)),
     ]
     train = {**seeded, **section(cfg.finetune), "data_dir": cfg.data_dir}
     for key in ("mlps", *FinetuneConfig.RESUMABLE_CHANGES):  # only +mlp variants read mlps; the others change no result
@@ -89,15 +92,15 @@ def build_stages(cfg: PipelineConfig, run: Path, get_model, progress: bool = Tru
             _finetune(cfg, run, get_model(), v, progress)
 
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
-                            [f"finetune/{variant}"], train_variant, spread=True))
+                            [RunFolder.finetune_rel(variant)], train_variant, spread=True))
     if cfg.eval.benchmarks:
         stages.append(Stage("eval", {**seeded, **section(cfg.eval), "split": cfg.resolved_eval_split(),
                                      "data_dir": cfg.data_dir},
-                            [PAIRS, KEY_HEADS] + [f"finetune/{v}" for v in cfg.variants], ["eval"],
-                            lambda: _eval(cfg, run, get_model(), progress), keep=["eval/cache"], spread=True))
+                            [PAIRS, KEY_HEADS] + [RunFolder.finetune_rel(v) for v in cfg.variants], [RunFolder.EVAL],
+                            lambda: _eval(cfg, run, get_model(), progress), keep=[RunFolder.EVAL_CACHE], spread=True))
     # the eval folder's per-item cache is not a result; its table is
-    upstream = [o if o != "eval" else "eval/results.json" for s in stages for o in s.owns]
-    stages.append(Stage("report", {}, ["config.json"] + upstream, ["report.html"], lambda: _report(run),
+    upstream = [o if o != RunFolder.EVAL else RunFolder.EVAL_RESULTS for s in stages for o in s.owns]
+    stages.append(Stage("report", {}, [RunFolder.CONFIG] + upstream, [RunFolder.REPORT], lambda: _report(run),
                         partial=True, resume=[r for s in stages for r in s.resume]))
     return stages
 
@@ -123,7 +126,7 @@ def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: st
     """Run the stale stages of `cfg` (all, or those chosen by `stages` / `start`); returns report.html.
 
     Under a launcher every process calls it with the same `cfg` and gets the same answer."""
-    run = Path(cfg.out)
+    run = RunFolder(cfg.out)
     progress = progress and distributed.is_main()  # one set of progress bars
 
     @cache
@@ -138,21 +141,21 @@ def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: st
     _check_processes(cfg, plan, selected)
 
     def begin() -> None:
-        run.mkdir(parents=True, exist_ok=True)
-        write_json(run / "config.json", cfg.to_json())  # the effective config, flags and defaults included
+        run.root.mkdir(parents=True, exist_ok=True)
+        write_json(run.config, cfg.to_json())  # the effective config, flags and defaults included
 
     def end() -> None:
         if get_model.cache_info().currsize:  # the main process loaded it
             _write_model_info(run, get_model())
 
-    runner = Runner(run, selected, force)
+    runner = Runner(run.root, selected, force)
     with _main_prints():
         distributed.on_main(begin, "writing config.json")
         for stage in plan:
             runner(stage)
         if runner.ran:
             distributed.on_main(end, "writing model.json")
-        report = run / "report.html"
+        report = run.report
         print(f"done; ran {', '.join(runner.ran) or 'nothing (every stage up to date)'}; report: {report}")
     return report
 
@@ -167,11 +170,8 @@ def _check_processes(cfg: PipelineConfig, plan: list[Stage], selected: set[str] 
     world = distributed.world()
     training = [s.name for s in plan if s.group == "finetune" and (selected is None or s.name in selected
                                                                      or s.group in selected)]
-    if training and cfg.finetune.batch_size % world:
-        raise SettingError("finetune.optimizer_batch_size", cfg.finetune.batch_size,
-                           f"does not split over the {world} processes; use a multiple of {world}")
-    if training:  # --device auto with FSDP or several processes, offload without FSDP or a GPU
-        check_setup(cfg.finetune.recipe("precise", cfg.seed), cfg.device, world)
+    if training:  # the batch split; --device auto with FSDP or several processes; offload without FSDP or a GPU
+        check_setup(cfg.finetune.recipe("precise", cfg.seed), cfg.device, world, section="finetune")
 
 
 @contextlib.contextmanager
@@ -184,60 +184,41 @@ def _main_prints():
         yield
 
 
-def _write_model_info(run: Path, model) -> None:
-    write_json(run / "model.json", {"name": model.name, "source": str(model.source), "fingerprint":
+def _write_model_info(run: RunFolder, model) -> None:
+    write_json(run.model_info, {"name": model.name, "source": str(model.source), "fingerprint":
                                     base_fingerprint(model), "n_layers": model.n_layers, "n_heads": model.n_heads,
                                     "dtype": str(model.dtype), "device": str(model.device)})
 
 
 # ---- the stages ------------------------------------------------------------------------------
 
-def _data(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    section = cfg.data
-    templates = load_templates()
-    if section.templates:
-        templates.templates = [t for t in templates.templates if t.id in section.templates]
-    tasks = templates.tasks if section.task == "all" else [section.task]
-    pairs = PairConfig(seed=cfg.seed, single_token_answer=True,
-                       **section.model_dump(include={f.name for f in dataclasses.fields(PairConfig)}))
-    made = make_pairs(templates, tasks, pairs,
-                      model=model, keep_correct=True, batch_size=cfg.batch_size, progress=progress)
-    if not made:
-        raise UserError(f"{cfg.model} got none of the {section.n} {section.task} prompts right: nothing to patch; "
-                        "try more few-shot examples (data.few_shot) or another task")
-    write_pairs(run / PAIRS, made)
+def _data(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+    write_pairs(run.pairs, pairs_for(model, cfg.data, batch_size=cfg.batch_size, progress=progress))
 
 
-def _identify(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    effects, keys = identify(model, run / PAIRS, PatchConfig.from_section(cfg.patch, batch_size=cfg.batch_size),
-                             run / "identify", threshold=cfg.patch.threshold, top_k=cfg.patch.top_k,
+def _identify(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+    effects, keys = identify(model, run.pairs, cfg.patch, run.identify, batch_size=cfg.batch_size,
                              progress=progress)
     print(describe_effects(effects, keys))
 
 
-def _selection(run: Path):
-    return Selection(heads=key_heads(run).heads, effects=str(run / EFFECTS))
+def _key_heads(run: RunFolder) -> HeadChoice:
+    """The run's key heads, with its effects for the rankings."""
+    return HeadChoice.of(key_heads(run).heads, run.effects)
 
 
-def _knockout(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    section = cfg.knockout
-    run_knockout(model, KnockoutRun(data=str(run / PAIRS), out=str(run / "knockout"), selection=_selection(run),
-                                    k=section.k, seeds=section.seeds, seed=cfg.seed, limit=section.n_samples,
-                                    batch_size=cfg.batch_size, mean_mode=section.mean_mode, data_dir=_data_dir(cfg),
-                                    transfer_n=section.transfer_n, transfer_control=section.transfer_control,
-                                    progress=progress))
+def _knockout(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+    run_knockout(model, run.pairs, run.knockout, _key_heads(run), cfg.knockout, data_dir=_data_dir(cfg),
+                 batch_size=cfg.batch_size, progress=progress)
 
 
-def _attention(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    run_attention(model, AttentionRun(data=str(run / PAIRS), out=str(run / "attention"), selection=_selection(run),
-                                      limit=cfg.attention.n_samples, seed=cfg.seed, batch_size=cfg.batch_size,
-                                      progress=progress))
+def _attention(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+    run_attention(model, run.pairs, run.attention, _key_heads(run), cfg.attention, batch_size=cfg.batch_size,
+                  progress=progress)
 
 
-def _mlp(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
-    run_mlp(model, MLPRun(data=str(run / PAIRS), out=str(run / "mlp"), limit=cfg.mlp.n_samples, seed=cfg.seed,
-                          batch_size=cfg.batch_size, case=cfg.mlp.case, case_answer=cfg.mlp.case_answer,
-                          progress=progress))
+def _mlp(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+    run_mlp(model, run.pairs, run.mlp, cfg.mlp, batch_size=cfg.batch_size, progress=progress)
 
 
 def _data_dir(cfg: PipelineConfig) -> str | None:
@@ -245,8 +226,9 @@ def _data_dir(cfg: PipelineConfig) -> str | None:
     return str(folder) if folder else None
 
 
-def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> Components:
+def variant_components(variant: str, folder: RunFolder | Path, model, cfg: PipelineConfig) -> Components:
     """What a precise or random variant trains (see PipelineConfig.variants for the names)."""
+    run = RunFolder.of(folder)
     m = VARIANT.fullmatch(variant)
     if m is None or not m["kind"]:
         raise ValueError(f"{variant!r} is not a precise or random variant")
@@ -254,7 +236,7 @@ def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> C
     k = int(m["k"]) if m["k"] else len(keys.heads)
     if m["kind"] == "random":
         return Components.random_heads(k, model.n_layers, model.n_heads, cfg.seed)
-    effects = Effects.load(run / EFFECTS, model)
+    effects = Effects.load(run.effects, model)
     chosen = Components.select(effects, top_k=k, ) if m["k"] else keys  # else: as identify chose them
     if m["mlp"]:
         n = int(m["m"]) if m["m"] else cfg.finetune.mlps
@@ -262,7 +244,7 @@ def variant_components(variant: str, run: Path, model, cfg: PipelineConfig) -> C
     return chosen.check(model.n_layers, model.n_heads)
 
 
-def _finetune(cfg: PipelineConfig, run: Path, model, variant: str, progress: bool = True) -> None:
+def _finetune(cfg: PipelineConfig, run: RunFolder, model, variant: str, progress: bool = True) -> None:
     method: Literal["precise", "full", "lora"] = (
         "precise" if variant.startswith(("precise", "random")) else "full" if variant == "full" else "lora")
     examples = load_examples(cfg.finetune.train, data_dir=_data_dir(cfg), seed=cfg.seed)
@@ -270,7 +252,7 @@ def _finetune(cfg: PipelineConfig, run: Path, model, variant: str, progress: boo
     components = variant_components(variant, run, model, cfg) if method == "precise" else None
     # training changes weights in place; the analysis and evaluation keep the untouched model
     private = HookedModel(copy.deepcopy(model.hf), model.tokenizer, name=model.name, source=model.source)
-    info = finetune(private, examples, ft, run / "finetune" / variant, components, data_name=cfg.finetune.train,
+    info = finetune(private, examples, ft, run.finetune(variant), components, data_name=cfg.finetune.train,
                     progress=progress)
     print(describe_training(info))
 
@@ -281,13 +263,13 @@ def eval_labels(model: str, n_heads: int, finetune: list[str]) -> list[str]:
             + [f"{model} + {v} SFT" for v in finetune])
 
 
-def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
+def _eval(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
     heads = key_heads(run).heads
     labels = eval_labels(cfg.model, len(heads), cfg.variants)
     variants = [Variant.make("model", cfg.model, label=labels[0]),
                 Variant.make("knockout", cfg.model, label=labels[1], heads=[h.to_json() for h in heads],
-                              data=str(run / PAIRS))]
-    variants += [Variant.make("adapter", str(run / "finetune" / v), label=label)
+                              data=str(run.pairs))]
+    variants += [Variant.make("adapter", str(run.finetune(v)), label=label)
                  for v, label in zip(cfg.variants, labels[2:])]
 
     def loader(name: str):
@@ -299,9 +281,9 @@ def _eval(cfg: PipelineConfig, run: Path, model, progress: bool = True) -> None:
     evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval.benchmarks), data_dir=_data_dir(cfg),
                                   limit=cfg.eval.limit, few_shot=cfg.eval.few_shot, split=cfg.resolved_eval_split(),
                                   batch_size=cfg.batch_size,
-                                  seed=cfg.seed, cache_dir=str(run / "eval" / "cache"), progress=progress),
-             run / "eval", loader=loader)
+                                  seed=cfg.seed, cache_dir=str(run.eval_cache), progress=progress),
+             run.eval, loader=loader)
 
 
-def _report(run: Path) -> None:
-    write_html_report(run)
+def _report(run: RunFolder) -> None:
+    write_html_report(run.root)

@@ -13,9 +13,12 @@ import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic.dataclasses import is_pydantic_dataclass
 
+from .analysis.attention_run import AttentionSettings
+from .analysis.knockout_run import KnockoutSettings
+from .analysis.mlp_run import MLPSettings
 from .config.base import (
     MAX_MEMORY_DESCRIPTION,
     OFFLOAD_DESCRIPTION,
@@ -26,20 +29,21 @@ from .config.base import (
     NonNegative,
     OffloadFolder,
     Section,
+    fields_of,
+    is_bool_for_int,
     setting_error,
 )
 from .config.sections import (
-    AnalysisSection,
-    DataSection,
     EvalSection,
     FinetuneSection,
-    KnockoutSection,
-    MLPSection,
-    PatchSection,
+    check_template_ids,
 )
 from .data.benchmarks import data_dir_from
+from .data.generate import PairConfig
 from .errors import BadFile, SettingError
 from .evaluation.config import ARITH
+from .io import read_yaml
+from .patching.run import PatchConfig
 from .settings import check_writable_dir
 
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs
@@ -65,12 +69,16 @@ class PipelineConfig(Section):
         "fine-tuning variants trained after the analysis: precise (the key heads), precise@K (the top K heads by "
         "effect), +mlp or +mlpM after either (also the top finetune.mlps or M MLPs), random or random@K (as "
         "many / K seeded random heads: the control), full, lora"))
-    data: DataSection = Field(DataSection(n=300, few_shot=3), description="the prompt pairs (`keyheads data`)")
-    patch: PatchSection = Field(PatchSection(top_k=10), description="patching and the key heads (`keyheads patch`)")
-    knockout: KnockoutSection = Field(KnockoutSection(), description="knockout curves and transfer "
-                                                                     "(`keyheads knockout`)")
-    attention: AnalysisSection = Field(AnalysisSection(limit=300), description="`keyheads attention`")
-    mlp: MLPSection = Field(MLPSection(limit=300), description="`keyheads mlp`")
+    data: PairConfig = Field(default_factory=lambda: PairConfig(n=300, few_shot=3, single_token_answer=True,
+                                                                keep_correct=True),
+                             description="the prompt pairs (`keyheads data`)")
+    patch: PatchConfig = Field(default_factory=lambda: PatchConfig(top_k=10),
+                               description="patching and the key heads (`keyheads patch`)")
+    knockout: KnockoutSettings = Field(default_factory=KnockoutSettings, description="knockout curves and transfer "
+                                                                                     "(`keyheads knockout`)")
+    attention: AttentionSettings = Field(default_factory=lambda: AttentionSettings(limit=300),
+                                         description="`keyheads attention`")
+    mlp: MLPSettings = Field(default_factory=lambda: MLPSettings(limit=300), description="`keyheads mlp`")
     finetune: FinetuneSection = Field(FinetuneSection(), description="the training recipe of every variant "
                                                                      "(`keyheads finetune`)")
     eval: EvalSection = Field(EvalSection(limit=50, split="auto"), description="the evaluation table "
@@ -85,13 +93,35 @@ class PipelineConfig(Section):
     @model_validator(mode="before")
     @classmethod
     def _over_the_run_defaults(cls, values):
-        """A section given in part keeps the run's defaults for the rest (data.n 300, not the command's 100)."""
+        """A section given in part keeps the run's defaults for the rest (data.n 300, not the command's 100);
+        a step that has a seed takes the run's one seed, which is set at the top only."""
         if not isinstance(values, dict):
             return values
         out = dict(values)
+        seed = out.get("seed", cls.model_fields["seed"].default)
         for name, field in cls.model_fields.items():
-            if isinstance(out.get(name), dict) and isinstance(field.default, Section):
-                out[name] = merge(field.default.model_dump(by_alias=True), out[name])
+            default = field.get_default(call_default_factory=True)
+            if not isinstance(default, Section) and not is_pydantic_dataclass(type(default)):
+                continue
+            given = out.get(name)
+            if isinstance(given, dict):
+                for key, value in given.items():  # a Section checks its own fields; a step's dataclass does not
+                    field_info = fields_of(type(default)).get(key)
+                    if field_info and is_bool_for_int(field_info[0], value):
+                        raise SettingError(f"{name}.{key}", value, "must be an integer")
+                given_seed = given.get("seed", seed)
+                out[name] = merge(TypeAdapter(type(default)).dump_python(default, by_alias=True), given)
+            else:
+                given_seed = seed
+            if "seed" in fields_of(type(default)):
+                if given_seed != seed:
+                    raise SettingError(f"{name}.seed", given_seed, f"a run has one seed ({seed}): set `seed` at "
+                                                                   "the top of the config")
+                section = out.get(name)
+                if isinstance(section, dict):
+                    out[name] = {**section, "seed": seed}
+                elif section is None:
+                    out[name] = {**TypeAdapter(type(default)).dump_python(default, by_alias=True), "seed": seed}
         return out
 
     @field_validator("out")
@@ -120,6 +150,7 @@ class PipelineConfig(Section):
 
     @model_validator(mode="after")
     def _together(self):
+        check_template_ids(self.data.templates, key="data.templates")
         folder = data_dir_from(self.data_dir or None)
         need = [b for b in self.eval.benchmarks if b not in ARITH]  # the built-in sets are the only ones without data
         if need and not folder:
@@ -148,15 +179,7 @@ class PipelineConfig(Section):
     def from_yaml(cls, path: str | Path, **overrides) -> PipelineConfig:
         """The YAML file's settings, with `overrides` (nested dicts, as the flags give them) on top."""
         path = Path(path)
-        if not path.is_file():
-            raise BadFile(f"config file {path} not found (see configs/ for examples)")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise BadFile(f"{path}: not valid YAML{at} ({problem}); fix that line (configs/ has examples)") from None
+        raw = read_yaml(path, "config file (configs/ has examples)") or {}
         if not isinstance(raw, dict):
             raise BadFile(f"{path}: a config is a mapping of settings, got {type(raw).__name__}")
         return cls.make(where=str(path), **merge(raw, overrides))

@@ -35,6 +35,7 @@ from . import distributed
 from .errors import MissingFile
 from .io import file_sha256, read_json, write_json
 from .provenance import changed_settings, machine, versions
+from .runfolder import RunFolder
 
 
 @dataclass
@@ -126,7 +127,7 @@ class Runner:
         self.ran: list[str] = []
 
     def record_path(self, name: str) -> Path:
-        return self.run / "stages" / f"{name.replace('/', '--')}.json"
+        return self.run / RunFolder.stage_rel(name)
 
     def why_stale(self, stage: Stage, sig: str, inputs: dict) -> str | None:
         """None when up to date, else the reason in words (`inputs`: the inputs' hashes now)."""

@@ -123,19 +123,18 @@ def test_knockout_means_are_kept_until_the_stage_ends(llama, tmp_path, monkeypat
     heads = all_heads(llama)
     calls = []
     monkeypatch.setattr(kr, "compute_means", lambda *a, **k: calls.append(1) or compute_means(*a, **k))
-    cfg = kr.KnockoutRun(data="pairs.jsonl", out=str(tmp_path), batch_size=2, progress=False)
     path = tmp_path / kr.MEANS_PARTIAL
-    first = kr._means(llama, cfs, heads, cfg, path)
+    first = kr._means(llama, cfs, heads, "aligned", path, batch_size=2, progress=False)
     want = compute_means(llama, cfs, heads=heads, batch_size=2, progress=False).to_state()
-    again = kr._means(llama, cfs, heads, cfg, path)
+    again = kr._means(llama, cfs, heads, "aligned", path, batch_size=2, progress=False)
     assert len(calls) == 1
     for ko in (first, again):
         state = ko.to_state()
         assert set(state) == set(want) and all(torch.equal(state[k], want[k]) for k in want)
     assert again.heads == first.heads and again.mode == first.mode
-    kr._means(llama, cfs[:4], heads, cfg, path)
-    kr._means(llama, cfs[:4], heads, kr.KnockoutRun(data="pairs.jsonl", out=str(tmp_path), batch_size=3), path)
+    kr._means(llama, cfs[:4], heads, "aligned", path, batch_size=2, progress=False)
+    kr._means(llama, cfs[:4], heads, "aligned", path, batch_size=3, progress=False)
     assert len(calls) == 3
     path.write_bytes(path.read_bytes()[:100])  # truncated
-    kr._means(llama, cfs, heads, cfg, path)
+    kr._means(llama, cfs, heads, "aligned", path, batch_size=2, progress=False)
     assert len(calls) == 4

@@ -29,7 +29,7 @@ def model():
 
 def test_effects_are_the_mean_of_per_sample_scores(model, tmp_path):
     data = write_pairs(tmp_path / "pairs.jsonl")
-    effects, state = sweep(model, data, PatchConfig(batch_size=2, min_abs_logit=0.0), out=tmp_path, progress=False)
+    effects, state = sweep(model, data, PatchConfig(min_abs_logit=0.0), out=tmp_path, batch_size=2, progress=False)
     o = state["original"]
     direct = ((state["heads"] - o[:, None, None]) / o[:, None, None]).mean(0)
     np.testing.assert_allclose(np.asarray(effects.heads), direct, rtol=1e-5, atol=1e-7)
@@ -69,8 +69,8 @@ def test_outputs_and_key_heads(model, tmp_path):
 
 def test_interrupted_sweep_resumes(model, tmp_path, monkeypatch):
     data = write_pairs(tmp_path / "pairs.jsonl")
-    config = PatchConfig(batch_size=1)
-    full, _ = sweep(model, data, config, progress=False)
+    config = PatchConfig()
+    full, _ = sweep(model, data, config, batch_size=1, progress=False)
     calls = {"n": 0}
     real = run_module.METHODS["path"]
 
@@ -83,7 +83,7 @@ def test_interrupted_sweep_resumes(model, tmp_path, monkeypatch):
     out = tmp_path / "run"
     monkeypatch.setitem(run_module.METHODS, "path", flaky)
     with pytest.raises(KeyboardInterrupt):
-        sweep(model, data, config, out=out, progress=False)
+        sweep(model, data, config, out=out, batch_size=1, progress=False)
     with np.load(out / "per_sample.npz") as saved:
         assert saved["done"].sum() == 2
     calls["n"] = -100
@@ -94,11 +94,11 @@ def test_interrupted_sweep_resumes(model, tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setitem(run_module.METHODS, "path", counting)
-    resumed, _ = sweep(model, data, config, out=out, progress=False)
+    resumed, _ = sweep(model, data, config, out=out, batch_size=1, progress=False)
     assert counted["n"] == len(PAIRS) - 2  # only the unfinished samples ran
     np.testing.assert_allclose(resumed.heads, full.heads, rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="different settings.*metric"):
-        sweep(model, data, PatchConfig(batch_size=1, metric="prob"), out=out, progress=False)
+        sweep(model, data, PatchConfig(metric="prob"), out=out, batch_size=1, progress=False)
 
 
 def test_bad_input_is_explained(model, tmp_path):
@@ -142,8 +142,8 @@ def test_attribution_run_reports_rank_correlation(model, tmp_path):
     from keyheads.patching import describe, identify
 
     data = write_pairs(tmp_path / "pairs.jsonl")
-    effects, keys = identify(model, data, PatchConfig(method="attribution", metric="logit-diff"), tmp_path / "run",
-                             top_k=2, progress=False)
+    effects, keys = identify(model, data, PatchConfig(method="attribution", metric="logit-diff", top_k=2),
+                             tmp_path / "run", progress=False)
     assert -1.0 <= keys["spearman_vs_path"] <= 1.0
     assert (tmp_path / "run" / "attribution_vs_path.json").is_file()
     assert "Spearman" in describe(effects, keys)

@@ -55,10 +55,10 @@ def _record(out: Path, stage: str, seconds: float, outputs: list[str], settings:
 
 @pytest.fixture(scope="session")
 def run_folder(tmp_path_factory, tiny_data):
-    from keyheads.analysis.attention_run import AttentionRun, run_attention
-    from keyheads.analysis.knockout_run import KnockoutRun, run_knockout
-    from keyheads.analysis.mlp_run import MLPRun, run_mlp
-    from keyheads.analysis.selection import Selection
+    from keyheads.analysis.attention_run import AttentionSettings, run_attention
+    from keyheads.analysis.knockout_run import KnockoutSettings, run_knockout
+    from keyheads.analysis.mlp_run import MLPSettings, run_mlp
+    from keyheads.analysis.selection import HeadChoice
     from keyheads.components import Components
     from keyheads.effects import Effects
     from keyheads.evaluation import EvalConfig, Variant, evaluate
@@ -85,19 +85,18 @@ def run_folder(tmp_path_factory, tiny_data):
                 {"model": model.name, "fingerprint": fingerprint})
 
         t = time.perf_counter()
-        _, keys = identify(model, pairs, PatchConfig(batch_size=8), out / "identify", top_k=3, progress=False)
+        _, keys = identify(model, pairs, PatchConfig(top_k=3), out / "identify", batch_size=8, progress=False)
         _record(out, "identify", time.perf_counter() - t, ["identify/effects.json", "identify/key_heads.json"], config)
         heads, effects = tuple(heads_of(keys["heads"])), str(out / "identify" / "effects.json")
-        sel = Selection(heads=heads, effects=effects)
+        sel = HeadChoice.of(heads, effects)
         for stage, call in (
-                ("knockout", lambda: run_knockout(model, KnockoutRun(
-                    data=str(pairs), out=str(out / "knockout"), selection=sel, k=4, seeds=2, n_samples=None,
-                    batch_size=8, data_dir=str(tiny_data), transfer_n=4, progress=False))),
-                ("attention", lambda: run_attention(model, AttentionRun(
-                    data=str(pairs), out=str(out / "attention"), selection=sel, n_samples=None, batch_size=8,
-                    progress=False))),
-                ("mlp", lambda: run_mlp(model, MLPRun(data=str(pairs), out=str(out / "mlp"), n_samples=None,
-                                                      batch_size=8, progress=False)))):
+                ("knockout", lambda: run_knockout(
+                    model, pairs, out / "knockout", sel, KnockoutSettings(k=4, seeds=2, limit=None, transfer_n=4),
+                    data_dir=str(tiny_data), batch_size=8, progress=False)),
+                ("attention", lambda: run_attention(model, pairs, out / "attention", sel,
+                                                    AttentionSettings(limit=None), batch_size=8, progress=False)),
+                ("mlp", lambda: run_mlp(model, pairs, out / "mlp", MLPSettings(limit=None), batch_size=8,
+                                        progress=False))):
             t = time.perf_counter()
             call()
             assert not list((out / stage).glob("*.partial.*")), "a finished stage leaves no partial results"

@@ -1,4 +1,4 @@
-"""`keyheads attention`: where the key heads look from END, by token role, with labels and heatmaps."""
+"""The attention step: where the key heads look from END, by token role, with labels and heatmaps."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,56 +9,55 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from ..io import write_json
 from ..models.model import HookedModel
 from ..plotting import write_csv
+from ..runfolder import ATTENTION_JSON
 from . import attention as att
 from . import transfer as tr
 from .common import (
-    RUN_CONFIG,
+    SETTINGS,
     SUBSET,
     AnalysisError,
     load_samples,
 )
-from .selection import Notes, Selection, choose_heads
+from .selection import HeadChoice, Notes, choose_heads
 
 
-@pydantic_dataclass(config=RUN_CONFIG)
-class AttentionRun:
-    """Settings of `keyheads attention`; `n_samples` is `limit` in flags and YAML."""
+@pydantic_dataclass(config=SETTINGS)
+class AttentionSettings:
+    """What the attention results depend on: the flags of `keyheads attention` (with its files, head choice and
+    machine) and a run's `attention:` section, passed whole to `run_attention`."""
 
-    data: str = Field(description="pairs JSONL with positions")
-    out: str = Field(description="run folder")
-    selection: Selection = Field(default_factory=Selection, description="how the key heads are chosen")
-    n_samples: int | None = Field(default=1000, ge=1, alias="limit", description=SUBSET + "; the paper's 1000")
+    limit: int | None = Field(default=1000, ge=1, description=SUBSET + "; the paper's 1000")
     seed: int = Field(default=0, ge=0, description="picks the subset")
-    batch_size: int = Field(default=16, ge=1, description="prompts per forward pass")
-    progress: bool = Field(default=True, description="progress bars")
 
 
-def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
-    out = Path(cfg.out)
+def run_attention(model: HookedModel, pairs: str | Path, out: str | Path, heads: HeadChoice,
+                  settings: AttentionSettings, *, batch_size: int = 16, progress: bool = True) -> dict:
+    """Where `heads` look from END on the pairs file `pairs` (it needs positions), written into `out`."""
+    data, out = str(pairs), Path(out)
     notes = Notes()
-    heads, effects = choose_heads(model, cfg.selection)
-    samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
+    chosen, effects = choose_heads(model, heads)
+    samples = load_samples(model, data, settings.limit, settings.seed)
     missing = sum(1 for s in samples if not s.positions)
     if missing:
-        raise AnalysisError(f"{cfg.data}: {missing} of {len(samples)} pairs have no 'positions' (token indices of A, "
+        raise AnalysisError(f"{data}: {missing} of {len(samples)} pairs have no 'positions' (token indices of A, "
                             "B and the operator); attention by token role needs them - regenerate the file with "
                             "`keyheads data`, which writes them")
-    rows = att.end_attention(model, [s.prompt for s in samples], heads, cfg.batch_size, cfg.progress)
+    rows = att.end_attention(model, [s.prompt for s in samples], chosen, batch_size, progress)
     roles = att.by_role(rows, samples)                                    # [n, heads, 5]
     tasks = sorted({s.task for s in samples})
     per_task = {t: roles[[i for i, s in enumerate(samples) if s.task == t]].mean(0) for t in tasks}
     counts = {t: sum(1 for s in samples if s.task == t) for t in tasks}
-    labels = att.label_heads(heads, roles.mean(0))
+    labels = att.label_heads(chosen, roles.mean(0))
     top_other = att.top_other_tokens(model, rows, samples)
-    att.plot_by_role(per_task, counts, heads, labels, out / "attention_by_role.png")
+    att.plot_by_role(per_task, counts, chosen, labels, out / "attention_by_role.png")
 
     # figure 16-style: END rows on one prompt per task; figure 7: the figure-4 formats the heads never saw
     cases = [(f"{t} ({next(s.template for s in samples if s.task == t)})", next(s.prompt for s in samples
                                                                              if s.task == t)) for t in tasks]
     unseen = [(ts.name, ts.prompts[0]) for ts in (make(model, 1) for make in (tr.multidigit, tr.decimal, tr.year_span))]
     for group, name in ((cases, "attention_cases.png"), (unseen, "attention_transfer_cases.png")):
-        group_rows = att.end_attention(model, [p for _, p in group], heads, progress=False)
-        att.plot_cases(model, group, group_rows, heads, out / name)
+        group_rows = att.end_attention(model, [p for _, p in group], chosen, progress=False)
+        att.plot_cases(model, group, group_rows, chosen, out / name)
     # figure 16: the full pattern of the strongest operator head and operand head
     drawn = []
     for kind in ("operator", "operand"):
@@ -74,24 +73,24 @@ def run_attention(model: HookedModel, cfg: AttentionRun) -> dict:
     csv_rows = []
     for t in tasks + ["all"]:
         m = roles.mean(0) if t == "all" else per_task[t]
-        for h, lab, vals in zip(heads, labels, m):
+        for h, lab, vals in zip(chosen, labels, m):
             csv_rows.append([t, str(h), lab.label, *[float(v) for v in vals]])
     write_csv(out / "attention_by_role.csv", ["task", "head", "label", *att.ROLES], csv_rows)
     result = {
         "model": model.name,
-        "data": cfg.data,
+        "data": data,
         "n_samples": len(samples),
-        "heads": [h.to_json() for h in heads],
+        "heads": [h.to_json() for h in chosen],
         "roles": list(att.ROLES),
         "per_task": {t: per_task[t].tolist() for t in tasks},
         "counts": counts,
         "all": roles.mean(0).tolist(),
         "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
-        "effects": [{**h.to_json(), "effect": effects.effect(h)} for h in heads] if effects else None,
+        "effects": [{**h.to_json(), "effect": effects.effect(h)} for h in chosen] if effects else None,
         "notes": list(notes),
     }
-    write_json(out / "attention.json", result)
-    print(f"{model.name}: END-token attention of {len(heads)} key heads over {len(samples)} reference prompts "
+    write_json(out / ATTENTION_JSON, result)
+    print(f"{model.name}: END-token attention of {len(chosen)} key heads over {len(samples)} reference prompts "
           f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")
     print(f"{'head':<7} {'label':<9} {'lean':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES)
           + "  most-attended other tokens")

@@ -40,10 +40,8 @@ class Sample:
 
 def read_pair_rows(path: str | Path) -> list[dict]:
     """The pairs file as dicts (keyheads.data.pairs.read_pairs reads and validates every line)."""
-    try:  # read through the module, so that a test can watch every reader go through read_pairs
-        return [p.to_dict() for p in pairs_file.read_pairs(path)]
-    except pairs_file.NoPairs as err:
-        raise AnalysisError(str(err)) from err
+    # read through the module, so that a test can watch every reader go through read_pairs
+    return [p.to_dict() for p in pairs_file.read_pairs(path)]
 
 
 def answer_token(model: HookedModel, prompt: str, answer: str, join: str | None = None) -> tuple[str, int]:
@@ -200,6 +198,6 @@ def alignment_warning(model: HookedModel, cf_prompts: Sequence[str]) -> str:
             "to use one mean over all positions instead")
 
 
-# the runs' settings: unknown keys are errors; Python callers may use the field names, flags the aliases
-RUN_CONFIG = ConfigDict(extra="forbid", populate_by_name=True)
+# a step's settings: an unknown key is an error
+SETTINGS = ConfigDict(extra="forbid")
 SUBSET = "reference prompts used, a seeded subset (None: all)"

@@ -1,4 +1,4 @@
-"""`keyheads mlp`: MLP inputs and outputs against the unembedding of operands and answer, by layer."""
+"""The MLP step: MLP inputs and outputs against the unembedding of operands and answer, by layer."""
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -10,9 +10,10 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from ..io import write_json
 from ..models.model import HookedModel
 from ..plotting import write_csv
+from ..runfolder import MLP_JSON
 from . import mlp as mlpmod
 from .common import (
-    RUN_CONFIG,
+    SETTINGS,
     SUBSET,
     answer_token,
     load_samples,
@@ -21,19 +22,16 @@ from .common import (
 DEFAULT_CASE_PREFIX = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n"
 
 
-@pydantic_dataclass(config=RUN_CONFIG)
-class MLPRun:
-    """Settings of `keyheads mlp`; `n_samples` is `limit` in flags and YAML."""
+@pydantic_dataclass(config=SETTINGS)
+class MLPSettings:
+    """What the MLP results depend on: the flags of `keyheads mlp` (with its files and machine) and a run's
+    `mlp:` section, passed whole to `run_mlp`."""
 
-    data: str = Field(description="pairs JSONL with operands")
-    out: str = Field(description="run folder")
-    n_samples: int | None = Field(1000, ge=1, alias="limit", description=SUBSET)
-    seed: int = Field(0, ge=0, description="picks the subset")
-    batch_size: int = Field(16, ge=1, description="prompts per forward pass")
-    case: str | None = Field(None, description="prompt of the layer-by-layer case (figure 6c; default: "
+    limit: int | None = Field(default=1000, ge=1, description=SUBSET)
+    seed: int = Field(default=0, ge=0, description="picks the subset")
+    case: str | None = Field(default=None, description="prompt of the layer-by-layer case (figure 6c; default: "
                                                   "'4 + 3 = ' after the data's own few-shot prefix)")
-    case_answer: str = Field("7", description="the case's answer")
-    progress: bool = Field(True, description="progress bars")
+    case_answer: str = Field(default="7", description="the case's answer")
 
 
 def case_prompt(samples) -> str:
@@ -47,10 +45,12 @@ def case_prompt(samples) -> str:
     return DEFAULT_CASE_PREFIX + "4 + 3 = "
 
 
-def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
-    out = Path(cfg.out)
-    samples = load_samples(model, cfg.data, cfg.n_samples, cfg.seed)
-    curves = mlpmod.probe(model, samples, cfg.batch_size, cfg.progress)
+def run_mlp(model: HookedModel, pairs: str | Path, out: str | Path, settings: MLPSettings, *,
+            batch_size: int = 16, progress: bool = True) -> dict:
+    """The MLP probes over the pairs file `pairs` and the layer-by-layer case, written into `out`."""
+    cfg, data, out = settings, str(pairs), Path(out)
+    samples = load_samples(model, data, cfg.limit, cfg.seed)
+    curves = mlpmod.probe(model, samples, batch_size, progress)
     means = {k: v.mean(0) for k, v in curves.items()}
     operand, answer = mlpmod.contrasts(means)
     tp = mlpmod.turning_points(operand, answer)
@@ -73,7 +73,7 @@ def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
     )
     result = {
         "model": model.name,
-        "data": cfg.data,
+        "data": data,
         "n_samples": len(samples),
         "read_point": mlpmod.mlp_read_point(model),
         "curves": {k: v.tolist() for k, v in means.items()},
@@ -89,7 +89,7 @@ def run_mlp(model: HookedModel, cfg: MLPRun) -> dict:
             "cosine": cos.tolist(),
         },
     }
-    write_json(out / "mlp.json", result)
+    write_json(out / MLP_JSON, result)
     print(
         f"{model.name}: MLP probes at END over {len(samples)} reference prompts "
         f"({mlpmod.mlp_read_point(model)} as MLP_in)"

@@ -1,9 +1,11 @@
 """`keyheads knockout`, `keyheads attention` and `keyheads mlp`: validate and explain the key components."""
 from __future__ import annotations
 
-from ..analysis.attention_run import run_attention
-from ..analysis.knockout_run import run_knockout
-from ..analysis.mlp_run import run_mlp
+from ..analysis.attention_run import AttentionSettings, run_attention
+from ..analysis.knockout_run import KnockoutSettings, run_knockout
+from ..analysis.mlp_run import MLPSettings, run_mlp
+from ..analysis.selection import HeadChoice
+from ..config.base import take
 from ..config.commands import AttentionCommand, KnockoutCommand, MLPCommand
 from .flags import add_settings, settings
 from .models import load_from_args
@@ -11,19 +13,23 @@ from .models import load_from_args
 
 def cmd_knockout(args) -> int:
     cfg: KnockoutCommand = settings(args)
-    run_knockout(load_from_args(cfg), cfg.run())
+    run_knockout(load_from_args(cfg), cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, KnockoutSettings),
+                 transfer_data=cfg.transfer_data, data_dir=cfg.data_dir, batch_size=cfg.batch_size,
+                 progress=not cfg.quiet)
     return 0
 
 
 def cmd_attention(args) -> int:
     cfg: AttentionCommand = settings(args)
-    run_attention(load_from_args(cfg), cfg.run())
+    run_attention(load_from_args(cfg), cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, AttentionSettings),
+                  batch_size=cfg.batch_size, progress=not cfg.quiet)
     return 0
 
 
 def cmd_mlp(args) -> int:
     cfg: MLPCommand = settings(args)
-    run_mlp(load_from_args(cfg), cfg.run())
+    run_mlp(load_from_args(cfg), cfg.data, cfg.out, take(cfg, MLPSettings), batch_size=cfg.batch_size,
+            progress=not cfg.quiet)
     return 0
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 
 from ..config.commands import DataCommand
-from ..data.generate import make_pairs
+from ..data.generate import pairs_for
 from ..data.pairs import write_pairs
-from ..data.templates import load_templates
-from ..errors import SettingError
 from .flags import add_settings, settings
 from .models import load_from_args
 
@@ -31,21 +30,13 @@ output (one pair a line):
 
 def cmd_data(args) -> int:
     cfg: DataCommand = settings(args)
-    templates = load_templates(cfg.template_files or None)
-    if cfg.templates:
-        templates.templates = [t for t in templates.templates if t.id in cfg.templates]
-    tasks = templates.tasks if cfg.task == "all" else [cfg.task]
-    for task in tasks:
-        if not templates.for_task(task):
-            raise SettingError(f"--task {task}: no {task} templates among those selected")
-    config = cfg.pairs()
     t0 = time.perf_counter()
     model = load_from_args(cfg)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731  stdout stays for the summary
-    pairs = make_pairs(templates, tasks, config, model=model, keep_correct=cfg.keep_correct,
-                       batch_size=cfg.batch_size, log=log, progress=not cfg.quiet)
+    pairs = pairs_for(model, cfg.pairs(), cfg.template_files, batch_size=cfg.batch_size, log=log,
+                      progress=not cfg.quiet)
     write_pairs(cfg.out, pairs)
-    counts = {t: sum(p.task == t for p in pairs) for t in tasks}
+    counts = Counter(p.task for p in pairs)
     print(f"wrote {len(pairs)} pairs to {cfg.out} ({', '.join(f'{t} {n}' for t, n in counts.items())}) "
           f"in {time.perf_counter() - t0:.0f} s")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import distributed
+from ..config.base import take
 from ..config.commands import PatchCommand
 from ..patching import PatchConfig
 from ..patching.identify import describe, identify
@@ -18,8 +19,7 @@ def cmd_patch(args) -> int:
     if cfg.restart:
         clear_checkpoints(out)
     model = load_from_args(cfg)
-    config = PatchConfig.from_section(cfg, batch_size=cfg.batch_size)
-    effects, keys = identify(model, cfg.data, config, out, threshold=cfg.threshold, top_k=cfg.top_k,
+    effects, keys = identify(model, cfg.data, take(cfg, PatchConfig), out, batch_size=cfg.batch_size,
                              progress=not cfg.quiet)
     if not distributed.is_main():
         return 0

@@ -9,7 +9,7 @@ validators here, so that one style validates everything before any model loads.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, get_args, get_origin
 
 import torch
 from pydantic import (
@@ -86,12 +86,18 @@ class Section(BaseModel):
     @classmethod
     def _no_bool_for_int(cls, value, info: ValidationInfo):
         """True would pass as 1 (pydantic's lax mode), in composed fields too."""
-        if isinstance(value, bool) and info.field_name:
-            annotation = cls.model_fields[info.field_name].annotation
-            kinds = get_args(annotation) or (annotation,)
-            if int in kinds and bool not in kinds:
-                raise SettingError(f"must be an integer, not {value}")
+        if info.field_name and is_bool_for_int(cls.model_fields[info.field_name].annotation, value):
+            raise SettingError(f"must be an integer, not {value}")
         return value
+
+
+def is_bool_for_int(annotation: Any, value: Any) -> bool:
+    """Whether `value` is a bool given for an integer setting (which pydantic's lax mode would take as 0 or 1)."""
+    if not isinstance(value, bool):
+        return False
+    kinds = get_args(annotation) or (annotation,)  # int | None -> (int, None); Annotated[int, ...] -> (int, ...)
+    kinds += tuple(get_args(k)[0] for k in kinds if get_origin(k) is Annotated)  # Count | None
+    return int in kinds and bool not in kinds
 
 
 class Machine(Section):
@@ -124,6 +130,13 @@ def fields_of(cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ())
             if name not in exclude and (not include or name in include)}
 
 
+def take(values: Any, cls, **given: Any):
+    """The step settings `cls` (a pydantic dataclass) from the fields of `values` that it declares, and
+    `given` for those a command spells otherwise: how a command, which composes them (`section_of`), hands
+    its step the settings whole."""
+    return cls(**{name: given[name] if name in given else getattr(values, name) for name in fields_of(cls)})
+
+
 def section_of(name: str, cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> Any:
     """A Section with (some of) the fields of a pydantic dataclass or model, and their field validators.
     (Typed Any: a class made at run time, which type checkers accept as a base class only so.)"""
@@ -148,7 +161,7 @@ def _why(e: Any) -> str:
         return f"must be {'an integer ' if isinstance(bound, int) else ''}{sign} {bound:g}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
         return "must be an integer"
-    if kind == "extra_forbidden":
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
         return "unknown setting"
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected', '').replace(' or ', ', ')}".replace("'", "")

@@ -2,42 +2,31 @@
 machine. keyheads.commands.flags generates each command's flags from these models."""
 from __future__ import annotations
 
-from dataclasses import fields
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
-from ..analysis.attention_run import AttentionRun
-from ..analysis.knockout_run import KnockoutRun
-from ..analysis.mlp_run import MLPRun
-from ..analysis.selection import Selection
+from ..analysis.attention_run import AttentionSettings
+from ..analysis.knockout_run import KnockoutSettings
+from ..analysis.mlp_run import MLPSettings
+from ..analysis.selection import HeadChoice, effects_file, head_list
 from ..data.generate import PairConfig, parse_operands
 from ..data.trainset import SplitConfig
-from ..effects import Effects
 from ..errors import SettingError
 from ..evaluation.config import EvalConfig
 from ..finetune.adapter import check_run_folder
 from ..finetune.config import FinetuneConfig
-from ..heads import parse_heads, parse_layers
+from ..finetune.data import check_train
+from ..heads import parse_layers
+from ..io import existing_file
 from ..models import DEFAULT_MODEL
-from ..planning.costs import parse_bytes
-from ..settings import check_writable_dir, check_writable_file
-from .base import Count, Machine, NonNegative, Quiet, Section, section_of
-from .sections import DataSection, PatchSection, check_train
+from ..patching.run import PatchConfig
+from ..settings import check_writable_dir, check_writable_file, parse_bytes
+from .base import Count, Machine, NonNegative, Quiet, Section, section_of, take
+from .sections import check_template_ids
 
 MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
-
-
-def names(cls) -> set[str]:
-    return {f.name for f in fields(cls)}
-
-
-def existing_file(key: str, path: str | None, hint: str = "") -> str | None:
-    if path is not None and not Path(path).is_file():
-        raise SettingError(key, path, "no such file" + (f" ({hint})" if hint else ""))
-    return path
 
 
 def check_list(key: str, text: str | None, parse) -> str | None:
@@ -50,17 +39,9 @@ def check_list(key: str, text: str | None, parse) -> str | None:
     return text
 
 
-def effects_file(path: str | None) -> str | None:
-    """An effects.json that exists and reads as one: a truncated or foreign file fails before any model loads."""
-    path = existing_file("effects", path, "it is written by `keyheads patch`")
-    if path is not None:
-        Effects.load(path)
-    return path
-
-
 # what the flags that name heads, layers and effects take, checked as the command will read them
 EffectsFile = Annotated[str | None, AfterValidator(effects_file)]
-HeadList = Annotated[str | None, AfterValidator(lambda v: check_list("heads", v, parse_heads))]
+HeadList = Annotated[str | None, AfterValidator(head_list)]
 LayerList = Annotated[str | None, AfterValidator(lambda v: check_list("mlp_layers", v, parse_layers))]
 
 
@@ -91,22 +72,24 @@ class PairsIn(Section):
         return existing_file("data", v, "make one with `keyheads data`")
 
 
-_PairFlags: Any = section_of("_PairFlags", PairConfig, exclude=("n", "few_shot", "shared_prefix", "a_range", "b_range",
-                                                           "counterfactual_tries"))
+_Pairs: Any = section_of("_Pairs", PairConfig, exclude=("a_range", "b_range"))  # typed as --operands
 
 
-class DataCommand(DataSection, _PairFlags, Works):
+class DataCommand(_Pairs, Works):
     out: str = Field(description="output .jsonl file")
     template_files: list[str] = Field(default_factory=list, description="YAML template files to use instead of "
                                       "the built-in ones; the word 'builtin' adds the built-in ones")
-    keep_correct: bool = Field(False, description="keep only the pairs whose answer the model predicts (argmax)")
     operands: str = Field("1-9", description="operand range LO-HI, or LO-HI,LO-HI for A and B")
     batch_size: Count = Field(32, description="prompts per forward pass for keep_correct")
 
+    @model_validator(mode="after")
+    def _template_ids(self):
+        check_template_ids(self.templates, self.template_files or None)
+        return self
+
     def pairs(self) -> PairConfig:
         a_range, b_range = parse_operands(self.operands)
-        shared = names(PairConfig) & set(type(self).model_fields)
-        return PairConfig(a_range=a_range, b_range=b_range, **self.model_dump(include=shared))
+        return take(self, PairConfig, a_range=a_range, b_range=b_range)
 
     @field_validator("out")
     @classmethod
@@ -124,55 +107,39 @@ class DataCommand(DataSection, _PairFlags, Works):
         return v
 
 
-class PatchCommand(PatchSection, OutFolder, PairsIn, Works):
+_Patch: Any = section_of("_Patch", PatchConfig)
+
+
+class PatchCommand(_Patch, OutFolder, PairsIn, Works):
     batch_size: Count = Field(16, description="prompts per forward pass")
     restart: bool = Field(False, description="discard a checkpoint in out and start over")
 
 
-class HeadChoice(Section):
-    effects: EffectsFile = Field(None, description="effects.json from `keyheads patch` (heads ranked most "
-                                                     "negative first)")
-    heads: HeadList = Field(None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting "
-                                                   "from effects)")
-    threshold: float | None = Field(None, description="key heads: effect below this (default -0.05, the "
-                                                         "paper's -5%, unless top_k is given)")
-    top_k: Count | None = Field(None, description="key heads: the K most negative (among those below "
-                                                     "threshold if that is given too)")
+_HeadChoice: Any = section_of("_HeadChoice", HeadChoice)
+_Knockout: Any = section_of("_Knockout", KnockoutSettings)
+_Attention: Any = section_of("_Attention", AttentionSettings)
+_MLP: Any = section_of("_MLP", MLPSettings)
 
 
-_Knockout: Any = section_of("_Knockout", KnockoutRun, exclude=("selection", "progress"))
+class KnockoutCommand(_Knockout, _HeadChoice, OutFolder, PairsIn, Works):
+    transfer_data: str | None = Field(None, description="another pairs file (other templates / tasks), one transfer "
+                                                        "set per value of its transfer_by field")
+    data_dir: str | None = Field(None, description="benchmark folder with svamp/SVAMP.json and gsm8k/test.jsonl "
+                                                   "(default $KEYHEADS_DATA)")
+    batch_size: Count = Field(32, description="prompts per forward pass")
 
-
-class KnockoutCommand(_Knockout, HeadChoice, OutFolder, PairsIn, Works):
     @field_validator("transfer_data")
     @classmethod
     def _transfer_data(cls, v):
         return existing_file("transfer_data", v)
 
-    def run(self) -> KnockoutRun:
-        return KnockoutRun(selection=selection(self), progress=not self.quiet,
-                           **self.model_dump(include=set(_Knockout.model_fields)))
 
-
-_Attention: Any = section_of("_Attention", AttentionRun, exclude=("selection", "progress"))
-_MLP: Any = section_of("_MLP", MLPRun, exclude=("progress",))
-
-
-class AttentionCommand(_Attention, HeadChoice, OutFolder, PairsIn, Works):
-    def run(self) -> AttentionRun:
-        shared = names(AttentionRun) - {"selection", "progress"}
-        return AttentionRun(selection=selection(self), progress=not self.quiet, **self.model_dump(include=shared))
+class AttentionCommand(_Attention, _HeadChoice, OutFolder, PairsIn, Works):
+    batch_size: Count = Field(16, description="prompts per forward pass")
 
 
 class MLPCommand(_MLP, OutFolder, PairsIn, Works):
-    def run(self) -> MLPRun:
-        shared = names(MLPRun) - {"progress"}
-        return MLPRun(progress=not self.quiet, **self.model_dump(include=shared))
-
-
-def selection(cfg: HeadChoice) -> Selection:
-    return Selection(heads=tuple(parse_heads(cfg.heads or "")), effects=cfg.effects, threshold=cfg.threshold,
-                     top_k=cfg.top_k)
+    batch_size: Count = Field(16, description="prompts per forward pass")
 
 
 _EvalFlags: Any = section_of("_EvalFlags", EvalConfig, exclude=("split", "heldout", "progress", "shard"))

@@ -12,16 +12,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from ..errors import CounterfactualError, NothingCorrect
+from ..errors import CounterfactualError, NothingCorrect, SettingError
 from .alignment import SameLength, aligned
 from .arithmetic import draw_operands
 from .correct import format_scores, predict_correct, score_table
 from .pairs import POSITION_KEYS, Pair, answer_continuation, encode_with_offsets, span_tokens
 from .render import Rendered, draw_fillers, left_context, render
-from .templates import OPERANDS, Slot, Template, TemplateError, TemplateSet, operator_pool
+from .templates import OPERANDS, TASKS, Slot, Template, TemplateError, TemplateSet, load_templates, operator_pool
 
 
 # ---- configuration ------------------------------------------------------------------------------
@@ -31,25 +31,36 @@ class PairConfig:
     random stream, so adding a template or a task does not change the others' pairs. The fields and
     descriptions are also flags of `keyheads data` and keys of a run's `data:` section."""
 
-    n: int = Field(100, ge=1, description="candidate pairs per task, spread evenly over its templates, before "
+    n: int = Field(default=100, ge=1, description="candidate pairs per task, spread evenly over its templates, before "
                                           "keeping the correct ones")
-    few_shot: int = Field(0, ge=0, description="solved examples of the same template before each prompt, one a "
+    few_shot: int = Field(default=0, ge=0, description="solved examples of the same template before each prompt, one a "
                                                "line; reference and counterfactual share them")
-    shared_prefix: bool = Field(False, description="draw the few-shot examples once per template, so that every "
+    shared_prefix: bool = Field(default=False, description="draw the few-shot examples once per template, so that every "
                                 "prompt of a template starts with the same text and analyses compute it once (a "
                                 "question that repeats one of the examples is rejected)")
-    seed: int = Field(0, ge=0, description="picks operands, pool words and few-shot examples")
-    a_range: tuple[int, int] = Field((1, 9), description="operand A's range, both ends included (the paper: 1..9)")
-    b_range: tuple[int, int] = Field((1, 9), description="operand B's range, both ends included")
-    allow_negative: bool = Field(False, description="subtraction may have a negative answer")
-    allow_fractions: bool = Field(False, description="division may have a non-integer answer (up to two decimals)")
-    single_token_operands: bool = Field(True, description="reject operands that span several tokens (the paper's "
+    seed: int = Field(default=0, ge=0, description="picks operands, pool words and few-shot examples")
+    a_range: tuple[int, int] = Field(default=(1, 9), description="operand A's range, both ends included (the paper: 1..9)")
+    b_range: tuple[int, int] = Field(default=(1, 9), description="operand B's range, both ends included")
+    allow_negative: bool = Field(default=False, description="subtraction may have a negative answer")
+    allow_fractions: bool = Field(default=False, description="division may have a non-integer answer (up to two decimals)")
+    single_token_operands: bool = Field(default=True, description="reject operands that span several tokens (the paper's "
                                         "setting; turn off for multi-digit operands with digit-splitting tokenizers; "
                                         "positions then point at the last token)")
-    single_token_answer: bool = Field(False, description="reject answers of more than one token ('12' with a "
+    single_token_answer: bool = Field(default=False, description="reject answers of more than one token ('12' with a "
                                       "digit-splitting tokenizer); by default the first token counts, as in the paper")
-    counterfactual_tries: int = Field(50, ge=1, description="counterfactual draws per sample before giving up on "
+    counterfactual_tries: int = Field(default=50, ge=1, description="counterfactual draws per sample before giving up on "
                                                             "alignment")
+    task: str = Field(default="addition", description=f"{', '.join(TASKS)} or all")
+    templates: list[str] = Field(default_factory=list, description="template ids to use, e.g. add-eq-1,add-eq-2 "
+                                                                   "(empty: all of the task's)")
+    keep_correct: bool = Field(default=False, description="keep only the pairs whose answer the model predicts (argmax)")
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v):
+        if v != "all" and v not in TASKS:
+            raise SettingError("task", v, f"must be one of {', '.join(TASKS)} or all")
+        return v
 
 
 def parse_operands(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -247,6 +258,21 @@ class Generator:
 
 
 # ---- the whole job ------------------------------------------------------------------------------
+def pairs_for(model, config: PairConfig, template_files: list[str] | None = None, batch_size: int = 32, log=print,
+              progress: bool = True) -> list[Pair]:
+    """The pairs `config` asks for, from its task's templates (the built-in ones, or `template_files`),
+    kept correct by `model` if config.keep_correct: the data step of `keyheads data` and of a run."""
+    templates = load_templates(template_files or None)
+    if config.templates:
+        templates.templates = [t for t in templates.templates if t.id in config.templates]
+    tasks = templates.tasks if config.task == "all" else [config.task]
+    for task in tasks:
+        if not templates.for_task(task):
+            raise SettingError(f"task {task}: no {task} templates among those selected ({', '.join(config.templates)})")
+    return make_pairs(templates, tasks, config, model=model, keep_correct=config.keep_correct, batch_size=batch_size,
+                      log=log, progress=progress)
+
+
 def make_pairs(templates: TemplateSet, tasks: list[str], config: PairConfig, tokenizer=None, model=None,
                keep_correct: bool = False, batch_size: int = 32, log=print, progress: bool = True) -> list[Pair]:
     """Generate config.n candidates per task; with keep_correct, keep only those `model` gets right.

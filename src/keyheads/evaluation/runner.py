@@ -22,6 +22,7 @@ from .. import (
 )
 from ..io import atomic_write_text, write_json, write_jsonl
 from ..models.model import HookedModel
+from ..runfolder import RESULTS_JSON
 from .cache import ResultCache, item_key
 from .config import EvalConfig, check_benchmarks
 from .engine import PrefixKV
@@ -151,7 +152,7 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
 def write_table(results: Sequence[dict], cfg: EvalConfig, out: str | Path) -> str:
     out = Path(out)
     md = to_markdown(results, cfg.benchmarks)
-    write_json(out / "results.json", {"config": asdict(cfg), "variants": list(results)})
+    write_json(out / RESULTS_JSON, {"config": asdict(cfg), "variants": list(results)})
     atomic_write_text(out / "table.md", md)
     atomic_write_text(out / "table.csv", to_csv(results, cfg.benchmarks))
     return md

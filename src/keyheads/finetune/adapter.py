@@ -23,10 +23,11 @@ from ..errors import BadFile, SettingError, UserError
 from ..io import atomic_folder, atomic_path, read_json
 from ..models.fingerprint import base_fingerprint
 from ..models.model import HookedModel
+from ..runfolder import FINETUNE_JSON
 from .model import Tuned, precise
 
 ADAPTER = "adapter.safetensors"
-INFO = "finetune.json"
+INFO = FINETUNE_JSON
 
 
 class AdapterMismatch(UserError):

@@ -12,30 +12,32 @@ from ..effects import Effects
 from ..heads import Head, heads_of
 from ..io import write_json
 from ..models.model import HookedModel
+from ..runfolder import KEY_HEADS_JSON
 from .heatmap import draw_heatmap
 from .run import PatchConfig, sweep
 
 
-def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str | Path,
-             threshold: float | None = None, top_k: int | None = None, progress: bool = True) -> tuple[Effects, dict]:
+def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str | Path, *, batch_size: int = 16,
+             progress: bool = True) -> tuple[Effects, dict]:
     """Run the sweep into `out` (resuming a checkpoint there) and write every output.
 
-    Key heads: below `threshold` and at most `top_k`; `top_k` alone means the K most
+    Key heads: below config.threshold and at most config.top_k; top_k alone means the K most
     negative, and with neither the paper's -5% applies. Returns (effects, key heads).
     Under several processes every rank calls it and gets the same result; only the main
     one writes, and all return once the files are there.
     """
     out = Path(out)
-    effects, state = sweep(model, data, config, out=out, progress=progress)
-    keys = key_heads_record(effects, threshold=threshold, top_k=top_k)
+    effects, state = sweep(model, data, config, out=out, batch_size=batch_size, progress=progress)
+    keys = key_heads_record(effects, threshold=config.threshold, top_k=config.top_k)
     main = distributed.is_main()
     if main:
         effects.write(out)
-        write_json(out / "key_heads.json", keys)  # no timing inside: the same inputs give the same bytes
+        write_json(out / KEY_HEADS_JSON, keys)  # no timing inside: the same inputs give the same bytes
         draw_heatmap(effects, out / "heatmap.png", key=heads_of(keys["heads"]))
     keys["seconds"] = state["seconds"]
     if config.method == "attribution":
-        exact, _ = sweep(model, data, replace(config, method="path"), out=None, progress=progress)
+        exact, _ = sweep(model, data, replace(config, method="path"), out=None, batch_size=batch_size,
+                         progress=progress)
         rho = float(spearmanr(sum(effects.heads, []), sum(exact.heads, [])).statistic)
         if main:
             write_json(out / "attribution_vs_path.json", {"spearman_heads": rho})

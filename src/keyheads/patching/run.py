@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import time
-from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
@@ -50,18 +49,19 @@ def check_method(method: str) -> str:
 
 @dataclass(config=ConfigDict(extra="forbid"))
 class PatchConfig:
-    """Settings of a patching run; the fields and descriptions are also the flags of `keyheads patch`
-    and the `patch:` section of a run config (keyheads.config.sections)."""
+    """What the effects and the key heads depend on: the flags of `keyheads patch` (with its files and
+    machine) and a run's `patch:` section, passed whole to `identify`."""
 
-    method: str = Field("path", description="path (exact, fast), activation (total effect), attribution (gradient "
+    method: str = Field(default="path", description="path (exact, fast), activation (total effect), attribution (gradient "
                                             "estimate) or path-naive (one forward per sender; for checking)")
-    metric: str = Field("relative-logit", description="relative-logit (the paper's), logit-diff or prob")
-    batch_size: int = Field(16, ge=1, description="prompts per forward pass, at most (batches are cut where token "
-                                                  "lengths jump, and rows are padded on the left)")
-    limit: int | None = Field(None, ge=1, description="use the first N pairs (None: all)")
-    min_abs_logit: float = Field(1e-2, description="relative-logit excludes samples whose original answer logit is "
+    metric: str = Field(default="relative-logit", description="relative-logit (the paper's), logit-diff or prob")
+    limit: int | None = Field(default=None, ge=1, description="use the first N pairs (None: all)")
+    min_abs_logit: float = Field(default=1e-2, description="relative-logit excludes samples whose original answer logit is "
                                                    "closer to zero (they are counted as n_excluded)")
-    first_token: bool = Field(False, description="accept multi-token answers and measure their first token")
+    first_token: bool = Field(default=False, description="accept multi-token answers and measure their first token")
+    top_k: int | None = Field(default=None, ge=1, description="key heads: the K most negative (below threshold if given)")
+    threshold: float | None = Field(default=None, description="key heads: effect below this (default -0.05, the paper's "
+                                                         "-5%, unless top_k is given)")
 
     @field_validator("method")
     @classmethod
@@ -73,16 +73,11 @@ class PatchConfig:
     def _metric(cls, v):
         return check_metric(v)
 
-    @classmethod
-    def from_section(cls, section, batch_size: int) -> PatchConfig:
-        """From the settings of `keyheads patch` / a run's `patch:` section (keyheads.config.sections)."""
-        return cls(batch_size=batch_size, **{k: getattr(section, k) for k in (f.name for f in fields(cls))
-                                             if k != "batch_size"})
-
 
 def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path | None = None,
-          progress: bool = True) -> tuple[Effects, dict]:
-    """Run the patching sweep over a pairs file; returns (effects, per-sample arrays).
+          batch_size: int = 16, progress: bool = True) -> tuple[Effects, dict]:
+    """Run the patching sweep over a pairs file; returns (effects, per-sample arrays). `batch_size`: prompts
+    per forward pass, at most (batches are cut where token lengths jump; a checkpoint is of one batch size).
 
     Under several processes every rank must call it; each computes its share of the
     batches and every rank returns the full arrays.
@@ -91,13 +86,15 @@ def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path |
     check_metric(config.metric)
     samples = load_patch_samples(model, data, limit=config.limit, first_token_only=config.first_token)
     n, L, H = len(samples), model.n_layers, model.n_heads
+    # what the per-sample arrays depend on (min_abs_logit and the key-head choice act after them)
     signature = {"model": model.source, "data_sha256": file_sha256(data), "dtype": str(model.dtype),
-                 **{k: v for k, v in asdict(config).items() if k != "min_abs_logit"}}
+                 "method": config.method, "metric": config.metric, "batch_size": batch_size, "limit": config.limit,
+                 "first_token": config.first_token}
     state = _resume(out, signature, n, L, H)
     fn = METHODS[config.method]
     # Whole batches are shared out, not samples: each batch is then exactly the one a single
     # process would run, so any number of processes gives the same numbers.
-    everything = list(batches(samples, config.batch_size, model.device))
+    everything = list(batches(samples, batch_size, model.device))
     keys = ("original", "heads", "mlps")
 
     def run(mine: list) -> list[dict]:

@@ -8,7 +8,6 @@ of transformers' LlamaDecoderLayer; tests/test_plan.py measures them again on a 
 """
 from __future__ import annotations
 
-from ..settings import parse_bytes as parse_bytes  # the one reader of sizes; still importable from here
 from .shape import ModelShape
 
 GiB = 2**30

@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..numbers import human
-from .markup import is_num, pct, points, read_json
-from .rundata import EvalTable, eval_table, finetune_runs, first_of, is_random, main_precise
+from ..runfolder import RunFolder
+from .markup import is_num, pct, points
+from .rundata import EvalTable, eval_table, first_of, is_random, main_precise
 
 KEY_EFFECT = -0.05      # the paper's key heads: relative logit change below -5%
 FEW_HEADS = 0.10        # "a few percent": at most 10% of all heads are key heads
@@ -23,9 +24,9 @@ def _claim(claim: str, held: bool | None, evidence: str) -> dict:
     return {"claim": claim, "held": held, "evidence": evidence}
 
 
-def few_key_heads(run: Path) -> dict:
+def few_key_heads(run: RunFolder) -> dict:
     claim = "Only a few percent of the heads are key heads (relative logit change below -5%)"
-    eff = read_json(run / "identify" / "effects.json")
+    eff = run.effects_record
     if not isinstance(eff, dict) or not eff.get("heads"):
         return _claim(claim, None, "identify did not run")
     if eff.get("metric") != "relative-logit":
@@ -39,9 +40,9 @@ def few_key_heads(run: Path) -> dict:
                   f"{pct(FEW_HEADS, 0)}); the strongest head changes the answer logit by {pct(best)}")
 
 
-def knockout_beyond_random(run: Path) -> dict:
+def knockout_beyond_random(run: RunFolder) -> dict:
     claim = "Knocking out the key heads breaks arithmetic far more than knocking out as many random heads"
-    ko = read_json(run / "knockout" / "knockout.json")
+    ko = run.knockout_record
     if not isinstance(ko, dict) or "key_heads" not in ko:
         return _claim(claim, None, "knockout did not run")
     key = ko["key_heads"]
@@ -71,11 +72,11 @@ def _random_at(ko: dict, n: int) -> tuple[float | None, float]:
     return None, 0.0
 
 
-def transfer(run: Path) -> dict:
+def transfer(run: RunFolder) -> dict:
     claim = (
         "The key heads matter on arithmetic in other formats too (SVAMP, multi-digit, decimals), beyond random heads"
     )
-    ko = read_json(run / "knockout" / "knockout.json")
+    ko = run.knockout_record
     rows = ((ko or {}).get("transfer") or {}).get("rows") if isinstance(ko, dict) else None
     if not rows:
         return _claim(claim, None, "the transfer sets were not run")
@@ -90,7 +91,7 @@ def transfer(run: Path) -> dict:
                   f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets (rule: more than half)")
 
 
-def generic_kept(run: Path, table: EvalTable | None) -> dict:
+def generic_kept(run: RunFolder, table: EvalTable | None) -> dict:
     claim = "Without the key heads, generic skills (MMLU, CSQA) stay while math drops"
     ko = table.of_kind("knockout") if table else []
     if table is None or not ko or table.base is None or not table.generic():
@@ -104,9 +105,9 @@ def generic_kept(run: Path, table: EvalTable | None) -> dict:
                   f"(rule: generic within ±{100 * GENERIC_KEPT:.0f} points and math below it)")
 
 
-def attend_operands(run: Path) -> dict:
+def attend_operands(run: RunFolder) -> dict:
     claim = "The key heads attend to the operands and the operator"
-    att = read_json(run / "attention" / "attention.json")
+    att = run.attention_record
     labels = (att or {}).get("labels") if isinstance(att, dict) else None
     if not labels:
         return _claim(claim, None, "attention did not run")
@@ -117,9 +118,9 @@ def attend_operands(run: Path) -> dict:
                   f"text-attending of {len(kinds)} key heads (rule: at least half attend to operands or operators)")
 
 
-def later_mlps(run: Path) -> dict:
+def later_mlps(run: RunFolder) -> dict:
     claim = "Later MLPs compute the answer (after the layers that gather the operands)"
-    mlp = read_json(run / "mlp" / "mlp.json")
+    mlp = run.mlp_record
     if not isinstance(mlp, dict) or "turning_points" not in mlp:
         return _claim(claim, None, "mlp did not run")
     tp, c = mlp["turning_points"], mlp.get("answer_contrast") or []
@@ -132,11 +133,11 @@ def later_mlps(run: Path) -> dict:
                   "in the later half)")
 
 
-def precise_sft(run: Path, table: EvalTable | None) -> list[dict]:
+def precise_sft(run: RunFolder, table: EvalTable | None) -> list[dict]:
     claims = ("Precise SFT of the key heads improves math about as much as full SFT",
               "Precise SFT moves generic skills (MMLU, CSQA) less than full SFT",
               "Precise SFT trains faster than full SFT, with far fewer tuned parameters")
-    runs = finetune_runs(run)
+    runs = run.finetune_records
     p, f = main_precise(runs), first_of(runs, "full")
     if p is None or f is None:
         why = "precise and full SFT did not both run"
@@ -184,9 +185,9 @@ def _random_note(runs: dict, table: EvalTable, precise_gain) -> str:
     return f"; random heads ({name}): {points(gain)}" if gain is not None and precise_gain is not None else ""
 
 
-def findings(run: Path) -> list[dict]:
+def findings(folder: str | Path | RunFolder) -> list[dict]:
     """[{"claim", "held": True | False | None, "evidence"}] for the paper's claims, in its order."""
-    run = Path(run)
+    run = RunFolder.of(folder)
     table = eval_table(run)
     return [few_key_heads(run), knockout_beyond_random(run), transfer(run), generic_kept(run, table),
             attend_operands(run), later_mlps(run), *precise_sft(run, table)]

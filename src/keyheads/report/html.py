@@ -12,10 +12,11 @@ from pathlib import Path
 
 from ..errors import MissingFile
 from ..io import atomic_write_text
+from ..runfolder import RunFolder
 from . import sections, tables
 from .findings import findings
 from .manifest import manifest
-from .markup import ENV, pct, read_json, signed_pct
+from .markup import ENV, pct, signed_pct
 from .sections import heads_text
 
 CONTENTS = (("identify", "Effects heatmap and key heads"), ("knockout", "Knockout curves"),
@@ -23,11 +24,11 @@ CONTENTS = (("identify", "Effects heatmap and key heads"), ("knockout", "Knockou
             ("improve", "Tables 1 and 2"), ("findings", "Findings"), ("manifest", "Manifest"))
 
 
-def _facts(run: Path, items: list[dict]) -> list[str]:
+def _facts(run: RunFolder, items: list[dict]) -> list[str]:
     """The page's opening lines: the data, the key heads, the knockout, the claims."""
-    keys = read_json(run / "identify" / "key_heads.json")
-    ko = read_json(run / "knockout" / "knockout.json")
-    pairs = run / "pairs.jsonl"
+    keys = run.key_heads_record
+    ko = run.knockout_record
+    pairs = run.pairs
     n_pairs = sum(1 for line in open(pairs, encoding="utf-8") if line.strip()) if pairs.is_file() else None
     facts = [f"{n_pairs} reference/counterfactual pairs" if n_pairs is not None else "no pairs.jsonl"]
     if isinstance(keys, dict):
@@ -42,24 +43,24 @@ def _facts(run: Path, items: list[dict]) -> list[str]:
     return facts
 
 
-def render(run: str | Path) -> str:
+def render(folder: str | Path) -> str:
     """The whole page as a string (nothing written), from templates/page.html.j2."""
-    run = Path(run)
+    run = RunFolder.of(folder)
     items = findings(run)
-    config = read_json(run / "config.json") or {}
+    config = run.config_record or {}
     model = config.get("model") if isinstance(config, dict) else None
     parts = [sections.identify(run), sections.knockout(run), sections.transfer(run), sections.attention(run),
              sections.mlp(run), tables.improve(run), tables.findings_section(items), manifest(run)]
-    return ENV.get_template("page.html.j2").render(run_name=run.name, model=model or run.name,
+    return ENV.get_template("page.html.j2").render(run_name=run.root.name, model=model or run.root.name,
                                                    facts=_facts(run, items), contents=CONTENTS, parts=parts)
 
 
-def write_html_report(run: str | Path) -> Path:
-    """Write run/report.html (atomically) from the files in the run folder; returns its path."""
-    run = Path(run)
-    if not run.is_dir():
-        raise MissingFile(f"run folder {run} does not exist")
-    return atomic_write_text(run / "report.html", render(run))
+def write_html_report(folder: str | Path) -> Path:
+    """Write report.html into the run folder (atomically) from the files in it; returns its path."""
+    run = RunFolder(folder)
+    if not run.root.is_dir():
+        raise MissingFile(f"run folder {run.root} does not exist")
+    return atomic_write_text(run.report, render(folder))
 
 
 if __name__ == "__main__":  # python -m keyheads.report.html RUN_FOLDER

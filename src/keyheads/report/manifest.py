@@ -6,22 +6,21 @@ computed the numbers, so its versions are never filled in for missing records.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
 from ..io import file_sha256
-from .markup import MACROS, bullet_list, cell, heading, is_num, join, note, num, read_json, section, table
-from .rundata import finetune_runs, stage_records
+from ..runfolder import FINETUNE_JSON, KNOCKOUT_JSON, RunFolder
+from .markup import MACROS, bullet_list, cell, heading, is_num, join, note, num, section, table
 
 NOT_RECORDED = "not recorded"
 VERSION_KEYS = ("keyheads", "torch", "transformers", "python")
 
 
 def _versions(records: dict[str, dict], runs: dict[str, dict]) -> Markup:
-    sources: dict[str, Any] = {f"stages/{k}.json": r.get("versions") for k, r in records.items()}
-    sources.update({f"finetune/{k}/finetune.json": r.get("versions") for k, r in runs.items()})
+    sources: dict[str, Any] = {RunFolder.stage_rel(k): r.get("versions") for k, r in records.items()}
+    sources.update({f"{RunFolder.finetune_rel(k)}/{FINETUNE_JSON}": r.get("versions") for k, r in runs.items()})
     sources = {k: v for k, v in sources.items() if isinstance(v, dict)}
     if not sources:
         return table(["package", "version"], [[k, NOT_RECORDED] for k in VERSION_KEYS], "versions")
@@ -39,36 +38,36 @@ def _fingerprints(records: dict[str, dict], runs: dict[str, dict], model_info: d
     """Each model fingerprint the run recorded, with where (one line per distinct value)."""
     seen: dict[str, list[str]] = {}
     if isinstance(model_info, dict) and model_info.get("fingerprint"):
-        seen[str(model_info["fingerprint"])] = ["model.json"]
+        seen[str(model_info["fingerprint"])] = [RunFolder.MODEL]
     for name, rec in records.items():
         settings = rec.get("settings") or {}
         for key in ("fingerprint", "model_fingerprint", "base_fingerprint"):
             if settings.get(key):
-                seen.setdefault(str(settings[key]), []).append(f"stages/{name}.json")
+                seen.setdefault(str(settings[key]), []).append(RunFolder.stage_rel(name))
     for name, info in runs.items():
         if info.get("base_fingerprint"):
-            seen.setdefault(str(info["base_fingerprint"]), []).append(f"finetune/{name}")
+            seen.setdefault(str(info["base_fingerprint"]), []).append(RunFolder.finetune_rel(name))
     return [f"{fp} ({', '.join(where)})" for fp, where in seen.items()]
 
 
-def _data(run: Path, records: dict[str, dict], effects: dict | None) -> list[list]:
+def _data(run: RunFolder, records: dict[str, dict], effects: dict | None) -> list[list]:
     """The pairs file's sha256 as recorded, and whether the file in the folder still has it."""
-    recorded = ((records.get("data") or {}).get("outputs") or {}).get("pairs.jsonl")
-    source = "stages/data.json" if recorded else None
+    recorded = ((records.get("data") or {}).get("outputs") or {}).get(RunFolder.PAIRS)
+    source = RunFolder.stage_rel("data") if recorded else None
     if not recorded and isinstance(effects, dict) and effects.get("data_sha256"):
-        recorded, source = effects["data_sha256"], "identify/effects.json"
-    path = run / "pairs.jsonl"
+        recorded, source = effects["data_sha256"], RunFolder.EFFECTS
+    path = run.pairs
     now = file_sha256(path) if path.is_file() else None
     if recorded and now:
         status = "matches the file" if now == recorded else f"DIFFERS from the file now ({now[:16]}…)"
     else:
         status = "file missing" if recorded else "no hash recorded"
     lines = sum(1 for line in open(path, encoding="utf-8") if line.strip()) if path.is_file() else None
-    return [["pairs.jsonl", cell(lines, str(lines) if lines is not None else "–"), recorded or NOT_RECORDED,
+    return [[RunFolder.PAIRS, cell(lines, str(lines) if lines is not None else "–"), recorded or NOT_RECORDED,
              source or "–", status]]
 
 
-def _stage_times(run: Path, records: dict[str, dict]) -> Markup:
+def _stage_times(run: RunFolder, records: dict[str, dict]) -> Markup:
     if records:
         rows = [[name, cell(r.get("seconds"), num(r.get("seconds"), ".1f")), str(r.get("finished") or "–"),
                  str(r.get("signature") or "–")[:16], ", ".join(sorted(r.get("outputs") or {})) or "–"]
@@ -77,16 +76,18 @@ def _stage_times(run: Path, records: dict[str, dict]) -> Markup:
         return join([table(["stage", "seconds", "finished", "signature", "outputs"], rows, "stages"),
                      note(f"Total: {total:.1f} s.")], "")
     # no records: the seconds some outputs carry themselves, labelled as such
-    own = [("identify", "identify/key_heads.json", "seconds"), ("knockout", "knockout/knockout.json", "seconds")]
+    own = [("identify", RunFolder.KEY_HEADS, run.key_heads_record),
+           ("knockout", f"{RunFolder.KNOCKOUT}/{KNOCKOUT_JSON}", run.knockout_record)]
     rows = []
-    for stage, rel, key in own:
-        data = read_json(run / rel)
+    key = "seconds"
+    for stage, rel, data in own:
         if isinstance(data, dict) and is_num(data.get(key)):
             rows.append([stage, cell(data[key], f"{data[key]:.1f}"), rel])
-    for name, info in finetune_runs(run).items():
+    for name, info in run.finetune_records.items():
         secs = (info.get("train") or {}).get("wall_seconds")
         if is_num(secs):
-            rows.append([f"finetune/{name}", cell(secs, f"{secs:.1f}"), f"finetune/{name}/finetune.json"])
+            folder = RunFolder.finetune_rel(name)
+            rows.append([folder, cell(secs, f"{secs:.1f}"), f"{folder}/{FINETUNE_JSON}"])
     text = note("Stage records (stages/*.json): not recorded. Times below are those the outputs carry themselves.")
     return join([text, table(["stage", "seconds", "from"], rows, "stages") if rows else ""], "")
 
@@ -101,12 +102,12 @@ def _machine(records: dict[str, dict]) -> Markup:
                                           for k, v in json.loads(m).items()], "machine") for m in sorted(machines)), "")
 
 
-def manifest(run: Path) -> Markup:
-    records = stage_records(run)
-    runs = finetune_runs(run)
-    config = read_json(run / "config.json")
-    effects = read_json(run / "identify" / "effects.json")
-    info = read_json(run / "model.json")  # what the pipeline loaded: name, source, fingerprint, shape
+def manifest(run: RunFolder) -> Markup:
+    records = run.stage_records
+    runs = run.finetune_records
+    config = run.config_record
+    effects = run.effects_record
+    info = run.model_record  # what the pipeline loaded: name, source, fingerprint, shape
     model = config.get("model") if isinstance(config, dict) else None
     if not model and isinstance(effects, dict):  # an older run without config.json
         model = effects.get("model")
@@ -115,7 +116,7 @@ def manifest(run: Path) -> Markup:
         loaded = (f" Loaded from {info.get('source', '?')}: {info.get('n_layers', '?')} layers × "
                   f"{info.get('n_heads', '?')} heads, {info.get('dtype', '?')} on {info.get('device', '?')}.")
     seeds = {k: config[k] for k in ("seed", "seeds") if isinstance(config, dict) and k in config}
-    seeds.update({f"finetune/{k} seed": (r.get("config") or {}).get("seed") for k, r in runs.items()})
+    seeds.update({f"{RunFolder.finetune_rel(k)} seed": (r.get("config") or {}).get("seed") for k, r in runs.items()})
     fingerprints = _fingerprints(records, runs, info)
     body = [MACROS.model_line(model or NOT_RECORDED, "; ".join(fingerprints) if fingerprints else NOT_RECORDED, loaded),
             heading("Versions"), _versions(records, runs),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -37,14 +36,6 @@ MACROS: Any = ENV.get_template("macros.html.j2").module  # its macros are attrib
 def join(parts: Iterable[Any], sep: str = "\n") -> Markup:
     """Rendered pieces one after another (empty ones left out); plain text among them is escaped."""
     return Markup(sep).join(esc(p) for p in parts if p)
-
-
-def read_json(path: Path) -> Any:
-    """The JSON at `path`, or None when the stage did not write it (or wrote something unreadable)."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def is_num(x: Any) -> TypeGuard[float]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .markup import is_num, read_json
+from ..runfolder import RunFolder
+from .markup import is_num
 
 GENERIC = ("mmlu", "csqa")  # the paper's generic tasks; every other benchmark but DRIFT is arithmetic
 DRIFT = "generic-kl"  # KL from the base row and perplexity on generic text, not an accuracy
@@ -18,16 +19,6 @@ DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp"
 
 def display(benchmark: str) -> str:
     return DISPLAY.get(benchmark, benchmark)
-
-
-def finetune_runs(run: Path) -> dict[str, dict]:
-    """{variant folder name: finetune.json} for every finished fine-tuning run, by name."""
-    out = {}
-    for path in sorted((run / "finetune").glob("*/finetune.json")):
-        info = read_json(path)
-        if isinstance(info, dict):
-            out[path.parent.name] = info
-    return out
 
 
 def is_random(info: dict) -> bool:
@@ -126,11 +117,11 @@ def _run_of(info: dict, runs: dict[str, dict]) -> str | None:
     return same[0] if method and len(same) == 1 else None
 
 
-def eval_table(run: Path, runs: dict[str, dict] | None = None) -> EvalTable | None:
-    data = read_json(run / "eval" / "results.json")
+def eval_table(run: RunFolder) -> EvalTable | None:
+    data = run.eval_record
     if not isinstance(data, dict) or not data.get("variants"):
         return None
-    runs = finetune_runs(run) if runs is None else runs
+    runs = run.finetune_records
     benchmarks = list((data.get("config") or {}).get("benchmarks") or [])
     rows = []
     for v in data["variants"]:
@@ -140,13 +131,3 @@ def eval_table(run: Path, runs: dict[str, dict] | None = None) -> EvalTable | No
                             _run_of(info, runs) if kind == "adapter" else None, info))
         benchmarks += [b for b in rows[-1].benchmarks if b not in benchmarks]
     return EvalTable(benchmarks, rows)
-
-
-def stage_records(run: Path) -> dict[str, dict]:
-    """{stage name: its stages/<stage>.json record}, in the order the stages finished."""
-    records = {}
-    for path in (run / "stages").glob("*.json"):
-        rec = read_json(path)
-        if isinstance(rec, dict):
-            records[str(rec.get("stage") or path.stem)] = rec
-    return dict(sorted(records.items(), key=lambda kv: str(kv[1].get("finished") or "")))

@@ -5,11 +5,10 @@ Each takes the run folder and returns HTML; a stage that left nothing behind giv
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from markupsafe import Markup
 
 from ..heads import Head, heads_of
+from ..runfolder import ATTENTION_JSON, KNOCKOUT_JSON, MLP_JSON, RunFolder
 from .markup import (
     MACROS,
     bullet_list,
@@ -23,7 +22,6 @@ from .markup import (
     num,
     para,
     pct,
-    read_json,
     section,
     signed_pct,
     table,
@@ -36,12 +34,12 @@ def _effect(value, metric: str | None):
     return cell(value, shown)
 
 
-def identify(run: Path) -> Markup:
-    folder = run / "identify"
-    keys, eff = read_json(folder / "key_heads.json"), read_json(folder / "effects.json")
+def identify(run: RunFolder) -> Markup:
+    folder = run.identify
+    keys, eff = run.key_heads_record, run.effects_record
     title = "1. Which heads matter: path-patching effects (figure 2)"
     if not isinstance(keys, dict):
-        return section("identify", title, not_run("identify", "identify/key_heads.json"))
+        return section("identify", title, not_run("identify", RunFolder.KEY_HEADS))
     eff = eff if isinstance(eff, dict) else {}
     metric = keys.get("metric") or eff.get("metric")
     sem = eff.get("heads_sem") or []
@@ -72,12 +70,12 @@ def identify(run: Path) -> Markup:
     return section("identify", title, join(body))
 
 
-def knockout(run: Path) -> Markup:
-    folder = run / "knockout"
-    ko = read_json(folder / "knockout.json")
+def knockout(run: RunFolder) -> Markup:
+    folder = run.knockout
+    ko = run.knockout_record
     title = "2. Knocking heads out: effect-rank vs random heads (figure 3)"
     if not isinstance(ko, dict):
-        return section("knockout", title, not_run("knockout", "knockout/knockout.json"))
+        return section("knockout", title, not_run("knockout", f"{RunFolder.KNOCKOUT}/{KNOCKOUT_JSON}"))
     key = ko.get("key_heads") or {}
     heads = key.get("heads", [])
     summary = (f"Mean ablation ({ko.get('mean_mode')}) on {ko.get('n_samples')} reference prompts. Knocking out the "
@@ -107,11 +105,11 @@ def knockout(run: Path) -> Markup:
     return section("knockout", title, join(body))
 
 
-def transfer(run: Path) -> Markup:
-    ko = read_json(run / "knockout" / "knockout.json")
+def transfer(run: RunFolder) -> Markup:
+    ko = run.knockout_record
     title = "3. Transfer to other data, with a random-heads control (figure 4)"
     if not isinstance(ko, dict):
-        return section("transfer", title, not_run("knockout", "knockout/knockout.json"))
+        return section("transfer", title, not_run("knockout", f"{RunFolder.KNOCKOUT}/{KNOCKOUT_JSON}"))
     tr = ko.get("transfer")
     if not tr or not tr.get("rows"):
         return section("transfer", title, note("The transfer sets were not run (transfer was off)."))
@@ -152,12 +150,12 @@ def _case(case: dict) -> Markup:
                        table(["", "next token", "top-5 probabilities"], rows))
 
 
-def attention(run: Path) -> Markup:
-    folder = run / "attention"
-    att = read_json(folder / "attention.json")
+def attention(run: RunFolder) -> Markup:
+    folder = run.attention
+    att = run.attention_record
     title = "4. Where the key heads look: attention from END by token role (figure 5)"
     if not isinstance(att, dict):
-        return section("attention", title, not_run("attention", "attention/attention.json"))
+        return section("attention", title, not_run("attention", f"{RunFolder.ATTENTION}/{ATTENTION_JSON}"))
     effects = {Head.from_json(e): e["effect"] for e in att.get("effects") or []}
     rows = []
     for lab in att.get("labels", []):
@@ -182,12 +180,12 @@ def attention(run: Path) -> Markup:
     return section("attention", title, join(body))
 
 
-def mlp(run: Path) -> Markup:
-    folder = run / "mlp"
-    data = read_json(folder / "mlp.json")
+def mlp(run: RunFolder) -> Markup:
+    folder = run.mlp
+    data = run.mlp_record
     title = "5. What the MLPs compute: read and write vs number tokens (figure 6)"
     if not isinstance(data, dict):
-        return section("mlp", title, not_run("mlp", "mlp/mlp.json"))
+        return section("mlp", title, not_run("mlp", f"{RunFolder.MLP}/{MLP_JSON}"))
     tp = data.get("turning_points") or {}
     case = data.get("case") or {}
     tail = (case.get("prompt") or "").rstrip().splitlines()[-1:] or [""]

@@ -1,14 +1,13 @@
 """Section 6: the paper's tables 1 and 2 and the training curves, from eval/ and finetune/*/."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from markupsafe import Markup
 
 from ..numbers import human
 from ..plotting import loss_curves, png_bytes
+from ..runfolder import FINETUNE_JSON, RunFolder
 from .markup import MACROS, cell, heading, is_num, join, not_run, note, num, pct, png, points, section, table
-from .rundata import DRIFT, EvalRow, EvalTable, display, eval_table, finetune_runs, precise_runs
+from .rundata import DRIFT, EvalRow, EvalTable, display, eval_table, precise_runs
 
 TITLE = "6. Improving the model: precise SFT vs full SFT (tables 1 and 2)"
 
@@ -121,9 +120,9 @@ def _loss_figure(losses: dict[str, list]) -> Markup:
     return png(png_bytes(fig), "training loss per optimizer step of each fine-tuning run", "training losses")
 
 
-def improve(run: Path) -> Markup:
-    runs = finetune_runs(run)
-    t = eval_table(run, runs)
+def improve(run: RunFolder) -> Markup:
+    runs = run.finetune_records
+    t = eval_table(run)
     parts = []
     if t is not None:
         parts.append(table1(t, runs))
@@ -132,11 +131,11 @@ def improve(run: Path) -> Markup:
                 note("No fine-tuned variant in this run: the table has the base model (and the knockout) only.")
             )
     else:
-        parts.append(not_run("eval", "eval/results.json"))
+        parts.append(not_run("eval", RunFolder.EVAL_RESULTS))
     if runs:
         parts += [table2(t, runs), training(runs)]
     elif t is None:
-        parts.append(not_run("finetune", "finetune/*/finetune.json"))
+        parts.append(not_run("finetune", f"{RunFolder.FINETUNE}/*/{FINETUNE_JSON}"))
     return section("improve", TITLE, join(parts))
 
 
