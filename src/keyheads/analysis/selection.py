@@ -48,14 +48,16 @@ class HeadChoice:
     `top_k` (neither: the paper's -5%, applied there). Flags of the analysis commands; a run passes its
     key heads as `heads`, with `effects` for the rankings."""
 
-    effects: str | None = Field(default=None, description="effects.json from `keyheads patch` (heads ranked most negative "
-                                                     "first)")
-    heads: str | None = Field(default=None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting from "
-                                                   "effects)")
-    threshold: float | None = Field(default=None, description="key heads: effect below this (default -0.05, the paper's "
-                                                         "-5%, unless top_k is given)")
-    top_k: int | None = Field(default=None, ge=1, description="key heads: the K most negative (among those below threshold "
-                                                         "if that is given too)")
+    effects: str | None = Field(
+        default=None, description="effects.json from `keyheads patch` (heads ranked most negative first)")
+    heads: str | None = Field(
+        default=None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting from effects)")
+    threshold: float | None = Field(
+        default=None, description="key heads: effect below this (default -0.05, the paper's -5%, unless top_k is "
+        "given)")
+    top_k: int | None = Field(
+        default=None, ge=1, description="key heads: the K most negative (among those below threshold if that is given "
+        "too)")
 
     @field_validator("effects")
     @classmethod

@@ -35,25 +35,31 @@ class PairConfig:
                                           "keeping the correct ones")
     few_shot: int = Field(default=0, ge=0, description="solved examples of the same template before each prompt, one a "
                                                "line; reference and counterfactual share them")
-    shared_prefix: bool = Field(default=False, description="draw the few-shot examples once per template, so that every "
-                                "prompt of a template starts with the same text and analyses compute it once (a "
-                                "question that repeats one of the examples is rejected)")
+    shared_prefix: bool = Field(
+        default=False, description="draw the few-shot examples once per template, so that every "
+        "prompt of a template starts with the same text and analyses compute it once (a "
+        "question that repeats one of the examples is rejected)")
     seed: int = Field(default=0, ge=0, description="picks operands, pool words and few-shot examples")
-    a_range: tuple[int, int] = Field(default=(1, 9), description="operand A's range, both ends included (the paper: 1..9)")
+    a_range: tuple[int, int] = Field(
+        default=(1, 9), description="operand A's range, both ends included (the paper: 1..9)")
     b_range: tuple[int, int] = Field(default=(1, 9), description="operand B's range, both ends included")
     allow_negative: bool = Field(default=False, description="subtraction may have a negative answer")
-    allow_fractions: bool = Field(default=False, description="division may have a non-integer answer (up to two decimals)")
-    single_token_operands: bool = Field(default=True, description="reject operands that span several tokens (the paper's "
-                                        "setting; turn off for multi-digit operands with digit-splitting tokenizers; "
-                                        "positions then point at the last token)")
+    allow_fractions: bool = Field(
+        default=False, description="division may have a non-integer answer (up to two decimals)")
+    single_token_operands: bool = Field(
+        default=True, description="reject operands that span several tokens (the paper's "
+        "setting; turn off for multi-digit operands with digit-splitting tokenizers; "
+        "positions then point at the last token)")
     single_token_answer: bool = Field(default=False, description="reject answers of more than one token ('12' with a "
                                       "digit-splitting tokenizer); by default the first token counts, as in the paper")
-    counterfactual_tries: int = Field(default=50, ge=1, description="counterfactual draws per sample before giving up on "
-                                                            "alignment")
+    counterfactual_tries: int = Field(
+        default=50, ge=1, description="counterfactual draws per sample before giving up on "
+        "alignment")
     task: str = Field(default="addition", description=f"{', '.join(TASKS)} or all")
     templates: list[str] = Field(default_factory=list, description="template ids to use, e.g. add-eq-1,add-eq-2 "
                                                                    "(empty: all of the task's)")
-    keep_correct: bool = Field(default=False, description="keep only the pairs whose answer the model predicts (argmax)")
+    keep_correct: bool = Field(
+        default=False, description="keep only the pairs whose answer the model predicts (argmax)")
 
     @field_validator("task")
     @classmethod

@@ -52,16 +52,20 @@ class PatchConfig:
     """What the effects and the key heads depend on: the flags of `keyheads patch` (with its files and
     machine) and a run's `patch:` section, passed whole to `identify`."""
 
-    method: str = Field(default="path", description="path (exact, fast), activation (total effect), attribution (gradient "
-                                            "estimate) or path-naive (one forward per sender; for checking)")
+    method: str = Field(
+        default="path", description="path (exact, fast), activation (total effect), attribution (gradient "
+        "estimate) or path-naive (one forward per sender; for checking)")
     metric: str = Field(default="relative-logit", description="relative-logit (the paper's), logit-diff or prob")
     limit: int | None = Field(default=None, ge=1, description="use the first N pairs (None: all)")
-    min_abs_logit: float = Field(default=1e-2, description="relative-logit excludes samples whose original answer logit is "
-                                                   "closer to zero (they are counted as n_excluded)")
+    min_abs_logit: float = Field(
+        default=1e-2, description="relative-logit excludes samples whose original answer logit is "
+        "closer to zero (they are counted as n_excluded)")
     first_token: bool = Field(default=False, description="accept multi-token answers and measure their first token")
-    top_k: int | None = Field(default=None, ge=1, description="key heads: the K most negative (below threshold if given)")
-    threshold: float | None = Field(default=None, description="key heads: effect below this (default -0.05, the paper's "
-                                                         "-5%, unless top_k is given)")
+    top_k: int | None = Field(
+        default=None, ge=1, description="key heads: the K most negative (below threshold if given)")
+    threshold: float | None = Field(
+        default=None, description="key heads: effect below this (default -0.05, the paper's "
+        "-5%, unless top_k is given)")
 
     @field_validator("method")
     @classmethod
