@@ -172,7 +172,7 @@ def test_one_process_resumes_from_two(runs, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(run_module.METHODS, "path", counting)
     assert main(patch_argv(inputs, out)) == 0
     assert calls["n"] == 0
-    assert f"resuming: {len(PAIRS)}/{len(PAIRS)} samples already done in 2 checkpoints" in capsys.readouterr().out
+    assert f"resuming: {len(PAIRS)}/{len(PAIRS)} samples already done in 2 checkpoints" in capsys.readouterr().err
     assert json.loads((out / "effects.json").read_text()) == json.loads((root / "patch2" / "effects.json").read_text())
     assert not (out / "per_sample.npz").exists()  # nothing new was computed, so nothing to checkpoint
 

@@ -1,6 +1,7 @@
 """keyheads run / demo: every stage into one run folder, stage records, staleness, selection,
 reproducibility and up-front validation of every setting."""
 import json
+import logging
 import re
 import shutil
 
@@ -48,15 +49,24 @@ def run(tmp_path, llama, monkeypatch):
     return out
 
 
-def ran(capsys):
-    return [line.split("]")[0][1:] for line in capsys.readouterr().out.splitlines()
+@pytest.fixture
+def said(caplog):
+    """The run's progress notes (logged, as the library does; the command shows them)."""
+    caplog.set_level(logging.INFO, logger="keyheads")
+    return caplog
+
+
+def ran(caplog):
+    lines = [line for m in caplog.messages for line in m.splitlines()]
+    caplog.clear()
+    return [line.split("]")[0][1:] for line in lines
             if line.startswith("[") and "] running" in line]
 
 
-def test_every_stage_writes_its_outputs_and_record(run, tiny_data, capsys, monkeypatch):  # noqa: F811
+def test_every_stage_writes_its_outputs_and_record(run, tiny_data, said, monkeypatch):  # noqa: F811
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
     report = run_pipeline(config(run, tiny_data))
-    assert ran(capsys) == [s.replace("--", "/") for s in STAGES]
+    assert ran(said) == [s.replace("--", "/") for s in STAGES]
     assert report == run / "report.html" and report.stat().st_size > 0
     keys = json.loads((run / "identify" / "key_heads.json").read_text())
     effects = json.loads((run / "identify" / "effects.json").read_text())
@@ -80,40 +90,40 @@ def test_every_stage_writes_its_outputs_and_record(run, tiny_data, capsys, monke
     assert json.loads((run / "model.json").read_text())["fingerprint"]
 
 
-def test_rerun_is_instant_and_a_change_reruns_exactly_its_dependents(run, tiny_data, capsys, monkeypatch):  # noqa: F811
+def test_rerun_is_instant_and_a_change_reruns_exactly_its_dependents(run, tiny_data, said, monkeypatch):  # noqa: F811
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
     run_pipeline(config(run, tiny_data))
-    capsys.readouterr()
+    said.clear()
 
     def fail(*a, **k):
         raise AssertionError("an up-to-date stage ran again")
 
     monkeypatch.setattr("keyheads.models.load_model", fail)  # nothing to do: the model is not even loaded
     run_pipeline(config(run, tiny_data))
-    assert ran(capsys) == []
+    assert ran(said) == []
     monkeypatch.setattr("keyheads.models.load_model", lambda *a, **k: tiny_model("llama"))
 
     run_pipeline(config(run, tiny_data, knockout=dict(k=3)))
-    assert ran(capsys) == ["knockout", "report"]
+    assert ran(said) == ["knockout", "report"]
     run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3)))
-    assert ran(capsys) == ["finetune/precise", "eval", "report"]
+    assert ran(said) == ["finetune/precise", "eval", "report"]
     run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3), patch=dict(top_k=2)))
-    assert ran(capsys) == ["identify", "knockout", "attention", "finetune/precise", "eval", "report"]  # not data, mlp
+    assert ran(said) == ["identify", "knockout", "attention", "finetune/precise", "eval", "report"]  # not data, mlp
     out = run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3), patch=dict(top_k=2),
                               batch_size=4))
-    assert ran(capsys) == ["report"]  # a batch size changes speed, not results
+    assert ran(said) == ["report"]  # a batch size changes speed, not results
     assert out.exists()
 
 
-def test_stages_and_from_choose_a_subset(run, tiny_data, capsys, monkeypatch):  # noqa: F811
+def test_stages_and_from_choose_a_subset(run, tiny_data, said, monkeypatch):  # noqa: F811
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
     with pytest.raises(FileNotFoundError, match="stage identify needs pairs.jsonl"):
         run_pipeline(config(run, tiny_data, variants=[], eval=dict(benchmarks=[])), stages=["identify"])
-    capsys.readouterr()
+    said.clear()
     run_pipeline(config(run, tiny_data, variants=[], eval=dict(benchmarks=[])), stages=["data", "identify", "mlp"])
-    assert ran(capsys) == ["data", "identify", "mlp"]
+    assert ran(said) == ["data", "identify", "mlp"]
     run_pipeline(config(run, tiny_data, variants=[], eval=dict(benchmarks=[])), start="attention")
-    assert ran(capsys) == ["attention", "report"]
+    assert ran(said) == ["attention", "report"]
     assert not (run / "knockout" / "knockout.json").exists()
     with pytest.raises(ValueError, match="unknown stage 'identfy'"):
         run_pipeline(config(run, tiny_data), stages=["identfy"])

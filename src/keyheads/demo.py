@@ -11,6 +11,7 @@ from .data.benchmarks import data_dir_from
 from .distributed import is_main
 from .evaluation.arith import ARITH_FIRST
 from .evaluation.config import TABLE_BENCHMARKS
+from .log import logger
 from .runconfig import PipelineConfig, merge
 
 DEMO = dict(
@@ -31,11 +32,9 @@ def demo_config(overrides: dict) -> PipelineConfig:
     folder = data_dir_from(overrides.get("data_dir") or None)
     data_dir = str(folder) if folder else None
     if not data_dir and is_main():  # under a launcher, said once
-        print(
-            "note: KEYHEADS_DATA is not set, so the evaluation uses only the built-in arithmetic sets and the "
-            "SVAMP/GSM8K transfer is skipped "
-            "(point it at a folder with gsm8k/, svamp/, addsub/, singleeq/, mmlu/, csqa/)"
-        )
+        logger.warning("note: KEYHEADS_DATA is not set, so the evaluation uses only the built-in arithmetic sets "
+                       "and the SVAMP/GSM8K transfer is skipped (point it at a folder with gsm8k/, svamp/, addsub/, "
+                       "singleeq/, mmlu/, csqa/)")
     benchmarks = list(ARITH_FIRST) + (list(TABLE_BENCHMARKS) if data_dir else [])
     return PipelineConfig.make(**merge(merge(DEMO, {"eval": {"benchmarks": benchmarks}, "data_dir": data_dir}),
                                        overrides))

@@ -24,8 +24,11 @@ from typing import Literal
 from pydantic import TypeAdapter
 
 from . import distributed, models
+from .analysis.attention_run import describe as describe_attention
 from .analysis.attention_run import run_attention
+from .analysis.knockout_run import describe as describe_knockout
 from .analysis.knockout_run import run_knockout
+from .analysis.mlp_run import describe as describe_mlp
 from .analysis.mlp_run import run_mlp
 from .analysis.selection import HeadChoice
 from .components import Components
@@ -40,6 +43,7 @@ from .finetune import finetune, load_examples
 from .finetune.config import FinetuneConfig
 from .finetune.parallel import check_setup
 from .io import write_json
+from .log import logger
 from .models.fingerprint import base_fingerprint
 from .models.model import HookedModel
 from .patching import describe as describe_effects
@@ -133,7 +137,7 @@ def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: st
     def get_model():
         model = models.load_model(cfg.model, device=_device(cfg), dtype=cfg.dtype, max_memory=cfg.max_memory,
                                   offload_folder=cfg.offload_folder)
-        print(model)
+        _say(str(model))
         return model
 
     plan = build_stages(cfg, run, get_model, progress)
@@ -156,8 +160,14 @@ def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: st
         if runner.ran:
             distributed.on_main(end, "writing model.json")
         report = run.report
-        print(f"done; ran {', '.join(runner.ran) or 'nothing (every stage up to date)'}; report: {report}")
+        _say(f"done; ran {', '.join(runner.ran) or 'nothing (every stage up to date)'}; report: {report}")
     return report
+
+
+def _say(text: str) -> None:
+    """A run's progress and its stages' summaries: logged by the main process (the command shows them)."""
+    if distributed.is_main():
+        logger.info("%s", text)
 
 
 def _device(cfg: PipelineConfig) -> str | None:
@@ -199,7 +209,7 @@ def _data(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> 
 def _identify(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
     effects, keys = identify(model, run.pairs, cfg.patch, run.identify, batch_size=cfg.batch_size,
                              progress=progress)
-    print(describe_effects(effects, keys))
+    _say(describe_effects(effects, keys))
 
 
 def _key_heads(run: RunFolder) -> HeadChoice:
@@ -208,17 +218,20 @@ def _key_heads(run: RunFolder) -> HeadChoice:
 
 
 def _knockout(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
-    run_knockout(model, run.pairs, run.knockout, _key_heads(run), cfg.knockout, data_dir=_data_dir(cfg),
-                 batch_size=cfg.batch_size, progress=progress)
+    result = run_knockout(model, run.pairs, run.knockout, _key_heads(run), cfg.knockout, data_dir=_data_dir(cfg),
+                          batch_size=cfg.batch_size, progress=progress)
+    _say(describe_knockout(result))
 
 
 def _attention(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
-    run_attention(model, run.pairs, run.attention, _key_heads(run), cfg.attention, batch_size=cfg.batch_size,
-                  progress=progress)
+    result = run_attention(model, run.pairs, run.attention, _key_heads(run), cfg.attention,
+                           batch_size=cfg.batch_size, progress=progress)
+    _say(describe_attention(result))
 
 
 def _mlp(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
-    run_mlp(model, run.pairs, run.mlp, cfg.mlp, batch_size=cfg.batch_size, progress=progress)
+    result = run_mlp(model, run.pairs, run.mlp, cfg.mlp, batch_size=cfg.batch_size, progress=progress)
+    _say(describe_mlp(result))
 
 
 def _data_dir(cfg: PipelineConfig) -> str | None:
@@ -254,7 +267,7 @@ def _finetune(cfg: PipelineConfig, run: RunFolder, model, variant: str, progress
     private = HookedModel(copy.deepcopy(model.hf), model.tokenizer, name=model.name, source=model.source)
     info = finetune(private, examples, ft, run.finetune(variant), components, data_name=cfg.finetune.train,
                     progress=progress)
-    print(describe_training(info))
+    _say(describe_training(info))
 
 
 def eval_labels(model: str, n_heads: int, finetune: list[str]) -> list[str]:

@@ -10,6 +10,7 @@
       mlp/                     mlp           mlp.json, mlp_curves.csv, figures
       finetune/VARIANT/        finetune(v)   finetune.json, adapter.safetensors (or the model)
       eval/                    eval          results.json, the per-item cache/
+      eval/VARIANT/            eval_variant(label)  BENCH.json, BENCH.wrong.jsonl (wrong_ids: the items it got wrong)
       stages/STAGE.json        stage_record  what each stage ran with (keyheads.stages)
       report.html              report
 
@@ -19,9 +20,12 @@ the constants below. Nothing here imports torch: a run folder copied to a laptop
 from __future__ import annotations
 
 import json
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+from .io import read_jsonl
 
 # the files a step writes into its own folder
 EFFECTS_JSON = "effects.json"
@@ -31,6 +35,12 @@ ATTENTION_JSON = "attention.json"
 MLP_JSON = "mlp.json"
 FINETUNE_JSON = "finetune.json"
 RESULTS_JSON = "results.json"
+WRONG_JSONL = ".wrong.jsonl"  # <benchmark>.wrong.jsonl: the items a variant got wrong, one JSON object each
+
+
+def variant_slug(label: str) -> str:
+    """The folder name of an evaluated row under eval/ (the evaluator names it so: evaluation.runner.slug)."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", label).strip("_") or "model"
 
 
 def read_record(path: Path) -> Any:
@@ -124,6 +134,21 @@ class RunFolder:
     @property
     def eval_cache(self) -> Path:
         return self.root / self.EVAL_CACHE
+
+    def eval_variant(self, label: str) -> Path:
+        """eval/<row>/: the benchmarks' summaries and wrong cases of the evaluated row `label`."""
+        return self.root / self.EVAL / variant_slug(label)
+
+    def eval_wrong(self, label: str, benchmark: str) -> Path:
+        return self.eval_variant(label) / f"{benchmark}{WRONG_JSONL}"
+
+    def wrong_ids(self, label: str, benchmark: str) -> set[str] | None:
+        """The ids of the items row `label` got wrong on `benchmark`; None when the file was not written
+        (or is unreadable). Every other item of the benchmark's n was answered right."""
+        try:
+            return {str(row["id"]) for row in read_jsonl(self.eval_wrong(label, benchmark))}
+        except (OSError, ValueError, KeyError):  # not written, not JSONL (keyheads.io's errors), no ids
+            return None
 
     @property
     def stages(self) -> Path:

@@ -24,7 +24,6 @@ import fnmatch
 import hashlib
 import json
 import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from pathlib import Path
 from . import distributed
 from .errors import MissingFile
 from .io import file_sha256, read_json, write_json
+from .log import logger
 from .provenance import changed_settings, machine, versions
 from .runfolder import RunFolder
 
@@ -121,7 +121,7 @@ class Runner:
     """
 
     def __init__(self, run: str | Path, selected: set[str] | None = None, force: bool = False,
-                 say: Callable[[str], None] = print):
+                 say: Callable[[str], None] = logger.info):
         self.run = Path(run)
         self.selected, self.force, self.say = selected, force, say
         self.ran: list[str] = []
@@ -214,8 +214,8 @@ def _spread(stage: Stage) -> None:
         stage.run()
     except BaseException as err:
         if distributed.world() > 1:
-            print(f"[{stage.name}] failed on process {distributed.rank()} of {distributed.world()}: "
-                  f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            logger.error("[%s] failed on process %d of %d: %s: %s", stage.name, distributed.rank(),
+                         distributed.world(), type(err).__name__, err)
         raise
 
 

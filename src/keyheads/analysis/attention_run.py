@@ -6,7 +6,9 @@ from pathlib import Path
 from pydantic import Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..heads import Head
 from ..io import write_json
+from ..log import logger
 from ..models.model import HookedModel
 from ..plotting import write_csv
 from ..runfolder import ATTENTION_JSON
@@ -90,14 +92,20 @@ def run_attention(model: HookedModel, pairs: str | Path, out: str | Path, heads:
         "notes": list(notes),
     }
     write_json(out / ATTENTION_JSON, result)
-    print(f"{model.name}: END-token attention of {len(chosen)} key heads over {len(samples)} reference prompts "
-          f"({', '.join(f'{t}: {counts[t]}' for t in tasks)})")
-    print(f"{'head':<7} {'label':<9} {'lean':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES)
-          + "  most-attended other tokens")
-    for lab, vals, top in zip(labels, roles.mean(0), top_other):
-        print(f"{str(lab.head):<7} {lab.label:<9} {lab.lean:<9} " + " ".join(f"{v:>11.3f}" for v in vals) + "  "
-              + ", ".join(f"{t} {v:.2f}" for t, v in top))
-    print(f"wrote {out}/attention.json, attention_by_role.csv, attention_by_role.png, attention_cases.png, "
-          "attention_transfer_cases.png"
-          + "".join(f", {d}" for d in drawn))
+    logger.info("wrote %s/%s, attention_by_role.csv, attention_by_role.png, attention_cases.png, "
+                "attention_transfer_cases.png%s", out, ATTENTION_JSON, "".join(f", {d}" for d in drawn))
     return result
+
+
+def describe(result: dict) -> str:
+    """Where the heads look, for people: each head's mean END attention by token role and its label."""
+    counts = result["counts"]
+    lines = [f"{result['model']}: END-token attention of {len(result['heads'])} key heads over "
+             f"{result['n_samples']} reference prompts ({', '.join(f'{t}: {n}' for t, n in counts.items())})",
+             f"{'head':<7} {'label':<9} {'lean':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES)
+             + "  most-attended other tokens"]
+    for lab, vals in zip(result["labels"], result["all"]):
+        lines.append(f"{str(Head.from_json(lab['head'])):<7} {lab['label']:<9} {lab['lean']:<9} "
+                     + " ".join(f"{v:>11.3f}" for v in vals) + "  "
+                     + ", ".join(f"{t} {v:.2f}" for t, v in lab["top_other_tokens"]))
+    return "\n".join(lines)

@@ -16,8 +16,10 @@ from safetensors.torch import save_file
 
 from ..data.benchmarks import DataNotFound, data_dir_from
 from ..distributed import is_main, map_sharded
+from ..heads import Head
 from ..io import atomic_path, atomic_write_text, file_sha256, write_json
 from ..knockout import Knockout, compute_means
+from ..log import logger
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..plotting import write_csv
@@ -111,9 +113,8 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
     k = min(settings.k, len(candidates))
     if settings.k > len(candidates):
         notes.add(f"--k {settings.k} is more than the model's {len(candidates)} heads: capped at {k}")
-    print(
-        f"{model.name}: {len(samples)} reference prompts from {cfg.data}; means over {len(cf)} counterfactual prompts"
-    )
+    logger.info("%s: %d reference prompts from %s; means over %d counterfactual prompts", model.name, len(samples),
+                cfg.data, len(cf))
 
     # one pass over the counterfactual prompts gives the means of every head
     full = _means(model, cf, candidates, settings.mean_mode, out / MEANS_PARTIAL, batch_size, progress)
@@ -139,14 +140,11 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
                             "random_orders": [[h.to_json() for h in o] for o in curves.random_orders]}
         if is_main():
             _write_curves(out, curves, model.name)
-            print(_format_curves(curves))
     else:
         base, after = set_accuracies(model, prompts, answers, full, [[], key_heads])
     rel = (after - base) / base if base else float("nan")
     result["key_heads"] = {"heads": [h.to_json() for h in key_heads], "accuracy_before": base,
                            "accuracy_after": after, "relative_change": rel}
-    print(f"knockout of {len(key_heads)} heads [{','.join(map(str, key_heads))}]: accuracy {base:.1%} -> {after:.1%} "
-          + (f"({rel:+.1%} relative)" if base else "(none right before: no relative change)"))
 
     if settings.transfer:
         result["transfer"] = _run_transfer(model, cfg, full, key_heads, notes, out)
@@ -156,9 +154,25 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
     write_json(out / KNOCKOUT_JSON, result)  # no timing inside: the same inputs give the same bytes
     for partial in ("knockout_curves.partial.json", MEANS_PARTIAL):
         (out / partial).unlink(missing_ok=True)
-    print(f"wrote {out}/knockout.json" + (", knockout_curves.csv, knockout_curves.png" if "curves" in result else "")
-          + (", transfer.csv, transfer_cases.txt" if settings.transfer else "") + f" ({time.time() - t0:.0f} s)")
+    logger.info("wrote %s/%s%s%s (%.0f s)", out, KNOCKOUT_JSON,
+                ", knockout_curves.csv, knockout_curves.png" if "curves" in result else "",
+                ", transfer.csv, transfer_cases.txt" if settings.transfer else "", time.time() - t0)
     return result
+
+
+def describe(result: dict) -> str:
+    """What a knockout run found, for people: the curves, the key heads' knockout and the transfer table."""
+    parts = [_format_curves(result["curves"])] if "curves" in result else []
+    k = result["key_heads"]
+    heads = ",".join(str(Head.from_json(h)) for h in k["heads"])
+    base, after, rel = k["accuracy_before"], k["accuracy_after"], k["relative_change"]
+    parts.append(f"knockout of {len(k['heads'])} heads [{heads}]: accuracy {base:.1%} -> {after:.1%} "
+                 + (f"({rel:+.1%} relative)" if base else "(none right before: no relative change)"))
+    if result.get("transfer"):
+        table = tr.format_table([tr.TransferRow.from_dict(r) for r in result["transfer"]["rows"]])
+        cases = "\n\n".join(tr.Case(**c).text() for c in result["transfer"]["cases"])
+        parts.append(f"\ntransfer: knocking out {len(k['heads'])} key heads [{heads}]\n{table}\n\n{cases}")
+    return "\n".join(parts)
 
 
 def _means(model: HookedModel, cf: list[str], heads, mode: str, path: Path, batch_size: int,
@@ -194,12 +208,13 @@ def _write_curves(out: Path, curves, model_name: str) -> None:
                 f"{model_name}: knocking out top-k heads (effect-rank vs random-rank, {seeds} seeds)")
 
 
-def _format_curves(curves) -> str:
+def _format_curves(curves: dict) -> str:
     lines = ["   k  head    effect-rank  random-rank (mean ± std)"]
-    for i, k in enumerate(curves.ks):
-        head = str(curves.effect_order[k - 1]) if k else "-"
-        lines.append(f"{k:>4}  {head:<6}  {curves.effect[i]:>10.1%}  {curves.random_mean[i]:>10.1%} ± "
-                     f"{curves.random_std[i]:.1%}")
+    order = [Head.from_json(h) for h in curves["effect_order"]]
+    for i, k in enumerate(curves["k"]):
+        head = str(order[k - 1]) if k else "-"
+        lines.append(f"{k:>4}  {head:<6}  {curves['effect_rank'][i]:>10.1%}  {curves['random_mean'][i]:>10.1%} ± "
+                     f"{curves['random_std'][i]:.1%}")
     return "\n".join(lines)
 
 
@@ -233,9 +248,7 @@ def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -
     if not is_main():
         return {}
     table = tr.format_table(rows)
-    print(f"\ntransfer: knocking out {len(key_heads)} key heads [{','.join(map(str, key_heads))}]\n{table}\n")
     case_text = "\n\n".join(c.text() for c in cases)
-    print(case_text)
     write_csv(out / "transfer.csv", ["set", "n", "accuracy_before", "accuracy_after", "relative_change",
                                      "accuracy_random_heads", "relative_change_random_heads", "note"],
               [[r.name, r.n, r.before, r.after, r.relative_drop, "" if r.control is None else r.control,

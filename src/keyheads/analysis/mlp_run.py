@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..io import write_json
+from ..log import logger
 from ..models.model import HookedModel
 from ..plotting import write_csv
 from ..runfolder import MLP_JSON
@@ -90,18 +91,24 @@ def run_mlp(model: HookedModel, pairs: str | Path, out: str | Path, settings: ML
         },
     }
     write_json(out / MLP_JSON, result)
-    print(
-        f"{model.name}: MLP probes at END over {len(samples)} reference prompts "
-        f"({mlpmod.mlp_read_point(model)} as MLP_in)"
-    )
-    print("layer  cos(in,A)  cos(in,B)  cos(in,other)  operand  cos(write,C)  cos(write,other)  answer  "
-          "top numbers in the case's MLP write")
-    for l in range(L):
-        print(f"{l:>5}  {means['in_A'][l]:>9.3f}  {means['in_B'][l]:>9.3f}  {means['in_other'][l]:>13.3f}  "
-              f"{operand[l]:>7.3f}  {means['write_C'][l]:>12.3f}  {means['write_other'][l]:>16.3f}  {answer[l]:>6.3f}  "
-              f"{' '.join(tops[l])}")
-    print(f"start-inflection-end: {tp.text()} (the operand contrast climbs from layer {tp.start} and peaks at "
-          f"{tp.inflection}; the answer contrast peaks at {tp.end})")
-    print(f"case {prompt.splitlines()[-1]!r} -> answer {cfg.case_answer}")
-    print(f"wrote {out}/mlp.json, mlp_curves.csv, mlp_input_operands.png, mlp_output_answer.png, mlp_case.png")
+    logger.info("wrote %s/%s, mlp_curves.csv, mlp_input_operands.png, mlp_output_answer.png, mlp_case.png", out,
+                MLP_JSON)
     return result
+
+
+def describe(result: dict) -> str:
+    """What the MLP probes found, for people: the curves by layer, the turning layers and the case."""
+    c, operand, answer = result["curves"], result["operand_contrast"], result["answer_contrast"]
+    tp, case = result["turning_points"], result["case"]
+    lines = [f"{result['model']}: MLP probes at END over {result['n_samples']} reference prompts "
+             f"({result['read_point']} as MLP_in)",
+             "layer  cos(in,A)  cos(in,B)  cos(in,other)  operand  cos(write,C)  cos(write,other)  answer  "
+             "top numbers in the case's MLP write"]
+    for l in range(len(operand)):
+        lines.append(f"{l:>5}  {c['in_A'][l]:>9.3f}  {c['in_B'][l]:>9.3f}  {c['in_other'][l]:>13.3f}  "
+                     f"{operand[l]:>7.3f}  {c['write_C'][l]:>12.3f}  {c['write_other'][l]:>16.3f}  {answer[l]:>6.3f}  "
+                     f"{' '.join(case['top3_per_layer'][l])}")
+    lines.append(f"start-inflection-end: {tp['start']}-{tp['inflection']}-{tp['end']} (the operand contrast climbs "
+                 f"from layer {tp['start']} and peaks at {tp['inflection']}; the answer contrast peaks at {tp['end']})")
+    lines.append(f"case {case['prompt'].splitlines()[-1]!r} -> answer {case['answer']}")
+    return "\n".join(lines)

@@ -168,6 +168,11 @@ class TransferRow:
                 "relative_change": self.relative_drop, "accuracy_random_heads": self.control,
                 "relative_change_random_heads": self.control_drop, "fallback": self.fallback, "note": self.note}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> TransferRow:
+        return cls(d["set"], d["n"], d["accuracy_before"], d["accuracy_after"], d["fallback"], d["note"],
+                   d["accuracy_random_heads"])
+
 
 @dataclass
 class Case:

@@ -1,9 +1,13 @@
 """`keyheads knockout`, `keyheads attention` and `keyheads mlp`: validate and explain the key components."""
 from __future__ import annotations
 
+from .. import distributed
 from ..analysis.attention_run import AttentionSettings, run_attention
+from ..analysis.attention_run import describe as describe_attention
 from ..analysis.knockout_run import KnockoutSettings, run_knockout
+from ..analysis.knockout_run import describe as describe_knockout
 from ..analysis.mlp_run import MLPSettings, run_mlp
+from ..analysis.mlp_run import describe as describe_mlp
 from ..analysis.selection import HeadChoice
 from ..config.base import take
 from ..config.commands import AttentionCommand, KnockoutCommand, MLPCommand
@@ -13,23 +17,27 @@ from .models import load_from_args
 
 def cmd_knockout(args) -> int:
     cfg: KnockoutCommand = settings(args)
-    run_knockout(load_from_args(cfg), cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, KnockoutSettings),
-                 transfer_data=cfg.transfer_data, data_dir=cfg.data_dir, batch_size=cfg.batch_size,
-                 progress=not cfg.quiet)
+    result = run_knockout(load_from_args(cfg), cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, KnockoutSettings),
+                          transfer_data=cfg.transfer_data, data_dir=cfg.data_dir, batch_size=cfg.batch_size,
+                          progress=not cfg.quiet)
+    if distributed.is_main():
+        print(describe_knockout(result))
     return 0
 
 
 def cmd_attention(args) -> int:
     cfg: AttentionCommand = settings(args)
-    run_attention(load_from_args(cfg), cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, AttentionSettings),
-                  batch_size=cfg.batch_size, progress=not cfg.quiet)
+    result = run_attention(load_from_args(cfg), cfg.data, cfg.out, take(cfg, HeadChoice),
+                           take(cfg, AttentionSettings), batch_size=cfg.batch_size, progress=not cfg.quiet)
+    print(describe_attention(result))
     return 0
 
 
 def cmd_mlp(args) -> int:
     cfg: MLPCommand = settings(args)
-    run_mlp(load_from_args(cfg), cfg.data, cfg.out, take(cfg, MLPSettings), batch_size=cfg.batch_size,
-            progress=not cfg.quiet)
+    result = run_mlp(load_from_args(cfg), cfg.data, cfg.out, take(cfg, MLPSettings), batch_size=cfg.batch_size,
+                     progress=not cfg.quiet)
+    print(describe_mlp(result))
     return 0
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..io import write_json, write_jsonl
+from ..log import configure as configure_log
+from ..log import logger
 from ..numbers import format_number
 from .benchmarks import Record, data_dir_from, load, question_key
 
@@ -137,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     path = write_trainset(args.out, args.data_dir, SplitConfig(args.seed, args.train_fraction))
     manifest = json.loads(Path(path).read_text())
-    print(f"{manifest['train_size']} training rows {manifest['train_by_dataset']}; manifest: {path}")
+    configure_log()
+    logger.info("%d training rows %s; manifest: %s", manifest["train_size"], manifest["train_by_dataset"], path)
     return 0
 
 

@@ -11,6 +11,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from ..components import Components
 from ..io import read_json, write_json
+from ..log import logger
 from ..models.fingerprint import base_fingerprint
 from ..models.model import HookedModel
 from ..provenance import versions
@@ -51,7 +52,7 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, o
             raise ResumeMismatch(f"{out} holds a finished run with other settings "
                                  f"({describe_differences(before, now, differ, 'finished')}); "
                                  "choose another --out, or delete that folder to train again")
-        print(f"{out} is finished with these settings; nothing to do")
+        logger.info("%s is finished with these settings; nothing to do", out)
         return done
     if cfg.method == "full" and model.dtype in (torch.bfloat16, torch.float16) and cfg.parallel != "fsdp":
         # bf16 keeps 8 significant bits: near |w| = 0.05 its spacing is 2.4e-4, so an Adam step of

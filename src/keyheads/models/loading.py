@@ -19,6 +19,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import BadFile, MissingPackage, ModelNotFound, SettingError
 from ..io import atomic_folder, file_sha256
+from ..log import logger
 from ..settings import check_dtype, parse_max_memory
 from .bundled import BUNDLED, DEFAULT_MODEL
 from .families import family_for
@@ -110,16 +111,13 @@ def ensure_converted(name_or_path: str, progress: bool = True) -> Path:
     if name_or_path in BUNDLED:
         bundled = BUNDLED[name_or_path]
         if progress and len(bundled.parts) > 1:
-            print(f"[keyheads] checking the {len(bundled.parts)} parts of {bundled.name}", flush=True)
+            logger.info("checking the %d parts of %s", len(bundled.parts), bundled.name)
         # joins split parts under the cache; a missing or damaged part raises, naming it
         gguf, tied = bundled.locate(cache_root()), bundled.tied
     else:
         gguf = Path(name_or_path)
     if progress:
-        print(
-            f"[keyheads] converting {gguf.name} to fp32 safetensors in {target} (once; from 30 s to a few minutes)",
-            flush=True,
-        )
+        logger.info("converting %s to fp32 safetensors in %s (once; from 30 s to a few minutes)", gguf.name, target)
     _convert_gguf(gguf, target, tied=tied)
     if not _cache_valid(target):
         raise RuntimeError(f"cache folder {target} failed verification right after writing it; is the disk full?")

@@ -24,6 +24,7 @@ from .. import distributed
 from ..effects import Effects
 from ..errors import ResumeMismatch, SettingError
 from ..io import atomic_write_bytes, file_sha256
+from ..log import logger
 from ..models.model import HookedModel
 from .activation import activation_patch_batch
 from .attribution import attribution_patch_batch
@@ -179,5 +180,5 @@ def _resume(out: Path | None, signature: dict, n: int, L: int, H: int) -> dict:
             state["done"] |= done
     if (progress_note := int(state["done"].sum())) and distributed.is_main():
         where = found[0] if len(found) == 1 else f"{len(found)} checkpoints in {out}"
-        print(f"[keyheads] resuming: {progress_note}/{n} samples already done in {where}", flush=True)
+        logger.info("resuming: %d/%d samples already done in %s", progress_note, n, where)
     return state

@@ -2,6 +2,11 @@
 
 Each rule is fixed here, before any run is seen, and the evidence string quotes the numbers it
 used, so a reader can redo the call. held is None when this run did not test the claim.
+
+Where a claim rests on accuracies of the eval table, the evidence also gives each row against the base
+row item by item (keyheads.report.stats): items gained / lost, the change in points with its 95%
+interval, and the exact McNemar p with Holm's correction over every item-by-item test of the table. A
+comparison with one draw of random heads says "(single random draw)".
 """
 from __future__ import annotations
 
@@ -10,7 +15,20 @@ from pathlib import Path
 from ..numbers import human
 from ..runfolder import RunFolder
 from .markup import is_num, pct, points
-from .rundata import EvalTable, eval_table, first_of, is_random, main_precise
+from .rundata import (
+    EvalRow,
+    EvalTable,
+    delta_band,
+    display,
+    eval_table,
+    first_of,
+    is_random,
+    main_precise,
+    paired_family,
+)
+from .stats import PairedTest, seed_free
+
+SINGLE_DRAW = "(single random draw)"
 
 KEY_EFFECT = -0.05      # the paper's key heads: relative logit change below -5%
 FEW_HEADS = 0.10        # "a few percent": at most 10% of all heads are key heads
@@ -47,7 +65,7 @@ def knockout_beyond_random(run: RunFolder) -> dict:
         return _claim(claim, None, "knockout did not run")
     key = ko["key_heads"]
     n, before, after = len(key.get("heads", [])), key.get("accuracy_before"), key.get("accuracy_after")
-    rand, std = _random_at(ko, n)
+    rand, std, draws = _random_at(ko, n)
     if rand is None:
         return _claim(claim, None, "no random-head comparison was computed (no curves and no transfer control)")
     if not is_num(before) or before <= 0:
@@ -56,20 +74,26 @@ def knockout_beyond_random(run: RunFolder) -> dict:
     need = max(BEYOND_RANDOM, 2 * std)
     return _claim(claim, gap >= need,
                   f"accuracy {pct(before)} -> {pct(after)} with the {n} key heads out, {pct(rand)} (std {pct(std)}) "
-                  f"with {n} random heads out: {100 * gap:.1f} points lower (rule: at least {100 * need:.1f})")
+                  f"with {n} random heads out {_draws(draws)}: {100 * gap:.1f} points lower "
+                  f"(rule: at least {100 * need:.1f})")
 
 
-def _random_at(ko: dict, n: int) -> tuple[float | None, float]:
-    """Random-head accuracy with n heads out: the random-rank curve at k = n, else the transfer control."""
+def _random_at(ko: dict, n: int) -> tuple[float | None, float, int]:
+    """Random-head accuracy with n heads out, its std and the number of random draws behind it: the
+    random-rank curve at k = n (one draw per seed), else the transfer control (one draw)."""
     curves = ko.get("curves") or {}
     ks = curves.get("k") or []
     if n in ks:
         i = ks.index(n)
-        return curves["random_mean"][i], curves["random_std"][i]
+        return curves["random_mean"][i], curves["random_std"][i], len(curves.get("random_rank") or []) or 1
     rows = (ko.get("transfer") or {}).get("rows") or []
     if rows and is_num(rows[0].get("accuracy_random_heads")):
-        return rows[0]["accuracy_random_heads"], 0.0
-    return None, 0.0
+        return rows[0]["accuracy_random_heads"], 0.0, 1
+    return None, 0.0, 0
+
+
+def _draws(draws: int) -> str:
+    return SINGLE_DRAW if draws == 1 else f"(mean of {draws} random draws)"
 
 
 def transfer(run: RunFolder) -> dict:
@@ -87,11 +111,12 @@ def transfer(run: RunFolder) -> dict:
     shown = "; ".join(f"{r['set']}: {pct(r['relative_change'])} vs random {pct(r['relative_change_random_heads'])}"
                       for r in rows)
     return _claim(claim, 2 * len(wins) > len(rows),
-                  f"relative accuracy change with key heads vs random heads out — {shown}. The key heads cost at least "
+                  f"relative accuracy change with key heads vs random heads out {SINGLE_DRAW} — {shown}. The key heads "
+                  "cost at least "
                   f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets (rule: more than half)")
 
 
-def generic_kept(run: RunFolder, table: EvalTable | None) -> dict:
+def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> dict:
     claim = "Without the key heads, generic skills (MMLU, CSQA) stay while math drops"
     ko = table.of_kind("knockout") if table else []
     if table is None or not ko or table.base is None or not table.generic():
@@ -102,7 +127,8 @@ def generic_kept(run: RunFolder, table: EvalTable | None) -> dict:
         return _claim(claim, None, "no generic benchmark accuracy for both rows")
     held = abs(g) <= GENERIC_KEPT and (m is None or m < g)
     return _claim(claim, held, f"generic accuracy {points(g)} points, math {points(m)} points with the key heads out "
-                  f"(rule: generic within ±{100 * GENERIC_KEPT:.0f} points and math below it)")
+                  f"(rule: generic within ±{100 * GENERIC_KEPT:.0f} points and math below it)"
+                  + _items(pairs, [ko[0]], table.generic() + table.math()))
 
 
 def attend_operands(run: RunFolder) -> dict:
@@ -133,7 +159,7 @@ def later_mlps(run: RunFolder) -> dict:
                   "in the later half)")
 
 
-def precise_sft(run: RunFolder, table: EvalTable | None) -> list[dict]:
+def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> list[dict]:
     claims = ("Precise SFT of the key heads improves math about as much as full SFT",
               "Precise SFT moves generic skills (MMLU, CSQA) less than full SFT",
               "Precise SFT trains faster than full SFT, with far fewer tuned parameters")
@@ -151,7 +177,8 @@ def precise_sft(run: RunFolder, table: EvalTable | None) -> list[dict]:
         extra = _random_note(runs, table, pm)
         held = None if pm is None or fm is None else pm > 0 and pm >= fm - LIKE_FULL
         out.append(_claim(claims[0], held, f"math accuracy {points(pm)} points with {p}, {points(fm)} with {f} "
-                          f"(rule: gain above 0 and within {100 * LIKE_FULL:.0f} points of full SFT){extra}"))
+                          f"(rule: gain above 0 and within {100 * LIKE_FULL:.0f} points of full SFT){extra}"
+                          + _items(pairs, [prow, frow], table.math())))
         pg, fg = table.mean_delta(prow, table.generic()), table.mean_delta(frow, table.generic())
         dp, df = table.drift(prow), table.drift(frow)
         if dp and df:  # the drift measure can show a loss where chance-level accuracies cannot
@@ -164,7 +191,7 @@ def precise_sft(run: RunFolder, table: EvalTable | None) -> list[dict]:
         else:
             held = None if pg is None or fg is None else abs(pg) <= abs(fg)
             out.append(_claim(claims[1], held, f"generic accuracy {points(pg)} points with {p}, {points(fg)} with {f} "
-                              "(rule: the smaller change)"))
+                              "(rule: the smaller change)" + _items(pairs, [prow, frow], table.generic())))
     sp, sf = (runs[k].get("train", {}).get("samples_per_second") for k in (p, f))
     tp, tf = runs[p].get("tuned_params"), runs[f].get("tuned_params")
     held = None if not (is_num(sp) and is_num(sf)) else sp > sf and (not is_num(tp) or not is_num(tf) or tp < tf)
@@ -178,16 +205,38 @@ def _ci(ci) -> str:
 
 
 def _random_note(runs: dict, table: EvalTable, precise_gain) -> str:
-    """Tuning as many random heads is the control for the choice of heads; quoted when it ran."""
+    """Tuning as many random heads is the control for the choice of heads; quoted when it ran: one run is
+    one random draw; several seeds of it (random@K, random@K-seed1, ...) give a band."""
     name = next((k for k, v in runs.items() if is_random(v)), None)
-    row = table.of_run(name)
-    gain = table.mean_delta(row, table.math()) if row else None
-    return f"; random heads ({name}): {points(gain)}" if gain is not None and precise_gain is not None else ""
+    if name is None or precise_gain is None:
+        return ""
+    seeds = [k for k, v in runs.items() if is_random(v) and seed_free(k) == seed_free(name)]
+    rows = [r for r in (table.of_run(k) for k in seeds) if r is not None]
+    if len(rows) > 1:
+        spread = delta_band(table, rows, table.math())
+        return f"; random heads ({seed_free(name)}): {spread.text()}" if spread else ""
+    gain = table.mean_delta(rows[0], table.math()) if rows else None
+    return f"; random heads ({name}) {SINGLE_DRAW}: {points(gain)}" if gain is not None else ""
+
+
+def _items(pairs: dict[tuple[str, str], PairedTest], rows: list[EvalRow], benchmarks: list[str]) -> str:
+    """'. Item by item against the base row (...): precise — GSM8K +6 / -0, Δ +12.0 [+3.0, +20.4], p 0.031
+    (Holm 1); MMLU ...; full — ...'"""
+    parts = []
+    for row in rows:
+        cells = [f"{display(b)} {pairs[(row.label, b)].cell()}" for b in benchmarks if (row.label, b) in pairs]
+        if cells:
+            parts.append(f"{row.run or row.label} — " + "; ".join(cells))
+    if not parts:
+        return ". Not tested item by item: no per-item outcomes (eval/<row>/<benchmark>.wrong.jsonl) for these rows"
+    return (f". Item by item against the base row (gained / lost, Δ in points [95% CI], exact McNemar p, Holm over "
+            f"the table's {len(pairs)} tests): " + "; ".join(parts))
 
 
 def findings(folder: str | Path | RunFolder) -> list[dict]:
     """[{"claim", "held": True | False | None, "evidence"}] for the paper's claims, in its order."""
     run = RunFolder.of(folder)
     table = eval_table(run)
-    return [few_key_heads(run), knockout_beyond_random(run), transfer(run), generic_kept(run, table),
-            attend_operands(run), later_mlps(run), *precise_sft(run, table)]
+    pairs = paired_family(run, table) if table is not None else {}
+    return [few_key_heads(run), knockout_beyond_random(run), transfer(run), generic_kept(run, table, pairs),
+            attend_operands(run), later_mlps(run), *precise_sft(run, table, pairs)]

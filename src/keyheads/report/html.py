@@ -62,9 +62,3 @@ def write_html_report(folder: str | Path) -> Path:
         raise MissingFile(f"run folder {run.root} does not exist")
     return atomic_write_text(run.report, render(folder))
 
-
-if __name__ == "__main__":  # python -m keyheads.report.html RUN_FOLDER
-    import sys
-
-    for folder in sys.argv[1:] or ["runs/demo"]:
-        print(write_html_report(folder))

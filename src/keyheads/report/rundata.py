@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..runfolder import RunFolder
 from .markup import is_num
+from .stats import Band, PairedTest, band, paired_sets, seed_free, seed_groups, with_holm
 
 GENERIC = ("mmlu", "csqa")  # the paper's generic tasks; every other benchmark but DRIFT is arithmetic
 DRIFT = "generic-kl"  # KL from the base row and perplexity on generic text, not an accuracy
@@ -85,6 +86,10 @@ class EvalTable:
     def generic(self) -> list[str]:
         return [b for b in self.benchmarks if b in GENERIC]
 
+    def scored(self) -> list[str]:
+        """The benchmarks scored right or wrong item by item: the math sets, then the generic ones."""
+        return self.math() + self.generic()
+
     def mean_delta(self, row: EvalRow, benchmarks: list[str]) -> float | None:
         """Mean accuracy change from the base row over `benchmarks` both rows have."""
         base = self.base
@@ -131,3 +136,47 @@ def eval_table(run: RunFolder) -> EvalTable | None:
                             _run_of(info, runs) if kind == "adapter" else None, info))
         benchmarks += [b for b in rows[-1].benchmarks if b not in benchmarks]
     return EvalTable(benchmarks, rows)
+
+
+def paired_family(run: RunFolder, table: EvalTable) -> dict[tuple[str, str], PairedTest]:
+    """Every row against the base row, item by item, on every scored benchmark for which both wrote the
+    items they got wrong (eval/<row>/<benchmark>.wrong.jsonl) over the same n items: {(label, benchmark):
+    test}. The tests are one family, the whole table: each p is also given Holm-adjusted over all of them."""
+    base = table.base
+    if base is None:
+        return {}
+    tests = {}
+    for row in table.rows:
+        if row is base:
+            continue
+        for b in table.scored():
+            test = _paired(run, base, row, b)
+            if test is not None:
+                tests[(row.label, b)] = test
+    return with_holm(tests)
+
+
+def _paired(run: RunFolder, base: EvalRow, row: EvalRow, bench: str) -> PairedTest | None:
+    if bench not in base.benchmarks or bench not in row.benchmarks:
+        return None
+    n, n_row = (base.benchmarks[bench] or {}).get("n"), (row.benchmarks[bench] or {}).get("n")
+    if not isinstance(n, int) or n <= 0 or n != n_row:
+        return None
+    base_wrong, row_wrong = run.wrong_ids(base.label, bench), run.wrong_ids(row.label, bench)
+    if base_wrong is None or row_wrong is None or len(base_wrong | row_wrong) > n:
+        return None
+    return paired_sets(base_wrong, row_wrong, n)
+
+
+def seed_sets(rows: list[EvalRow]) -> list[tuple[str, list[EvalRow]]]:
+    """The rows that are one control run with several seeds (run names, else labels, of one kind that differ
+    only in a seed: random@40, random@40-seed1, ...): [(the label without its seed, the rows)]."""
+    names = [f"{r.kind} {r.run or r.label}" for r in rows]
+    return [(seed_free(rows[idx[0]].label), [rows[i] for i in idx]) for idx in seed_groups(names).values()]
+
+
+def delta_band(table: EvalTable, rows: list[EvalRow], benchmarks: list[str]) -> Band | None:
+    """Mean and range over `rows` (the seeds of one control) of their mean accuracy change from the base
+    row over `benchmarks`."""
+    deltas = [d for d in (table.mean_delta(r, benchmarks) for r in rows) if d is not None]
+    return band(deltas) if deltas else None
