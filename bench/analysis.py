@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import matmul_rate, write_section  # noqa: E402
 
 from keyheads.analysis.common import Batches, all_heads, load_samples  # noqa: E402
-from keyheads.analysis.knockout_curves import CurveConfig, curve_sets, knockout_curves  # noqa: E402
+from keyheads.analysis.knockout_curves import CurveSettings, curve_sets, knockout_curves  # noqa: E402
 from keyheads.analysis.passes import EndPasses  # noqa: E402
 from keyheads.cli import main as cli  # noqa: E402
 from keyheads.demo import demo_config  # noqa: E402
@@ -87,7 +87,7 @@ def run_case(name: str, args, model) -> list[str]:
     samples = load_samples(model, data)
     refs, answers = [s.prompt for s in samples], [s.answer_id for s in samples]
     heads = all_heads(model)
-    cfg = CurveConfig(k=args.k, seeds=args.seeds, seed=0)
+    cfg = CurveSettings(k=args.k, seeds=args.seeds, seed=0)
     ranked = Effects.load(effects_path, model).ranked()
     rates = [matmul_rate(model.d_model, model.config.intermediate_size)]  # the best of three, around the timings
     with torch.inference_mode():

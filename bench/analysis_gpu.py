@@ -38,7 +38,7 @@ def main(args) -> list[str]:
     from patching_scale import gpu_matmul_rate
 
     from keyheads.analysis.common import all_heads
-    from keyheads.analysis.knockout_curves import CurveConfig, curve_sets, knockout_curves
+    from keyheads.analysis.knockout_curves import CurveSettings, curve_sets, knockout_curves
     from keyheads.analysis.passes import EndPasses
     from keyheads.knockout import compute_means
     from keyheads.models.model import HookedModel
@@ -54,7 +54,7 @@ def main(args) -> list[str]:
     answers = [model.tokens(str(random.Random(i).randint(0, 9)))[0] for i in range(len(refs))]
     heads = all_heads(model)
     ranked = random.Random(2).sample(heads, len(heads))
-    cfg = CurveConfig(k=args.k, seeds=args.seeds, seed=0)
+    cfg = CurveSettings(k=args.k, seeds=args.seeds, seed=0)
     rate = gpu_matmul_rate(model.d_model, config.intermediate_size, torch.bfloat16)
     with torch.inference_mode():
         full = compute_means(model, cfs, heads=heads, batch_size=args.batch_size, progress=False)

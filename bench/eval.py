@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
 from keyheads.data.benchmarks import data_dir_from  # noqa: E402
-from keyheads.evaluation.config import EvalConfig  # noqa: E402
+from keyheads.evaluation.config import EvalSettings  # noqa: E402
 from keyheads.evaluation.engine import PrefixKV, common_prefix_len, eos_ids, greedy_generate  # noqa: E402
 from keyheads.evaluation.prompts import STOPS, cut_at_stop  # noqa: E402
 from keyheads.evaluation.runner import _batches  # noqa: E402
@@ -163,7 +163,7 @@ def first_diff(a: str, b: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=64, help="first N GSM8K test questions")
-    ap.add_argument("--batch-size", type=int, default=EvalConfig.batch_size,
+    ap.add_argument("--batch-size", type=int, default=EvalSettings.batch_size,
                     help="prompts per batch (default: the runner's)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     ap.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA, else ../shared/data/benchmarks "
@@ -186,7 +186,7 @@ def main() -> None:
     data_dir = data_dir_from(args.data_dir)
     if data_dir is None and (ROOT.parent / "shared" / "data" / "benchmarks").is_dir():
         data_dir = ROOT.parent / "shared" / "data" / "benchmarks"
-    cfg = EvalConfig(benchmarks=(BENCH,), data_dir=str(data_dir) if data_dir else None, limit=args.n,
+    cfg = EvalSettings(benchmarks=(BENCH,), data_dir=str(data_dir) if data_dir else None, limit=args.n,
                      batch_size=args.batch_size, progress=False)
     model = load_model("smollm2-135m", device="cpu", dtype="float32")
     model.hf.eval()

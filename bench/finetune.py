@@ -87,7 +87,7 @@ def memory_now(device: str) -> float:
 
 def run_one(args) -> dict:
     """One case in this process: -> step times, peak memory, tuned parameters."""
-    from keyheads.finetune.config import FinetuneConfig
+    from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.data import collate
     from keyheads.finetune.model import make_trainable
     from keyheads.finetune.train import completion_loss_sum, train
@@ -103,7 +103,7 @@ def run_one(args) -> dict:
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     method = "precise" if args.one.startswith("precise") or args.one == "floor" else args.one
-    cfg = FinetuneConfig(method=method, batch_size=args.optimizer_batch_size, micro_batch_size=args.micro_batch_size,
+    cfg = FinetuneSettings(method=method, batch_size=args.optimizer_batch_size, micro_batch_size=args.micro_batch_size,
                          max_steps=args.steps + args.warmup, save_every=0, lr=2e-5, max_length=10**6)
     out = {"case": args.one, "components": chosen.to_json(), "lowest_layer": chosen.lowest_layer(),
            "n_layers": model.n_layers}

@@ -41,7 +41,7 @@ def main(spec_path: str, results: str) -> None:
     from keyheads import distributed
     from keyheads.components import Components
     from keyheads.finetune import load_examples
-    from keyheads.finetune.config import FinetuneConfig
+    from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.parallel import placement
     from keyheads.finetune.run import finetune
     from keyheads.log import configure
@@ -50,7 +50,7 @@ def main(spec_path: str, results: str) -> None:
     configure()  # the "resuming from" note on stderr
     spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(spec.get("threads", 1))
-    cfg = FinetuneConfig.from_json(spec["config"])
+    cfg = FinetuneSettings.from_json(spec["config"])
     examples = load_examples(spec["train"], seed=0)
     load_on, train_on = placement(cfg, spec.get("device"))
     dtype = "bfloat16" if train_on.startswith("cuda") else "float32"

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from results import write_section  # noqa: E402
 
 from keyheads.data.benchmarks import data_dir_from  # noqa: E402
-from keyheads.evaluation import EvalConfig, Variant, evaluate  # noqa: E402
+from keyheads.evaluation import EvalSettings, Variant, evaluate  # noqa: E402
 from keyheads.evaluation.cache import read_rows  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 
@@ -55,7 +55,7 @@ def main() -> None:
     rows = []
     for name, variant in variants.items():
         cache = work / f"cache-{name}"
-        cfg = EvalConfig(benchmarks=(args.benchmark,), data_dir=str(data_dir), limit=args.n, cache_dir=str(cache),
+        cfg = EvalSettings(benchmarks=(args.benchmark,), data_dir=str(data_dir), limit=args.n, cache_dir=str(cache),
                          progress=False)
         t0 = time.perf_counter()
         evaluate([variant], cfg, work / f"out-{name}", loader=lambda _: model)

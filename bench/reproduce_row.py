@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
 from keyheads.evaluation.cache import ResultCache  # noqa: E402
-from keyheads.runconfig import PipelineConfig  # noqa: E402
+from keyheads.runconfig import RunSettings  # noqa: E402
 
 IGNORED = ("key", "variant")  # the row label may differ; the key is what is matched on
 
@@ -49,7 +49,7 @@ def accuracy(out: Path, bench: str) -> float | None:
     return json.loads(found[0].read_text()).get("accuracy") if found else None
 
 
-def eval_command(run: Path, cfg: PipelineConfig, variant: str, benches: list[str], limit: int, cache: Path,
+def eval_command(run: Path, cfg: RunSettings, variant: str, benches: list[str], limit: int, cache: Path,
                  out: Path, threads: int | None) -> list[str]:
     cmd = ["keyheads", "eval", "--adapter", str(run / "finetune" / variant), "--no-base",
            "--benchmarks", ",".join(benches), "--limit", str(limit), "--cache-dir", str(cache),
@@ -75,7 +75,7 @@ def main() -> None:
     run = Path(args.run)
     if not (run / "finetune" / args.variant / "finetune.json").is_file():
         sys.exit(f"{run}/finetune/{args.variant} holds no finished adapter (finetune.json)")
-    cfg = PipelineConfig.model_validate(json.loads((run / "config.json").read_text()))
+    cfg = RunSettings.model_validate(json.loads((run / "config.json").read_text()))
     benches = args.benchmarks.split(",") if args.benchmarks else [b for b in cfg.eval.benchmarks if b != "generic-kl"]
     limit = args.limit or cfg.eval.limit
     with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:

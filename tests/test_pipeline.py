@@ -10,7 +10,7 @@ import pytest
 from keyheads.errors import BadFile, UserError
 from keyheads.evaluation.cache import read_rows
 from keyheads.pipeline import run_pipeline
-from keyheads.runconfig import PipelineConfig, merge
+from keyheads.runconfig import RunSettings, merge
 from keyheads.testing import tiny_model
 
 from tests.helpers import make_rows, write_rows
@@ -31,7 +31,7 @@ def config(run, data_dir, **kw):
                 finetune=dict(train=str(run.parent / "train.jsonl"), max_steps=2, optimizer_batch_size=4,
                               micro_batch_size=2),
                 eval=dict(benchmarks=["mmlu"], limit=2, few_shot=1), data_dir=str(data_dir), batch_size=8)
-    return PipelineConfig.make(**merge(base, kw))
+    return RunSettings.make(**merge(base, kw))
 
 
 def given_pairs(cfg, run, model, progress=True):
@@ -86,7 +86,7 @@ def test_every_stage_writes_its_outputs_and_record(run, tiny_data, said, monkeyp
         rec = json.loads((run / "stages" / f"{name}.json").read_text())
         assert rec["outputs"] and all(rec["outputs"].values()) and rec["seconds"] >= 0
     written = json.loads((run / "config.json").read_text())
-    assert written["patch"]["top_k"] == 3 and PipelineConfig.make(**written) == config(run, tiny_data)
+    assert written["patch"]["top_k"] == 3 and RunSettings.make(**written) == config(run, tiny_data)
     assert json.loads((run / "model.json").read_text())["fingerprint"]
 
 
@@ -245,12 +245,12 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused_up_front(run,
 ])
 def test_invalid_settings_are_named_before_anything_runs(values, named, tmp_path):
     with pytest.raises(UserError, match=re.escape(named)) as err:
-        PipelineConfig.make(**merge({"out": str(tmp_path / "r"), "eval": {"benchmarks": []}}, values))
+        RunSettings.make(**merge({"out": str(tmp_path / "r"), "eval": {"benchmarks": []}}, values))
     assert "ArgsKwargs" not in str(err.value) and "pydantic" not in str(err.value)
 
 
 def test_a_section_given_in_part_keeps_the_run_defaults(tmp_path):
-    cfg = PipelineConfig.make(out=str(tmp_path / "r"), eval={"benchmarks": []}, data={"task": "all"})
+    cfg = RunSettings.make(out=str(tmp_path / "r"), eval={"benchmarks": []}, data={"task": "all"})
     assert (cfg.data.task, cfg.data.n, cfg.data.few_shot) == ("all", 300, 3)
     assert cfg.patch.top_k == 10 and cfg.knockout.limit == cfg.attention.limit == cfg.mlp.limit == 300
     assert cfg.eval.limit == 50 and cfg.eval.split == "auto"
@@ -260,21 +260,21 @@ def test_out_that_cannot_be_written_and_missing_config_are_named(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(UserError, match="out"):
-        PipelineConfig.make(out=str(blocker / "run"), eval={"benchmarks": []})
+        RunSettings.make(out=str(blocker / "run"), eval={"benchmarks": []})
     with pytest.raises(BadFile, match="nothere.yaml"):
-        PipelineConfig.from_yaml(tmp_path / "nothere.yaml")
+        RunSettings.from_yaml(tmp_path / "nothere.yaml")
     path = tmp_path / "c.yaml"
     path.write_text("model: smollm2-135m\ntop_kk: 5\n")
     with pytest.raises(UserError, match="top_kk"):
-        PipelineConfig.from_yaml(path)
+        RunSettings.from_yaml(path)
     path.write_text(f"out: {tmp_path / 'r'}\npatch:\n  top_k: 4\neval:\n  benchmarks: []\n")
-    assert PipelineConfig.from_yaml(path).patch.top_k == 4
+    assert RunSettings.from_yaml(path).patch.top_k == 4
 
 
 def test_benchmarks_that_need_data_are_refused_without_a_folder(tmp_path, monkeypatch):
     monkeypatch.delenv("KEYHEADS_DATA", raising=False)
     with pytest.raises(UserError, match="eval.benchmarks gsm8k read a benchmark folder"):
-        PipelineConfig.make(out=str(tmp_path / "r"), eval={"benchmarks": ["gsm8k"]})
+        RunSettings.make(out=str(tmp_path / "r"), eval={"benchmarks": ["gsm8k"]})
 
 
 def test_cli_run_flags_override_the_yaml_and_errors_exit_2(tmp_path, capsys):
@@ -323,7 +323,7 @@ def test_cli_run_flags_reach_the_sections(tmp_path, monkeypatch):
 
 
 def test_training_on_the_trainset_evaluates_only_untrained_items(run, tiny_data, monkeypatch):  # noqa: F811
-    from keyheads.data.trainset import SplitConfig, heldout_splits
+    from keyheads.data.trainset import SplitSettings, heldout_splits
     from keyheads.finetune import load_examples
 
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
@@ -340,7 +340,7 @@ def test_training_on_the_trainset_evaluates_only_untrained_items(run, tiny_data,
     assert cfg.resolved_eval_split() == "heldout"
     run_pipeline(cfg, stages=["data", "identify", "finetune", "eval"])
     res = json.loads((run / "eval" / "results.json").read_text())["variants"][0]["benchmarks"]["svamp"]
-    held = heldout_splits(str(data), SplitConfig())["svamp"][1]
+    held = heldout_splits(str(data), SplitSettings())["svamp"][1]
     trained = {e.prompt for e in load_examples("trainset", data_dir=str(data))}
     assert res["split"].startswith("heldout") and 0 < res["n"] == len(held) < 8
     assert not any(r.question in p for r in held for p in trained)

@@ -161,12 +161,12 @@ def test_what_is_not_a_size(text):
 
 
 def test_integer_settings_refuse_bools_and_floats():
-    from keyheads.runconfig import PipelineConfig
+    from keyheads.runconfig import RunSettings
 
     for value in (True, 2.5, "five"):
         with pytest.raises(SettingError, match=f"knockout.k: {re.escape(repr(value))} given; must be an integer"):
-            PipelineConfig.make(eval={"benchmarks": []}, knockout={"k": value})
-    assert PipelineConfig.make(eval={"benchmarks": []}, knockout={"k": 3.0}).knockout.k == 3
+            RunSettings.make(eval={"benchmarks": []}, knockout={"k": value})
+    assert RunSettings.make(eval={"benchmarks": []}, knockout={"k": 3.0}).knockout.k == 3
 
 
 def test_setting_error_also_takes_a_plain_message():

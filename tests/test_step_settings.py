@@ -17,9 +17,9 @@ from keyheads import pipeline
 from keyheads.analysis.selection import HeadChoice
 from keyheads.components import Components
 from keyheads.config.base import fields_of
-from keyheads.finetune.config import FinetuneConfig
+from keyheads.finetune.config import FinetuneSettings
 from keyheads.heads import Head
-from keyheads.runconfig import PipelineConfig, merge
+from keyheads.runconfig import RunSettings, merge
 
 VARIANTS = ["precise", "precise+mlp", "full", "lora"]
 BASE = dict(model="tiny", variants=VARIANTS, finetune=dict(train="arith:multidigit:8"),
@@ -41,7 +41,7 @@ OTHER = {
     ("eval", "split"): "heldout",
 }
 # settings that a resumed run may change without changing any result (declared on the type itself)
-RESUMABLE = {("finetune", name) for name in FinetuneConfig.RESUMABLE_CHANGES}
+RESUMABLE = {("finetune", name) for name in FinetuneSettings.RESUMABLE_CHANGES}
 # filled in by the run config from elsewhere, not settable in the section
 NOT_SETTABLE = {"seed"}
 
@@ -68,7 +68,7 @@ def other_value(section: str, name: str, annotation, default):
 
 def section_fields():
     """(section, field name, YAML key, annotation) of every step's settings in the run config."""
-    cfg = PipelineConfig.make(**BASE)
+    cfg = RunSettings.make(**BASE)
     for section in ("data", "patch", "knockout", "attention", "mlp", "finetune", "eval"):
         kind = type(getattr(cfg, section))
         for name, (annotation, info) in fields_of(kind).items():
@@ -136,10 +136,10 @@ def stages_of(cfg, run, calls):
 @pytest.mark.parametrize("section,name,key,annotation", list(section_fields()),
                          ids=[f"{s}.{n}" for s, n, _, _ in section_fields()])
 def test_every_setting_reaches_its_step_and_its_signature(section, name, key, annotation, tmp_path, monkeypatch):
-    base = PipelineConfig.make(out=str(tmp_path / "a"), **BASE)
+    base = RunSettings.make(out=str(tmp_path / "a"), **BASE)
     default = getattr(getattr(base, section), name)
     value = other_value(section, name, annotation, default)
-    changed = PipelineConfig.make(out=str(tmp_path / "b"), **merge(BASE, {section: {key: value}}))
+    changed = RunSettings.make(out=str(tmp_path / "b"), **merge(BASE, {section: {key: value}}))
     assert getattr(getattr(changed, section), name) != default, "the walk must change the setting"
 
     calls = Calls(monkeypatch)
@@ -163,7 +163,7 @@ def test_every_setting_reaches_its_step_and_its_signature(section, name, key, an
 def test_the_walk_fails_when_a_stage_drops_a_setting(tmp_path, monkeypatch):
     """The walk can fail: a stage that passes a copy without the field is caught."""
     calls = Calls(monkeypatch)
-    cfg = PipelineConfig.make(out=str(tmp_path / "a"), **merge(BASE, {"knockout": {"k": 7}}))
+    cfg = RunSettings.make(out=str(tmp_path / "a"), **merge(BASE, {"knockout": {"k": 7}}))
     monkeypatch.setattr(pipeline, "_knockout", lambda cfg, run, model, progress=True: pipeline.run_knockout(
         model, run, run, None, dataclasses.replace(cfg.knockout, k=20)))
     stages_of(cfg, tmp_path / "a", calls)["knockout"].run()

@@ -12,7 +12,7 @@ from .distributed import is_main
 from .evaluation.arith import ARITH_FIRST
 from .evaluation.config import TABLE_BENCHMARKS
 from .log import logger
-from .runconfig import PipelineConfig, merge
+from .runconfig import RunSettings, merge
 
 DEMO = dict(
     out="runs/demo", batch_size=16, variants=["precise"],
@@ -27,7 +27,7 @@ DEMO = dict(
 )
 
 
-def demo_config(overrides: dict) -> PipelineConfig:
+def demo_config(overrides: dict) -> RunSettings:
     """The demo's settings, with any flag the user gave on top (`overrides` nested as the YAML)."""
     folder = data_dir_from(overrides.get("data_dir") or None)
     data_dir = str(folder) if folder else None
@@ -36,5 +36,5 @@ def demo_config(overrides: dict) -> PipelineConfig:
                        "and the SVAMP/GSM8K transfer is skipped (point it at a folder with gsm8k/, svamp/, addsub/, "
                        "singleeq/, mmlu/, csqa/)")
     benchmarks = list(ARITH_FIRST) + (list(TABLE_BENCHMARKS) if data_dir else [])
-    return PipelineConfig.make(**merge(merge(DEMO, {"eval": {"benchmarks": benchmarks}, "data_dir": data_dir}),
+    return RunSettings.make(**merge(merge(DEMO, {"eval": {"benchmarks": benchmarks}, "data_dir": data_dir}),
                                        overrides))

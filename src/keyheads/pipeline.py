@@ -37,10 +37,10 @@ from .data.generate import pairs_for
 from .data.pairs import write_pairs
 from .effects import Effects
 from .errors import SettingError
-from .evaluation import EvalConfig, Variant, evaluate
+from .evaluation import EvalSettings, Variant, evaluate
 from .finetune import describe as describe_training
 from .finetune import finetune, load_examples
-from .finetune.config import FinetuneConfig
+from .finetune.config import FinetuneSettings
 from .finetune.parallel import check_setup
 from .io import write_json
 from .log import logger
@@ -49,7 +49,7 @@ from .models.model import HookedModel
 from .patching import describe as describe_effects
 from .patching import identify
 from .report.html import write_html_report
-from .runconfig import VARIANT, PipelineConfig
+from .runconfig import VARIANT, RunSettings
 from .runfolder import RunFolder
 from .stages import Runner, Stage
 
@@ -62,7 +62,7 @@ def key_heads(folder: RunFolder | Path) -> Components:
     return Components.read_key_heads(RunFolder.of(folder).key_heads)
 
 
-def build_stages(cfg: PipelineConfig, folder: RunFolder | Path, get_model, progress: bool = True) -> list[Stage]:
+def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress: bool = True) -> list[Stage]:
     """Every stage of `cfg` in order; `get_model()` loads the model on first use. A stage's signature is
     the settings its step is given, whole, and what the whole run shares (the model)."""
     run = RunFolder.of(folder)
@@ -86,7 +86,8 @@ def build_stages(cfg: PipelineConfig, folder: RunFolder | Path, get_model, progr
               lambda: _mlp(cfg, run, get_model(), progress)),
     ]
     train = {**seeded, **section(cfg.finetune), "data_dir": cfg.data_dir}
-    for key in ("mlps", *FinetuneConfig.RESUMABLE_CHANGES):  # only +mlp variants read mlps; the others change no result
+    # only +mlp variants read mlps; the others change no result
+    for key in ("mlps", *FinetuneSettings.RESUMABLE_CHANGES):
         train.pop(key, None)
     for variant in cfg.variants:
         extra = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
@@ -125,7 +126,7 @@ def check_selection(names: list[str] | None, start: str | None, stages: list[Sta
     return set(names) if names else None
 
 
-def run_pipeline(cfg: PipelineConfig, stages: list[str] | None = None, start: str | None = None,
+def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str | None = None,
                  force: bool = False, progress: bool = True) -> Path:
     """Run the stale stages of `cfg` (all, or those chosen by `stages` / `start`); returns report.html.
 
@@ -170,12 +171,12 @@ def _say(text: str) -> None:
         logger.info("%s", text)
 
 
-def _device(cfg: PipelineConfig) -> str | None:
+def _device(cfg: RunSettings) -> str | None:
     """The configured device, else under a launcher this process's own (cuda:LOCAL_RANK or cpu)."""
     return cfg.device or distributed.default_device()
 
 
-def _check_processes(cfg: PipelineConfig, plan: list[Stage], selected: set[str] | None) -> None:
+def _check_processes(cfg: RunSettings, plan: list[Stage], selected: set[str] | None) -> None:
     """Refuse up front what cannot run on this many processes, before any stage spends time."""
     world = distributed.world()
     training = [s.name for s in plan if s.group == "finetune" and (selected is None or s.name in selected
@@ -202,11 +203,11 @@ def _write_model_info(run: RunFolder, model) -> None:
 
 # ---- the stages ------------------------------------------------------------------------------
 
-def _data(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+def _data(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
     write_pairs(run.pairs, pairs_for(model, cfg.data, batch_size=cfg.batch_size, progress=progress))
 
 
-def _identify(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+def _identify(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
     effects, keys = identify(model, run.pairs, cfg.patch, run.identify, batch_size=cfg.batch_size,
                              progress=progress)
     _say(describe_effects(effects, keys))
@@ -217,30 +218,30 @@ def _key_heads(run: RunFolder) -> HeadChoice:
     return HeadChoice.of(key_heads(run).heads, run.effects)
 
 
-def _knockout(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+def _knockout(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
     result = run_knockout(model, run.pairs, run.knockout, _key_heads(run), cfg.knockout, data_dir=_data_dir(cfg),
                           batch_size=cfg.batch_size, progress=progress)
     _say(describe_knockout(result))
 
 
-def _attention(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+def _attention(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
     result = run_attention(model, run.pairs, run.attention, _key_heads(run), cfg.attention,
                            batch_size=cfg.batch_size, progress=progress)
     _say(describe_attention(result))
 
 
-def _mlp(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+def _mlp(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
     result = run_mlp(model, run.pairs, run.mlp, cfg.mlp, batch_size=cfg.batch_size, progress=progress)
     _say(describe_mlp(result))
 
 
-def _data_dir(cfg: PipelineConfig) -> str | None:
+def _data_dir(cfg: RunSettings) -> str | None:
     folder = data_dir_from(cfg.data_dir or None)
     return str(folder) if folder else None
 
 
-def variant_components(variant: str, folder: RunFolder | Path, model, cfg: PipelineConfig) -> Components:
-    """What a precise or random variant trains (see PipelineConfig.variants for the names)."""
+def variant_components(variant: str, folder: RunFolder | Path, model, cfg: RunSettings) -> Components:
+    """What a precise or random variant trains (see RunSettings.variants for the names)."""
     run = RunFolder.of(folder)
     m = VARIANT.fullmatch(variant)
     if m is None or not m["kind"]:
@@ -257,7 +258,7 @@ def variant_components(variant: str, folder: RunFolder | Path, model, cfg: Pipel
     return chosen.check(model.n_layers, model.n_heads)
 
 
-def _finetune(cfg: PipelineConfig, run: RunFolder, model, variant: str, progress: bool = True) -> None:
+def _finetune(cfg: RunSettings, run: RunFolder, model, variant: str, progress: bool = True) -> None:
     method: Literal["precise", "full", "lora"] = (
         "precise" if variant.startswith(("precise", "random")) else "full" if variant == "full" else "lora")
     examples = load_examples(cfg.finetune.train, data_dir=_data_dir(cfg), seed=cfg.seed)
@@ -276,7 +277,7 @@ def eval_labels(model: str, n_heads: int, finetune: list[str]) -> list[str]:
             + [f"{model} + {v} SFT" for v in finetune])
 
 
-def _eval(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> None:
+def _eval(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
     heads = key_heads(run).heads
     labels = eval_labels(cfg.model, len(heads), cfg.variants)
     variants = [Variant.make("model", cfg.model, label=labels[0]),
@@ -291,7 +292,7 @@ def _eval(cfg: PipelineConfig, run: RunFolder, model, progress: bool = True) -> 
         return models.load_model(name, device=_device(cfg), dtype=cfg.dtype, max_memory=cfg.max_memory,
                                  offload_folder=cfg.offload_folder)
 
-    evaluate(variants, EvalConfig(benchmarks=tuple(cfg.eval.benchmarks), data_dir=_data_dir(cfg),
+    evaluate(variants, EvalSettings(benchmarks=tuple(cfg.eval.benchmarks), data_dir=_data_dir(cfg),
                                   limit=cfg.eval.limit, few_shot=cfg.eval.few_shot, split=cfg.resolved_eval_split(),
                                   batch_size=cfg.batch_size,
                                   seed=cfg.seed, cache_dir=str(run.eval_cache), progress=progress),

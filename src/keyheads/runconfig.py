@@ -1,6 +1,6 @@
 """The settings of a full run: the YAML of `keyheads run` and the flags of `run`/`demo`.
 
-PipelineConfig composes the sections the commands use (keyheads.config.sections): `data:`,
+RunSettings composes the sections the commands use (keyheads.config.sections): `data:`,
 `patch:`, `knockout:`, `attention:`, `mlp:`, `finetune:` and `eval:` hold exactly the settings of
 `keyheads data`, `patch`, ... of the same names; only what the whole run shares (model, out,
 device, dtype, seed, data_dir, the forward batch_size) and the fine-tuning variants sit at the
@@ -39,18 +39,18 @@ from .config.sections import (
     check_template_ids,
 )
 from .data.benchmarks import data_dir_from
-from .data.generate import PairConfig
+from .data.generate import PairSettings
 from .errors import BadFile, SettingError
 from .evaluation.config import ARITH
 from .io import read_yaml
-from .patching.run import PatchConfig
+from .patching.run import PatchSettings
 from .settings import check_writable_dir
 
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs
 VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?|full|lora")
 
 
-class PipelineConfig(Section):
+class RunSettings(Section):
     """Settings of a full run."""
 
     model: str = Field("smollm2-135m", description="bundled name, local folder, .gguf or hub id")
@@ -69,10 +69,10 @@ class PipelineConfig(Section):
         "fine-tuning variants trained after the analysis: precise (the key heads), precise@K (the top K heads by "
         "effect), +mlp or +mlpM after either (also the top finetune.mlps or M MLPs), random or random@K (as "
         "many / K seeded random heads: the control), full, lora"))
-    data: PairConfig = Field(default_factory=lambda: PairConfig(n=300, few_shot=3, single_token_answer=True,
+    data: PairSettings = Field(default_factory=lambda: PairSettings(n=300, few_shot=3, single_token_answer=True,
                                                                 keep_correct=True),
                              description="the prompt pairs (`keyheads data`)")
-    patch: PatchConfig = Field(default_factory=lambda: PatchConfig(top_k=10),
+    patch: PatchSettings = Field(default_factory=lambda: PatchSettings(top_k=10),
                                description="patching and the key heads (`keyheads patch`)")
     knockout: KnockoutSettings = Field(default_factory=KnockoutSettings, description="knockout curves and transfer "
                                                                                      "(`keyheads knockout`)")
@@ -168,7 +168,7 @@ class PipelineConfig(Section):
         return self
 
     @classmethod
-    def make(cls, where: str = "", **values) -> PipelineConfig:
+    def make(cls, where: str = "", **values) -> RunSettings:
         """The config from plain (nested) values; a SettingError lists every invalid setting."""
         try:
             return cls.model_validate(values)
@@ -176,7 +176,7 @@ class PipelineConfig(Section):
             raise setting_error(err, where=where) from None
 
     @classmethod
-    def from_yaml(cls, path: str | Path, **overrides) -> PipelineConfig:
+    def from_yaml(cls, path: str | Path, **overrides) -> RunSettings:
         """The YAML file's settings, with `overrides` (nested dicts, as the flags give them) on top."""
         path = Path(path)
         raw = read_yaml(path, "config file (configs/ has examples)") or {}

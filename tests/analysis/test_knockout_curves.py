@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from keyheads.analysis.common import Batches, all_heads, answer_token, load_samples
-from keyheads.analysis.knockout_curves import CurveConfig, knockout_curves, random_order
+from keyheads.analysis.knockout_curves import CurveSettings, knockout_curves, random_order
 from keyheads.knockout import compute_means
 
 from tests.helpers import make_rows
@@ -38,7 +38,7 @@ def test_curve_points_equal_direct_accuracy(llama):
     full = compute_means(llama, cfs, heads=heads, progress=False)
     ranked = [(2, 1), (0, 3), (1, 0), (2, 2), (0, 0)]
     curves = knockout_curves(llama, Batches(llama, refs, 5), clean, full, ranked, heads,
-                             CurveConfig(k=5, seeds=3, seed=7), progress=False)
+                             CurveSettings(k=5, seeds=3, seed=7), progress=False)
     assert curves.ks == [0, 1, 2, 3, 4, 5] and curves.effect[0] == 1.0
     for k in range(1, 6):
         assert abs(curves.effect[k] - direct_accuracy(llama, refs, cfs, clean, ranked[:k])) < 1e-6
@@ -81,7 +81,7 @@ def test_curves_killed_between_chunks_resume_from_the_checkpoint(llama, tmp_path
     heads = all_heads(llama)
     full = compute_means(llama, cfs, heads=heads, progress=False)
     args = (llama, PromptSet(llama, refs, 4), clean, full, [(2, 1), (0, 3), (1, 0)], heads,
-            CurveConfig(k=3, seeds=3, seed=1))
+            CurveSettings(k=3, seeds=3, seed=1))
     want = knockout_curves(*args, progress=False)  # 1 + 3 + 9 = 13 sets, no checkpoint
     monkeypatch.setattr(kc, "CHUNK", 4)
     real, calls = kc.set_accuracies, []

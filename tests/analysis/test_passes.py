@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from keyheads.analysis.common import Batches, all_heads, knockout_subset, predict
-from keyheads.analysis.knockout_curves import CurveConfig, knockout_curves
+from keyheads.analysis.knockout_curves import CurveSettings, knockout_curves
 from keyheads.analysis.passes import EndPasses
 from keyheads.knockout import compute_means
 from keyheads.models.prompt_set import PromptSet
@@ -79,7 +79,7 @@ def test_fast_curves_equal_direct_curves():
     full = compute_means(model, cfs, heads=heads, progress=False)
     answers = model.forward(model.encode(refs))[:, -1].argmax(-1).tolist()
     ranked = [(2, 1), (0, 3), (1, 0), (2, 2), (0, 0)]
-    cfg = CurveConfig(k=5, seeds=3, seed=7)
+    cfg = CurveSettings(k=5, seeds=3, seed=7)
     fast = knockout_curves(model, PromptSet(model, refs), answers, full, ranked, heads, cfg, progress=False,
                            extra=[[(1, 1), (2, 3)]])
     slow = knockout_curves(model, Batches(model, refs, 5), answers, full, ranked, heads, cfg, progress=False,

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from keyheads.data.benchmarks import BENCHMARKS, DataNotFound, load, question_key
-from keyheads.data.trainset import SplitConfig, build_trainset, heldout_splits, write_trainset
+from keyheads.data.trainset import SplitSettings, build_trainset, heldout_splits, write_trainset
 
 
 @pytest.mark.parametrize("name,split,count", [
@@ -139,7 +139,7 @@ def test_addsub_singleeq_overlap_is_found(shared_data):
 
 
 def test_trainset_is_disjoint_from_what_is_evaluated(shared_data, tmp_path):
-    cfg = SplitConfig(seed=3, train_fraction=0.3)
+    cfg = SplitSettings(seed=3, train_fraction=0.3)
     manifest_path = write_trainset(tmp_path, shared_data, cfg)
     train = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().split("\n") if line]
     manifest = json.loads(manifest_path.read_text())
@@ -164,10 +164,10 @@ def test_trainset_is_disjoint_from_what_is_evaluated(shared_data, tmp_path):
 
 
 def test_held_out_split_is_seeded(shared_data):
-    a = heldout_splits(shared_data, SplitConfig(seed=1))
-    b = heldout_splits(shared_data, SplitConfig(seed=1))
-    c = heldout_splits(shared_data, SplitConfig(seed=2))
+    a = heldout_splits(shared_data, SplitSettings(seed=1))
+    b = heldout_splits(shared_data, SplitSettings(seed=1))
+    c = heldout_splits(shared_data, SplitSettings(seed=2))
     ids = lambda s: {n: [r.id for r in held] for n, (_, held) in s.items()}  # noqa: E731
     assert ids(a) == ids(b) and ids(a) != ids(c)
-    rows, manifest = build_trainset(shared_data, SplitConfig(seed=1, train_fraction=0.0))
+    rows, manifest = build_trainset(shared_data, SplitSettings(seed=1, train_fraction=0.0))
     assert manifest["train_by_dataset"] == {"gsm8k": 7473}

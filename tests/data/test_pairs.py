@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from keyheads.data.correct import predict_correct, predict_next
-from keyheads.data.generate import CounterfactualError, Generator, PairConfig, make_pairs, parse_operands
+from keyheads.data.generate import CounterfactualError, Generator, PairSettings, make_pairs, parse_operands
 from keyheads.data.pairs import Pair, encode_with_offsets, read_pairs, verify_pair, write_pairs
 from keyheads.data.templates import TASKS, TemplateError, load_templates
 from keyheads.errors import NothingCorrect
@@ -77,7 +77,7 @@ def template_regex(text, counterfactual=False):
 
 def candidates_for(templates, tok, task, **config):
     config = {"n": 2 * len(templates.for_task(task)), **config}
-    return Generator(templates, tok, PairConfig(**config)).task(task, log=QUIET)
+    return Generator(templates, tok, PairSettings(**config)).task(task, log=QUIET)
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -149,11 +149,11 @@ def test_operand_ranges_and_multi_token_operands(templates, tok):
         parse_operands("a-b")
     add = load_templates()
     add.templates = [add.get("add-eq-1")]
-    gen = Generator(add, tok, PairConfig(n=5, a_range=(10, 99), b_range=(10, 99)))
+    gen = Generator(add, tok, PairSettings(n=5, a_range=(10, 99), b_range=(10, 99)))
     with pytest.raises(TemplateError, match="every sample was rejected"):
         gen.task("addition", log=QUIET)
     assert gen.rejected["operand is not a single token"] > 0
-    gen = Generator(add, tok, PairConfig(n=20, a_range=(10, 99), b_range=(100, 120), single_token_operands=False))
+    gen = Generator(add, tok, PairSettings(n=20, a_range=(10, 99), b_range=(100, 120), single_token_operands=False))
     for c in gen.task("addition", log=QUIET):
         p = c.pair
         assert 10 <= int(p.operands["A"]) <= 99 and 100 <= int(p.operands["B"]) <= 120
@@ -169,7 +169,7 @@ def test_single_token_answer(templates, tok):
 
 def test_template_without_max_answer_room_is_skipped(templates, tok):
     logs = []
-    gen = Generator(templates, tok, PairConfig(n=30, a_range=(5, 9), b_range=(5, 9)))
+    gen = Generator(templates, tok, PairSettings(n=30, a_range=(5, 9), b_range=(5, 9)))
     cands = gen.task("addition", log=logs.append)
     assert not any(c.pair.template in ("add-time-1", "add-time-2") for c in cands)
     assert any("add-time-1: skipped" in line for line in logs)
@@ -208,11 +208,11 @@ def test_positions_count_special_tokens(templates):
 
 
 def test_deterministic_given_seed_and_independent_of_other_tasks(templates, tok):
-    cfg = PairConfig(n=30, few_shot=1, seed=7)
+    cfg = PairSettings(n=30, few_shot=1, seed=7)
     one = make_pairs(templates, ["addition"], cfg, tokenizer=tok, log=QUIET)
     again = make_pairs(templates, ["addition"], cfg, tokenizer=tok, log=QUIET)
     both = make_pairs(templates, ["subtraction", "addition"], cfg, tokenizer=tok, log=QUIET)
-    other = make_pairs(templates, ["addition"], PairConfig(n=30, few_shot=1, seed=8), tokenizer=tok, log=QUIET)
+    other = make_pairs(templates, ["addition"], PairSettings(n=30, few_shot=1, seed=8), tokenizer=tok, log=QUIET)
     assert [p.to_dict() for p in one] == [p.to_dict() for p in again]
     assert [p.to_dict() for p in one] == [p.to_dict() for p in both if p.task == "addition"]
     assert [p.to_dict() for p in one] != [p.to_dict() for p in other]
@@ -254,7 +254,7 @@ def ConstantModel(tokenizer, token: str):
 
 
 def test_keep_correct_keeps_exactly_the_right_ones(templates, tok):
-    cfg = PairConfig(n=40, seed=2)
+    cfg = PairSettings(n=40, seed=2)
     all_pairs = make_pairs(templates, ["addition"], cfg, tokenizer=tok, log=QUIET)
     kept = make_pairs(templates, ["addition"], cfg, model=ConstantModel(tok, "1"), keep_correct=True,
                       batch_size=7, log=QUIET)
@@ -264,7 +264,7 @@ def test_keep_correct_keeps_exactly_the_right_ones(templates, tok):
 def test_model_that_gets_nothing_right_is_an_error(templates, tok):
     logs = []
     with pytest.raises(NothingCorrect, match=r"predicted none of the 40 prompts correctly") as err:
-        make_pairs(templates, ["addition"], PairConfig(n=40), model=ConstantModel(tok, "<pad>"),
+        make_pairs(templates, ["addition"], PairSettings(n=40), model=ConstantModel(tok, "<pad>"),
                    keep_correct=True, log=logs.append)
     assert "\n" not in str(err.value)  # the CLI prints it as one line
     table = "\n".join(logs)  # the accuracy table was printed as it went
@@ -283,7 +283,7 @@ def test_batched_prediction_equals_one_prompt_at_a_time(templates):
 
 # ---- the file format ------------------------------------------------------------------------------
 def test_roundtrip_and_minimal_files(tmp_path, templates, tok):
-    pairs = make_pairs(templates, ["division"], PairConfig(n=9), tokenizer=tok, log=QUIET)
+    pairs = make_pairs(templates, ["division"], PairSettings(n=9), tokenizer=tok, log=QUIET)
     path = write_pairs(tmp_path / "p.jsonl", pairs)
     assert read_pairs(path) == pairs
     first = json.loads(path.read_text().splitlines()[0])

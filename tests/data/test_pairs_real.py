@@ -6,7 +6,7 @@ import torch
 
 from keyheads.cli import main
 from keyheads.data.arithmetic import compute_answer, format_answer
-from keyheads.data.generate import Generator, PairConfig
+from keyheads.data.generate import Generator, PairSettings
 from keyheads.data.pairs import answer_token_id, read_pairs, verify_pair
 from keyheads.data.templates import TASKS, load_templates
 
@@ -18,7 +18,7 @@ def test_smollm2_every_template_aligned_with_positions_on_the_digits(smollm2):
     assert tok.convert_ids_to_tokens(tok(" 8")["input_ids"]) == ["Ġ", "8"]  # the case this handles
     for task in TASKS:
         n = len(templates.for_task(task))
-        for c in Generator(templates, tok, PairConfig(n=n, few_shot=2, seed=11)).task(task, log=print):
+        for c in Generator(templates, tok, PairSettings(n=n, few_shot=2, seed=11)).task(task, log=print):
             p, t = c.pair, templates.get(c.pair.template)
             ids = tok(p.reference)["input_ids"]
             pieces = tok.convert_ids_to_tokens(ids)
@@ -33,7 +33,7 @@ def test_smollm2_every_template_aligned_with_positions_on_the_digits(smollm2):
             assert tok.convert_ids_to_tokens([c.answer_token]) == [p.answer[0]]
             assert answer_token_id(tok, p.reference, p.answer) == c.answer_token
             assert p.answer == format_answer(
-                compute_answer(task, int(p.operands["A"]), int(p.operands["B"]), PairConfig())
+                compute_answer(task, int(p.operands["A"]), int(p.operands["B"]), PairSettings())
             )
             assert verify_pair(tok, p) == []
 

@@ -13,7 +13,7 @@ import pytest
 from keyheads.data.arithmetic import EitherOrder, NumberRange
 from keyheads.data.render import render
 from keyheads.data.templates import load_templates
-from keyheads.evaluation import ARITH, EvalConfig, Prepared, evaluate
+from keyheads.evaluation import ARITH, EvalSettings, Prepared, evaluate
 from keyheads.evaluation import arith as arith_module
 from keyheads.evaluation import tasks as tasks_module
 from keyheads.evaluation.arith import (
@@ -124,14 +124,14 @@ def test_answers_are_exact():
             assert Decimal(item.answer) == _exact(item)
             operands = [item.a, item.b] + ([item.c] if item.c is not None else [])
             assert sorted(re.findall(NUMBER, item.question)) == sorted(operands)
-        task = make_task(name, EvalConfig(limit=20))
+        task = make_task(name, EvalSettings(limit=20))
         test, _ = arith_items(name)
         assert [it.record.answer for it in task.items] == [float(t.answer) for t in test[:20]]
     assert all(re.fullmatch(r"\d+\.\d", i.answer) for i in _all("arith-decimal"))  # as many decimals as the operands
 
 
 def test_limit_takes_the_first_items_and_exemplars_come_from_the_pool():
-    full, short = make_task("arith-sub", EvalConfig()), make_task("arith-sub", EvalConfig(limit=7))
+    full, short = make_task("arith-sub", EvalSettings()), make_task("arith-sub", EvalSettings(limit=7))
     assert len(full.items) == N_ITEMS and [it.prompt for it in short.items] == [it.prompt for it in full.items[:7]]
     test, pool = arith_items("arith-sub")
     shots = {e.id: e for e in pool}
@@ -141,7 +141,7 @@ def test_limit_takes_the_first_items_and_exemplars_come_from_the_pool():
     # no exemplar repeats a test question, in any phrasing
     assert not {(i.task, i.a, i.b) for i in test} & {(i.task, i.a, i.b) for i in pool}
     # the seed picks other exemplars, never other test items
-    other = make_task("arith-sub", EvalConfig(seed=1))
+    other = make_task("arith-sub", EvalSettings(seed=1))
     assert [e.id for e in other.exemplars] != [e.id for e in full.exemplars]
     assert [it.record.id for it in other.items] == [it.record.id for it in full.items]
 
@@ -157,7 +157,7 @@ def test_no_evaluation_question_is_a_training_prompt(seed):
         for item in _all(name):
             assert item.question not in trained_prompts and skeleton(item.question) not in trained_phrasings
             assert item.a not in trained_numbers and item.b not in trained_numbers and item.c not in trained_numbers
-        for it in make_task(name, EvalConfig(limit=50)).items:  # whole prompts, exemplars included
+        for it in make_task(name, EvalSettings(limit=50)).items:  # whole prompts, exemplars included
             assert not any(line.strip() in trained_prompts for line in it.prompt.split("\n"))
 
 
@@ -206,7 +206,7 @@ def test_known_benchmarks():
 
 
 def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_data, monkeypatch):
-    cfg = EvalConfig(limit=5, cache_dir=str(tmp_path / "cache"), **QUICK)
+    cfg = EvalSettings(limit=5, cache_dir=str(tmp_path / "cache"), **QUICK)
     first = evaluate([Prepared.from_model(tiny, label="tiny")], cfg, tmp_path / "run")[0]["benchmarks"]
     table = (tmp_path / "run" / "table.md").read_text()
     assert table.startswith("| Model | Train speed | Tuned params | arith-add Acc. | arith-add Δ | arith-sub Acc. |")
@@ -239,7 +239,7 @@ def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_d
     ("no idea", 0.0),
 ])
 def test_scoring(tiny, tmp_path, no_data, monkeypatch, says, accuracy):
-    cfg = EvalConfig(limit=10, cache_dir=str(tmp_path / "cache"), **QUICK)
+    cfg = EvalSettings(limit=10, cache_dir=str(tmp_path / "cache"), **QUICK)
     answers = {}  # prompt tokens -> the right answer
     for name in ARITH:
         for it, item in zip(make_task(name, cfg).items, arith_items(name)[0]):

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from keyheads.evaluation import EvalConfig, Prepared, Variant, evaluate
+from keyheads.evaluation import EvalSettings, Prepared, Variant, evaluate
 from keyheads.evaluation.cache import ResultCache
 from keyheads.evaluation.drift import DriftTask, bootstrap, drift_items
 from keyheads.evaluation.runner import run_task
@@ -17,7 +17,7 @@ from keyheads.models.model import HookedModel
 
 
 def cfg(data, tmp_path, **kw):
-    return EvalConfig(benchmarks=("generic-kl",), data_dir=str(data), limit=6, batch_size=4,
+    return EvalSettings(benchmarks=("generic-kl",), data_dir=str(data), limit=6, batch_size=4,
                       cache_dir=str(tmp_path / "cache"), progress=False, **kw)
 
 

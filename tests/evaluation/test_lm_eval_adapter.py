@@ -41,10 +41,10 @@ def test_mmlu_letter_scores_agree_with_lm_eval_for_base_knockout_and_precise_ada
     agree within 1e-4, for the base model, a knockout and a precise-SFT run folder (adapter=DIR)."""
     import keyheads.evaluation.lm_eval_adapter as adapter
     from keyheads.components import Components
-    from keyheads.evaluation.config import EvalConfig
+    from keyheads.evaluation.config import EvalSettings
     from keyheads.evaluation.tasks import ChoiceTask
     from keyheads.evaluation.variants import prepare
-    from keyheads.finetune import FinetuneConfig, finetune
+    from keyheads.finetune import FinetuneSettings, finetune
     from keyheads.finetune.data import Example
 
     from tests.helpers import write_tiny_benchmarks
@@ -55,9 +55,9 @@ def test_mmlu_letter_scores_agree_with_lm_eval_for_base_knockout_and_precise_ada
     write_tiny_benchmarks(data)
     pairs = write_rows(tmp_path / "pairs.jsonl", make_rows(8))
     examples = [Example(f"{a} + {b} = ", str(a + b)) for a in range(4) for b in range(3)]
-    finetune(tiny_model("llama"), examples, FinetuneConfig(max_steps=2, batch_size=4, micro_batch_size=2, lr=5e-2),
+    finetune(tiny_model("llama"), examples, FinetuneSettings(max_steps=2, batch_size=4, micro_batch_size=2, lr=5e-2),
              tmp_path / "ft", Components(((1, 0), (2, 1)), ()), progress=False)
-    cfg = EvalConfig(benchmarks=("mmlu",), data_dir=str(data))
+    cfg = EvalSettings(benchmarks=("mmlu",), data_dir=str(data))
     task = ChoiceTask("mmlu", cfg)
     assert len(task.items) >= 3
     rows_by = {}

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from keyheads.data.benchmarks import DataNotFound, question_key
-from keyheads.data.trainset import SplitConfig, build_trainset
-from keyheads.evaluation import EvalConfig, Prepared, Variant, evaluate, prepare
+from keyheads.data.trainset import SplitSettings, build_trainset
+from keyheads.evaluation import EvalSettings, Prepared, Variant, evaluate, prepare
 from keyheads.evaluation import tasks as tasks_module
 from keyheads.evaluation import variants as variants_module
 from keyheads.evaluation.cache import ResultCache, read_rows
@@ -38,7 +38,7 @@ class Counter:
 
 
 def _cfg(tiny_data, tmp_path, **kw):
-    return EvalConfig(data_dir=str(tiny_data), cache_dir=str(tmp_path / "cache"), **{**QUICK, **kw})
+    return EvalSettings(data_dir=str(tiny_data), cache_dir=str(tmp_path / "cache"), **{**QUICK, **kw})
 
 
 def test_second_run_is_served_from_the_cache(tiny, tiny_data, tmp_path):
@@ -224,25 +224,25 @@ def test_bad_benchmark_and_missing_data_are_explained(tmp_path, monkeypatch):
         check_benchmarks(["gsm8k", "gsm9k"])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataNotFound, match=f"{tmp_path}/csqa/dev_rand_split.jsonl.*tau/commonsense_qa"):
-        make_task("csqa", EvalConfig(data_dir=str(tmp_path)))
+        make_task("csqa", EvalSettings(data_dir=str(tmp_path)))
 
 
 def test_limit_is_deterministic_and_mmlu_spreads_over_subjects(shared_data):
-    cfg = EvalConfig(data_dir=str(shared_data), limit=57)
+    cfg = EvalSettings(data_dir=str(shared_data), limit=57)
     a, b = make_task("mmlu", cfg), make_task("mmlu", cfg)
     assert [i.record.id for i in a.items] == [i.record.id for i in b.items]
     assert len({i.record.subject for i in a.items}) == 57
     # each MMLU prompt is 5-shot from its own subject's dev questions
     assert all(i.prompt.count("\nAnswer: ") == 5 and i.record.subject.replace("_", " ") in i.prompt for i in a.items)
-    gsm = make_task("gsm8k", EvalConfig(data_dir=str(shared_data), limit=10))
+    gsm = make_task("gsm8k", EvalSettings(data_dir=str(shared_data), limit=10))
     assert [i.record.id for i in gsm.items] == [str(n) for n in range(10)]
 
 
 def test_heldout_evaluation_is_disjoint_from_the_training_set(shared_data):
-    split = SplitConfig(seed=0, train_fraction=0.3)
+    split = SplitSettings(seed=0, train_fraction=0.3)
     rows, manifest = build_trainset(shared_data, split)
     trained = {question_key(r["question"]) for r in rows}
-    cfg = EvalConfig(data_dir=str(shared_data), split="heldout", heldout=split)
+    cfg = EvalSettings(data_dir=str(shared_data), split="heldout", heldout=split)
     for name in ("gsm8k", "addsub", "singleeq", "svamp"):
         task = make_task(name, cfg)
         evaluated = {question_key(i.record.question) for i in task.items}
@@ -299,4 +299,4 @@ def test_shards_split_the_work_and_the_table_comes_from_the_cache(tiny, tiny_dat
         assert (joined[0]["benchmarks"][b]["correct"], joined[0]["benchmarks"][b]["n"]) == \
             (direct[0]["benchmarks"][b]["correct"], n)
     with pytest.raises(ValueError, match="0 <= K < N"):
-        EvalConfig(shard=(2, 2))
+        EvalSettings(shard=(2, 2))

@@ -24,7 +24,7 @@ def main(spec_path: str, out: str, results: str) -> None:
     import keyheads.finetune.checkpoint as checkpoint_mod
     import keyheads.finetune.run as run_mod
     from keyheads.components import Components
-    from keyheads.finetune.config import FinetuneConfig
+    from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.data import Example
     from keyheads.finetune.run import finetune
     from keyheads.testing import tiny_model
@@ -55,7 +55,7 @@ def main(spec_path: str, out: str, results: str) -> None:
     acc.prepare = lambda *args, **kwargs: prepared.append(prepare(*args, **kwargs)) or prepared[-1]
     r = acc.process_index
     for name, config in spec["runs"].items():
-        cfg = FinetuneConfig.from_json(config)
+        cfg = FinetuneSettings.from_json(config)
         for key in writes:
             writes[key] = 0
         model = tiny_model("llama", seed=0)

@@ -23,7 +23,7 @@ def main(spec_path: str, results: str) -> None:
 
     import keyheads.finetune.train as train_mod
     from keyheads.components import Components
-    from keyheads.finetune.config import FinetuneConfig
+    from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.data import Example
     from keyheads.finetune.run import finetune
     from keyheads.log import configure
@@ -34,7 +34,7 @@ def main(spec_path: str, results: str) -> None:
     examples = [Example(**e) for e in spec["examples"]]
     real_batch = train_mod.batch_indices
     for run in spec["runs"]:
-        cfg = FinetuneConfig.from_json(run["config"])
+        cfg = FinetuneSettings.from_json(run["config"])
         components = Components.from_json(run["components"]) if run["components"] else None
         model = tiny_model(run["family"], seed=0)
         frozen_whole = sum(p.numel() * p.element_size() for p in model.hf.parameters())

@@ -5,14 +5,14 @@ import pytest
 import torch
 
 import keyheads.finetune.train as train_mod
-from keyheads.finetune.config import FinetuneConfig
+from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.run import finetune
 from keyheads.testing import tiny_model
 
 from tests.helpers import Killed, kill_at_optimizer_step
 
 pytest.importorskip("bitsandbytes")
-CFG = FinetuneConfig(method="full", optimizer="adamw8bit", max_steps=4, save_every=2, batch_size=8,
+CFG = FinetuneSettings(method="full", optimizer="adamw8bit", max_steps=4, save_every=2, batch_size=8,
                      micro_batch_size=4, lr=1e-3, warmup_ratio=0.0, weight_decay=0.0)
 
 
@@ -28,7 +28,7 @@ def test_moments_are_8bit_and_the_first_step_is_adamws(examples, tmp_path, monke
     for name in ("adamw", "adamw8bit"):
         model = tiny_model("llama", seed=0)
         before = weights(model)
-        cfg = FinetuneConfig(**{**CFG.to_json(), "optimizer": name, "max_steps": 1, "save_every": 0})
+        cfg = FinetuneSettings(**{**CFG.to_json(), "optimizer": name, "max_steps": 1, "save_every": 0})
         finetune(model, examples, cfg, tmp_path / name, progress=False)
         updates[name] = {n: p - before[n] for n, p in weights(model).items()}
     state = made[-1].state

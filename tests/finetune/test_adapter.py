@@ -13,7 +13,7 @@ import torch
 from keyheads.components import Components
 from keyheads.errors import SettingError
 from keyheads.evaluation.variants import Variant, prepare
-from keyheads.finetune import FinetuneConfig, apply_adapter, export_peft, finetune, load_finetuned, merge
+from keyheads.finetune import FinetuneSettings, apply_adapter, export_peft, finetune, load_finetuned, merge
 from keyheads.finetune.adapter import ADAPTER, AdapterMismatch, read_adapter
 from keyheads.finetune.layer import ATTR, in_out
 from keyheads.finetune.model import slice_plan
@@ -98,7 +98,7 @@ def runs(tmp_path_factory, examples):
             model = tiny_model(family, SEED)
             base = logits(model)
             folder = tmp_path_factory.mktemp(f"precise-{family}")
-            info = finetune(model, examples, FinetuneConfig(**SETTINGS), folder, COMPONENTS, progress=False)
+            info = finetune(model, examples, FinetuneSettings(**SETTINGS), folder, COMPONENTS, progress=False)
             done[family] = Run(folder, info, base, logits(model), sum(p.numel() for p in model.hf.parameters()))
         return done[family]
 
@@ -262,7 +262,7 @@ def test_adapter_variant(runs, family):
 def test_lora_and_full_runs_load_back(method, examples, tmp_path):
     model = tiny_model("llama", SEED)
     base = logits(model)
-    info = finetune(model, examples, FinetuneConfig(method=method, **SETTINGS), tmp_path / "run", progress=False)
+    info = finetune(model, examples, FinetuneSettings(method=method, **SETTINGS), tmp_path / "run", progress=False)
     trained = logits(model)
     assert_changed(trained, base)
     assert info["method"] == method and info["components"] is None
@@ -290,7 +290,7 @@ def test_lora_and_full_runs_load_back(method, examples, tmp_path):
 
 def test_lora_run_refuses_another_base(examples, tmp_path):
     model = tiny_model("llama", SEED)
-    finetune(model, examples, FinetuneConfig(method="lora", **{**SETTINGS, "max_steps": 1}), tmp_path, progress=False)
+    finetune(model, examples, FinetuneSettings(method="lora", **{**SETTINGS, "max_steps": 1}), tmp_path, progress=False)
     with pytest.raises(AdapterMismatch):
         load_finetuned(tmp_path, loader_of("llama", seed=SEED + 1))
 
@@ -304,7 +304,8 @@ def test_full_sft_of_a_bf16_model_warns_that_small_updates_are_lost(examples, tm
         before = [p.detach().clone() for p in model.hf.parameters()]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            finetune(model, examples, FinetuneConfig(method="full", **settings), tmp_path / str(dtype), progress=False)
+            finetune(model, examples, FinetuneSettings(method="full", **settings), tmp_path / str(dtype),
+                     progress=False)
         warned = [w for w in caught if "updates smaller than the weights' precision are lost" in str(w.message)]
         assert bool(warned) == (dtype == torch.bfloat16)
         moved = sum(int((p.detach() != b).sum()) for p, b in zip(model.hf.parameters(), before))

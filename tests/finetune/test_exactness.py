@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from keyheads.components import Components
-from keyheads.finetune.config import FinetuneConfig
+from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.data import collate, n_loss_tokens, tokenize
 from keyheads.finetune.model import precise, slice_plan
 from keyheads.finetune.train import batch_indices, completion_loss_sum, train
@@ -97,7 +97,7 @@ def reference_train(model, data, cfg, components):
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 @pytest.mark.parametrize("kv", ["group", "none"])
 def test_precise_equals_masked_full_training(family, kv, examples, tmp_path):
-    cfg = FinetuneConfig(lr=3e-3, batch_size=8, micro_batch_size=3, max_steps=6, warmup_ratio=0.2,
+    cfg = FinetuneSettings(lr=3e-3, batch_size=8, micro_batch_size=3, max_steps=6, warmup_ratio=0.2,
                          weight_decay=0.1, max_grad_norm=0.5, kv=kv, save_every=0)
     ours = tiny_model(family, seed=1, dtype=torch.float64)  # so that 1e-6 measures the method, not rounding
     ref = copy.deepcopy(ours)

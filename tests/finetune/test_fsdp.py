@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from keyheads.components import Components
 from keyheads.finetune.adapter import ADAPTER
-from keyheads.finetune.config import FinetuneConfig
+from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.run import finetune
 from keyheads.testing import tiny_model
 
@@ -43,9 +43,9 @@ pytestmark = [pytest.mark.distributed,
                                  reason="torch.distributed with gloo is not available")]
 
 
-def config(family: str = "llama", **kw) -> FinetuneConfig:
+def config(family: str = "llama", **kw) -> FinetuneSettings:
     noisy = family == "gpt_neox" or kw.get("method") == "lora"
-    return FinetuneConfig(**{**kw, **(SGD if noisy else {})})
+    return FinetuneSettings(**{**kw, **(SGD if noisy else {})})
 
 
 def launch(spec: dict, root: Path, name: str, processes: int = 2) -> subprocess.CompletedProcess:
@@ -58,7 +58,7 @@ def launch(spec: dict, root: Path, name: str, processes: int = 2) -> subprocess.
                           text=True, timeout=240)
 
 
-def run_spec(name, family, method, components, cfg: FinetuneConfig, out: Path, crash_at=None) -> dict:
+def run_spec(name, family, method, components, cfg: FinetuneSettings, out: Path, crash_at=None) -> dict:
     return {"name": name, "family": family, "components": components.to_json() if components else None,
             "config": cfg.to_json(), "out": str(out), "crash_at": crash_at}
 
@@ -94,7 +94,7 @@ def facts(root: Path, name: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((root / "results" / name).glob("rank*.json"))]
 
 
-def reference(examples, family: str, method: str, components, cfg: FinetuneConfig, out: Path):
+def reference(examples, family: str, method: str, components, cfg: FinetuneSettings, out: Path):
     """One plain process (no process group, no sharding)."""
     model = tiny_model(family, seed=0)
     info = finetune(model, examples, cfg, out, components, progress=False)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from keyheads.components import Components
-from keyheads.finetune.config import FinetuneConfig
+from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.data import collate, n_loss_tokens, tokenize
 from keyheads.finetune.model import precise
 from keyheads.finetune.train import completion_loss_sum, train
@@ -27,7 +27,7 @@ def _run(examples, tmp_path, name, **settings):
     data = tokenize(model.tokenizer, examples, 1024)
     base = dict(lr=1e-2, batch_size=8, micro_batch_size=8, max_steps=4, warmup_ratio=0.0, weight_decay=0.0,
                 max_grad_norm=0.0, save_every=0)
-    cfg = FinetuneConfig(**{**base, **settings})
+    cfg = FinetuneSettings(**{**base, **settings})
     tuned = precise(model, Components(HEADS, ()))
     train(tuned, data, cfg, tmp_path / name, {}, progress=False)
     return {k: [p.detach().clone() for p in d.parameters()] for k, d in tuned.deltas.items()}

@@ -18,7 +18,7 @@ import keyheads.finetune.train as train_mod
 from keyheads.components import Components
 from keyheads.finetune.adapter import ADAPTER, INFO
 from keyheads.finetune.checkpoint import ResumeMismatch
-from keyheads.finetune.config import FinetuneConfig
+from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.run import finetune
 from keyheads.io import read_json
 from keyheads.testing import tiny_model
@@ -28,7 +28,7 @@ from tests.helpers import Killed, kill_at_optimizer_step
 pytestmark = pytest.mark.slow  # killed and resumed training runs, up to about 9 s each
 
 COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))
-CFG = FinetuneConfig(max_steps=6, save_every=2, batch_size=8, micro_batch_size=4, lr=1e-2)
+CFG = FinetuneSettings(max_steps=6, save_every=2, batch_size=8, micro_batch_size=4, lr=1e-2)
 
 
 def trainable(model) -> dict[str, torch.Tensor]:

@@ -16,12 +16,12 @@ import torch
 from keyheads import models
 from keyheads.analysis.attention import by_role, end_attention
 from keyheads.analysis.common import Batches, all_heads, load_samples, predict
-from keyheads.analysis.knockout_curves import CurveConfig, knockout_curves
+from keyheads.analysis.knockout_curves import CurveSettings, knockout_curves
 from keyheads.analysis.mlp import probe
 from keyheads.analysis.passes import EndPasses
 from keyheads.cli import main
 from keyheads.errors import SettingError
-from keyheads.evaluation import EvalConfig, Variant, evaluate
+from keyheads.evaluation import EvalSettings, Variant, evaluate
 from keyheads.evaluation.cache import read_rows
 from keyheads.knockout import compute_means
 from keyheads.models import load_model
@@ -31,7 +31,7 @@ from keyheads.patching.activation import activation_patch_batch
 from keyheads.patching.attribution import attribution_patch_batch
 from keyheads.patching.path import path_patch_batch
 from keyheads.patching.samples import Batch
-from keyheads.runconfig import PipelineConfig
+from keyheads.runconfig import RunSettings
 from keyheads.testing import tiny_model
 
 from tests.helpers import assert_json_close, make_rows, write_rows
@@ -156,7 +156,7 @@ def test_knockout_means_passes_and_curves(pair):
         passes = EndPasses(model, PromptSet(model, prompts, batch_size=4), full).predict(sets, answers)
         direct = predict(model, Batches(model, prompts, 4), answers, full.edits())  # heads and MLPs, full forward
         curves = knockout_curves(model, PromptSet(model, prompts, batch_size=4), answers, full, heads, heads,
-                                 CurveConfig(k=4, seeds=2), progress=False)
+                                 CurveSettings(k=4, seeds=2), progress=False)
         results.append((full, passes, direct, curves))
     (want_full, want_sets, want_direct, want_curves), (full, got_sets, direct, curves) = results
     for key in want_full.to_state():
@@ -192,7 +192,7 @@ def test_eval_items(pair, tiny_data, tmp_path):
                 Variant.make("knockout", folder, heads=[[0, 1], [2, 0]], mlps=[1], data=str(pairs))]
     items = []
     for name, model in (("plain", plain), ("auto", dispatched)):
-        cfg = EvalConfig(benchmarks=("gsm8k", "mmlu", "arith-add"), data_dir=str(tiny_data), limit=3, few_shot=1,
+        cfg = EvalSettings(benchmarks=("gsm8k", "mmlu", "arith-add"), data_dir=str(tiny_data), limit=3, few_shot=1,
                          max_new_tokens=6, batch_size=2, progress=False, cache_dir=str(tmp_path / name / "cache"))
         evaluate(variants, cfg, tmp_path / name / "out", loader=lambda _, model=model: model)
         items.append({b: read_rows(tmp_path / name / "cache" / f"{b}.sqlite") for b in cfg.benchmarks})
@@ -223,6 +223,6 @@ def test_offload_is_refused_where_weights_change(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--max-memory cpu=1GiB" in err[0] and "resident" in err[0]
     with pytest.raises(SettingError, match="resident"):
-        PipelineConfig.make(out=str(tmp_path / "run"), device="auto", offload_folder=str(tmp_path / "offload"),
+        RunSettings.make(out=str(tmp_path / "run"), device="auto", offload_folder=str(tmp_path / "offload"),
                             variants=["lora"], eval=dict(benchmarks=["arith-add"]),
                             finetune=dict(train="arith:multidigit"))

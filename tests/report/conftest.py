@@ -61,11 +61,11 @@ def run_folder(tmp_path_factory, tiny_data):
     from keyheads.analysis.selection import HeadChoice
     from keyheads.components import Components
     from keyheads.effects import Effects
-    from keyheads.evaluation import EvalConfig, Variant, evaluate
-    from keyheads.finetune import Example, FinetuneConfig, finetune
+    from keyheads.evaluation import EvalSettings, Variant, evaluate
+    from keyheads.finetune import Example, FinetuneSettings, finetune
     from keyheads.heads import heads_of
     from keyheads.models.fingerprint import base_fingerprint
-    from keyheads.patching import PatchConfig, identify
+    from keyheads.patching import PatchSettings, identify
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models are fastest on one thread
@@ -85,7 +85,7 @@ def run_folder(tmp_path_factory, tiny_data):
                 {"model": model.name, "fingerprint": fingerprint})
 
         t = time.perf_counter()
-        _, keys = identify(model, pairs, PatchConfig(top_k=3), out / "identify", batch_size=8, progress=False)
+        _, keys = identify(model, pairs, PatchSettings(top_k=3), out / "identify", batch_size=8, progress=False)
         _record(out, "identify", time.perf_counter() - t, ["identify/effects.json", "identify/key_heads.json"], config)
         heads, effects = tuple(heads_of(keys["heads"])), str(out / "identify" / "effects.json")
         sel = HeadChoice.of(heads, effects)
@@ -106,7 +106,7 @@ def run_folder(tmp_path_factory, tiny_data):
         for name, (method, k, mlps) in FINETUNES.items():
             t = time.perf_counter()
             comps = Components.select(Effects.load(effects), top_k=k, n_mlps=mlps) if method == "precise" else None
-            cfg = FinetuneConfig(method=method, max_steps=2, batch_size=2, micro_batch_size=2, save_every=0, lr=1e-2)
+            cfg = FinetuneSettings(method=method, max_steps=2, batch_size=2, micro_batch_size=2, save_every=0, lr=1e-2)
             finetune(tiny_model("llama"), examples, cfg, out / "finetune" / name, comps, data_name="tiny",
                      progress=False)
             _record(out, f"finetune/{name}", time.perf_counter() - t, [f"finetune/{name}/finetune.json"],
@@ -118,7 +118,7 @@ def run_folder(tmp_path_factory, tiny_data):
                                  data=str(pairs))]
         variants += [Variant.make("adapter", str(out / "finetune" / name), label=f"{model.name} + {name}")
                      for name in FINETUNES]
-        evaluate(variants, EvalConfig(benchmarks=("addsub", "mmlu"), data_dir=str(tiny_data), limit=2, few_shot=1,
+        evaluate(variants, EvalSettings(benchmarks=("addsub", "mmlu"), data_dir=str(tiny_data), limit=2, few_shot=1,
                                       max_new_tokens=3, batch_size=4, cache_dir=str(out.parent / "eval-cache"),
                                       progress=False),
                  out / "eval", loader=_loader(model))

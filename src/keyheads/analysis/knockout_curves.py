@@ -32,7 +32,7 @@ CHUNK = 32  # knockout sets per checkpointed chunk: a few passes of the batched 
 
 
 @dataclass
-class CurveConfig:
+class CurveSettings:
     """k: the largest number of heads knocked out (the curves have k+1 points, 0..k);
     seeds: how many random orderings; seed: the first seed (seeds are seed, seed+1, ...)."""
 
@@ -90,7 +90,7 @@ def set_accuracies(model: HookedModel, prompts: PromptSet, answer_ids: Sequence[
     return [c / prompts.n if prompts.n else float("nan") for c in correct]
 
 
-def curve_sets(ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveConfig) -> tuple[list, list]:
+def curve_sets(ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveSettings) -> tuple[list, list]:
     """(sets, random orders): the empty set, effect-rank sets k = 1..K, then each seed's k = 1..K."""
     orders = [random_order(candidates, cfg.seed + s) for s in range(cfg.seeds)]
     sets: list[list[Head]] = [[]] + [list(ranked[:k]) for k in range(1, cfg.k + 1)]
@@ -100,7 +100,7 @@ def curve_sets(ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveCon
 
 
 def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids: Sequence[int], full: Knockout,
-                    ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveConfig,
+                    ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveSettings,
                     progress: bool = True, extra: Sequence[Sequence[Head]] = (),
                     checkpoint: tuple[Path, str] | None = None) -> Curves:
     """Accuracy for k = 0..cfg.k heads knocked out, for `ranked` and for cfg.seeds random orders of `candidates`.

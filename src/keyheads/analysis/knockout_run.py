@@ -36,7 +36,7 @@ from .common import (
     load_samples,
     read_pair_rows,
 )
-from .knockout_curves import CurveConfig, knockout_curves, plot_curves, random_order, set_accuracies
+from .knockout_curves import CurveSettings, knockout_curves, plot_curves, random_order, set_accuracies
 from .selection import HeadChoice, Notes, choose_heads
 
 MEANS_PARTIAL = "knockout_means.partial.safetensors"
@@ -130,7 +130,7 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
         key = json.dumps([record, file_sha256(cfg.data), model.name, [h.to_json() for h in effects.ranked()]],
                          sort_keys=True, default=str)
         curves = knockout_curves(model, prompts, answers, full, effects.ranked(), candidates,
-                                 CurveConfig(k=k, seeds=settings.seeds, seed=settings.seed), progress=progress,
+                                 CurveSettings(k=k, seeds=settings.seeds, seed=settings.seed), progress=progress,
                                  extra=[key_heads], checkpoint=(out / "knockout_curves.partial.json",
                                                                 hashlib.sha256(key.encode()).hexdigest()))
         base, after = curves.effect[0], curves.extra[0]

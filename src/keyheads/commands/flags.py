@@ -25,7 +25,7 @@ generates flags from pydantic models too (`--section.key` as well), but its meta
 again (`--top-k INT`; a per-field `tyro.conf.arg(metavar=...)` is the table per command we avoid),
 and it builds and runs its own parser, where keyheads.cli builds ours and reports its errors.
 jsonargparse reads pydantic models and YAML, but its help says `(type: float, default: 2.0)` and
-its config files would be a second YAML loader beside PipelineConfig.from_yaml. typer (click)
+its config files would be a second YAML loader beside RunSettings.from_yaml. typer (click)
 builds options from function signatures, not from nested models. Plain argparse generated from the
 models would give the same help as this module, at the price of re-implementing the value parsing
 (lists, tuples, JSON, nested sections, booleans, null) that CliSettingsSource does and is tested

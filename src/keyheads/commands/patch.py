@@ -6,7 +6,7 @@ from pathlib import Path
 from .. import distributed
 from ..config.base import take
 from ..config.commands import PatchCommand
-from ..patching import PatchConfig
+from ..patching import PatchSettings
 from ..patching.identify import describe, identify
 from ..patching.run import clear_checkpoints
 from .flags import add_settings, settings
@@ -19,7 +19,7 @@ def cmd_patch(args) -> int:
     if cfg.restart:
         clear_checkpoints(out)
     model = load_from_args(cfg)
-    effects, keys = identify(model, cfg.data, take(cfg, PatchConfig), out, batch_size=cfg.batch_size,
+    effects, keys = identify(model, cfg.data, take(cfg, PatchSettings), out, batch_size=cfg.batch_size,
                              progress=not cfg.quiet)
     if not distributed.is_main():
         return 0

@@ -1,6 +1,6 @@
 """`keyheads run` (the whole study from a config) and `keyheads demo` (the same on the bundled model).
 
-Both take every PipelineConfig setting as a flag, generated from the one definition in
+Both take every RunSettings setting as a flag, generated from the one definition in
 keyheads/runconfig.py (a section's keys as `--section.key`, e.g. `--finetune.lr`); a flag wins over
 the YAML file, which wins over the defaults.
 """
@@ -11,11 +11,11 @@ from pydantic import Field
 from .. import pipeline
 from ..config.base import Count, Machine
 from ..demo import DEMO, demo_config
-from ..runconfig import PipelineConfig
+from ..runconfig import RunSettings
 from .flags import add_settings, given
 
 
-class RunFlags(PipelineConfig):
+class RunFlags(RunSettings):
     """The run config's settings, and two that change how it runs, not what it computes."""
 
     threads: Count | None = Field(None, description="CPU threads for torch (default: torch's)")
@@ -29,7 +29,7 @@ def _split(args) -> tuple[dict, dict]:
     return overrides, how
 
 
-def _run(args, cfg: PipelineConfig, how: dict) -> int:
+def _run(args, cfg: RunSettings, how: dict) -> int:
     quiet = how.pop("quiet", False)
     Machine.model_validate(how).apply()
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
@@ -39,7 +39,7 @@ def _run(args, cfg: PipelineConfig, how: dict) -> int:
 
 def cmd_run(args) -> int:
     overrides, how = _split(args)
-    cfg = PipelineConfig.from_yaml(args.config, **overrides) if args.config else PipelineConfig.make(**overrides)
+    cfg = RunSettings.from_yaml(args.config, **overrides) if args.config else RunSettings.make(**overrides)
     return _run(args, cfg, how)
 
 

@@ -4,8 +4,8 @@
 - keyheads.config.commands: one model per command: its section, its files and the machine;
 - keyheads.runconfig: the run config, which composes the sections.
 
-The method settings (PatchConfig, KnockoutRun, AttentionRun, MLPRun, EvalConfig, PairConfig,
-FinetuneConfig) are pydantic dataclasses beside the code that uses them; the sections and commands
+The method settings (PatchSettings, KnockoutRun, AttentionRun, MLPRun, EvalSettings, PairSettings,
+FinetuneSettings) are pydantic dataclasses beside the code that uses them; the sections and commands
 take their fields, descriptions and validators from them (`section_of`), never declaring them again.
 
 The flags are generated with pydantic-settings (its CliSettingsSource, given each subcommand's

@@ -11,17 +11,17 @@ from ..analysis.attention_run import AttentionSettings
 from ..analysis.knockout_run import KnockoutSettings
 from ..analysis.mlp_run import MLPSettings
 from ..analysis.selection import HeadChoice, effects_file, head_list
-from ..data.generate import PairConfig, parse_operands
-from ..data.trainset import SplitConfig
+from ..data.generate import PairSettings, parse_operands
+from ..data.trainset import SplitSettings
 from ..errors import SettingError
-from ..evaluation.config import EvalConfig
+from ..evaluation.config import EvalSettings
 from ..finetune.adapter import check_run_folder
-from ..finetune.config import FinetuneConfig
+from ..finetune.config import FinetuneSettings
 from ..finetune.data import check_train
 from ..heads import parse_layers
 from ..io import existing_file
 from ..models import DEFAULT_MODEL
-from ..patching.run import PatchConfig
+from ..patching.run import PatchSettings
 from ..settings import check_writable_dir, check_writable_file, parse_bytes
 from .base import Count, Machine, NonNegative, Quiet, Section, section_of, take
 from .sections import check_template_ids
@@ -72,7 +72,7 @@ class PairsIn(Section):
         return existing_file("data", v, "make one with `keyheads data`")
 
 
-_Pairs: Any = section_of("_Pairs", PairConfig, exclude=("a_range", "b_range"))  # typed as --operands
+_Pairs: Any = section_of("_Pairs", PairSettings, exclude=("a_range", "b_range"))  # typed as --operands
 
 
 class DataCommand(_Pairs, Works):
@@ -87,9 +87,9 @@ class DataCommand(_Pairs, Works):
         check_template_ids(self.templates, self.template_files or None)
         return self
 
-    def pairs(self) -> PairConfig:
+    def pairs(self) -> PairSettings:
         a_range, b_range = parse_operands(self.operands)
-        return take(self, PairConfig, a_range=a_range, b_range=b_range)
+        return take(self, PairSettings, a_range=a_range, b_range=b_range)
 
     @field_validator("out")
     @classmethod
@@ -107,7 +107,7 @@ class DataCommand(_Pairs, Works):
         return v
 
 
-_Patch: Any = section_of("_Patch", PatchConfig)
+_Patch: Any = section_of("_Patch", PatchSettings)
 
 
 class PatchCommand(_Patch, OutFolder, PairsIn, Works):
@@ -142,7 +142,7 @@ class MLPCommand(_MLP, OutFolder, PairsIn, Works):
     batch_size: Count = Field(16, description="prompts per forward pass")
 
 
-_EvalFlags: Any = section_of("_EvalFlags", EvalConfig, exclude=("split", "heldout", "progress", "shard"))
+_EvalFlags: Any = section_of("_EvalFlags", EvalSettings, exclude=("split", "heldout", "progress", "shard"))
 
 
 class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
@@ -159,7 +159,7 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
     baseline: str | None = Field(None, description="another model evaluated first, as the reference row for Δ")
     variant: list[dict[str, Any]] = Field(default_factory=list, description='more rows of any registered kind, as '
                                           'JSON: {"kind": ..., "model": ..., "label": ..., "options": {...}}')
-    split: Literal["full", "heldout"] = EvalConfig.__pydantic_fields__["split"]  # type: ignore[attr-defined]
+    split: Literal["full", "heldout"] = EvalSettings.__pydantic_fields__["split"]  # type: ignore[attr-defined]
     heldout_seed: NonNegative = Field(0, description="seed of the held-out split")
     heldout_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="training share of the held-out split")
     shard: str | None = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark, so "
@@ -185,13 +185,13 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
             check_run_folder(folder)
         return v
 
-    def eval_config(self, progress: bool) -> EvalConfig:
-        return EvalConfig(split=self.split, heldout=SplitConfig(self.heldout_seed, self.heldout_fraction),
+    def eval_config(self, progress: bool) -> EvalSettings:
+        return EvalSettings(split=self.split, heldout=SplitSettings(self.heldout_seed, self.heldout_fraction),
                           progress=progress, shard=check_shard(self.shard),
                           **self.model_dump(include=set(_EvalFlags.model_fields)))
 
 
-_Recipe: Any = section_of("_Recipe", FinetuneConfig)
+_Recipe: Any = section_of("_Recipe", FinetuneSettings)
 
 
 class FinetuneCommand(_Recipe, OutFolder, Works):
@@ -213,8 +213,8 @@ class FinetuneCommand(_Recipe, OutFolder, Works):
 
 
 
-    def recipe(self) -> FinetuneConfig:
-        return FinetuneConfig(**self.model_dump(include=set(_Recipe.model_fields)))
+    def recipe(self) -> FinetuneSettings:
+        return FinetuneSettings(**self.model_dump(include=set(_Recipe.model_fields)))
 
 
 class MergeCommand(OutFolder, Machine):
@@ -239,7 +239,7 @@ class PlanCommand(Section):
     host_memory: str | None = Field(None, description="host memory per node for CPU offload, e.g. 512GiB "
                                                        "(null: not checked)")
     seq_len: Count = Field(512, description="training tokens a sample (padded length)")
-    micro_batch_size: Count = Field(FinetuneConfig.__pydantic_fields__["micro_batch_size"].default,  # type: ignore[attr-defined]
+    micro_batch_size: Count = Field(FinetuneSettings.__pydantic_fields__["micro_batch_size"].default,  # type: ignore[attr-defined]
                                     description="training samples per forward pass and process; halved until "
                                                 "it fits")
     batch_size: Count = Field(16, description="analysis prompts per forward pass; halved until it fits")

@@ -10,8 +10,8 @@ from pydantic import Field, field_validator
 
 from ..data.templates import load_templates
 from ..errors import SettingError
-from ..evaluation.config import EvalConfig
-from ..finetune.config import FinetuneConfig
+from ..evaluation.config import EvalSettings
+from ..finetune.config import FinetuneSettings
 from ..finetune.data import check_train
 from .base import Count, section_of
 
@@ -25,11 +25,11 @@ def check_template_ids(ids: list[str], files=None, key: str = "templates") -> li
     return ids
 
 
-_Training: Any = section_of("_Training", FinetuneConfig, exclude=("method", "seed"))
+_Training: Any = section_of("_Training", FinetuneSettings, exclude=("method", "seed"))
 
 
 class FinetuneSection(_Training):
-    """The training recipe (FinetuneConfig's fields) and its data."""
+    """The training recipe (FinetuneSettings's fields) and its data."""
 
     train: str = Field("arith:multidigit,decimal:2000", description="training data: 'arith:KINDS[:N]' from the "
                        "templates, 'trainset' (GSM8K train + held-out AddSub/SingleEq/SVAMP) or a JSONL of "
@@ -41,15 +41,15 @@ class FinetuneSection(_Training):
     def _train(cls, v):
         return check_train(v)
 
-    def recipe(self, method: Literal["precise", "full", "lora"], seed: int) -> FinetuneConfig:
-        return FinetuneConfig(method=method, seed=seed, **self.model_dump(include=set(_Training.model_fields)))
+    def recipe(self, method: Literal["precise", "full", "lora"], seed: int) -> FinetuneSettings:
+        return FinetuneSettings(method=method, seed=seed, **self.model_dump(include=set(_Training.model_fields)))
 
 
-_Eval: Any = section_of("_Eval", EvalConfig, include=("benchmarks", "limit", "few_shot"))
+_Eval: Any = section_of("_Eval", EvalSettings, include=("benchmarks", "limit", "few_shot"))
 
 
 class EvalSection(_Eval):
-    """The evaluation table (EvalConfig's fields), and which items of the math sets a run scores."""
+    """The evaluation table (EvalSettings's fields), and which items of the math sets a run scores."""
 
     split: Literal["auto", "full", "heldout"] = Field(
         "full", description="AddSub/SingleEq/SVAMP items: full (the whole sets, as in the paper), heldout (minus "

@@ -1,6 +1,6 @@
 """Arithmetic rules: operands a task allows, answers and how they are written.
 
-`compute_answer` takes the rules of a PairConfig (anything with allow_negative and
+`compute_answer` takes the rules of a PairSettings (anything with allow_negative and
 allow_fractions); `draw_operands` also its operand ranges (a_range, b_range).
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The arithmetic is in arithmetic.py, filling templates in render.py, the tokenizer checks in
 alignment.py and the correctness check in correct.py.
 
-    make_pairs(load_templates(), ["addition"], PairConfig(n=100, few_shot=3), model=model, keep_correct=True)
+    make_pairs(load_templates(), ["addition"], PairSettings(n=100, few_shot=3), model=model, keep_correct=True)
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from .templates import OPERANDS, TASKS, Slot, Template, TemplateError, TemplateS
 
 # ---- configuration ------------------------------------------------------------------------------
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
-class PairConfig:
+class PairSettings:
     """How pairs are generated. Everything is deterministic given the seed; each template has its own
     random stream, so adding a template or a task does not change the others' pairs. The fields and
     descriptions are also flags of `keyheads data` and keys of a run's `data:` section."""
@@ -99,7 +99,7 @@ class Candidate:
 class Generator:
     """Makes aligned pairs for one tokenizer. `rejected` counts discarded samples by reason."""
 
-    def __init__(self, templates: TemplateSet, tokenizer, config: PairConfig):
+    def __init__(self, templates: TemplateSet, tokenizer, config: PairSettings):
         self.templates, self.tokenizer, self.config = templates, tokenizer, config
         self.pools = templates.pools
         self.same_length = SameLength(tokenizer)
@@ -264,7 +264,7 @@ class Generator:
 
 
 # ---- the whole job ------------------------------------------------------------------------------
-def pairs_for(model, config: PairConfig, template_files: list[str] | None = None, batch_size: int = 32, log=print,
+def pairs_for(model, config: PairSettings, template_files: list[str] | None = None, batch_size: int = 32, log=print,
               progress: bool = True) -> list[Pair]:
     """The pairs `config` asks for, from its task's templates (the built-in ones, or `template_files`),
     kept correct by `model` if config.keep_correct: the data step of `keyheads data` and of a run."""
@@ -279,7 +279,7 @@ def pairs_for(model, config: PairConfig, template_files: list[str] | None = None
                       log=log, progress=progress)
 
 
-def make_pairs(templates: TemplateSet, tasks: list[str], config: PairConfig, tokenizer=None, model=None,
+def make_pairs(templates: TemplateSet, tasks: list[str], config: PairSettings, tokenizer=None, model=None,
                keep_correct: bool = False, batch_size: int = 32, log=print, progress: bool = True) -> list[Pair]:
     """Generate config.n candidates per task; with keep_correct, keep only those `model` gets right.
 

@@ -29,7 +29,7 @@ HELDOUT = ("addsub", "singleeq", "svamp")
 
 
 @dataclass(frozen=True)
-class SplitConfig:
+class SplitSettings:
     """How the three test-only math sets are divided.
 
     Attributes:
@@ -44,13 +44,13 @@ class SplitConfig:
         return f"seed{self.seed}-train{self.train_fraction:g}"
 
 
-def _train_keys(keys: set[str], cfg: SplitConfig) -> set[str]:
+def _train_keys(keys: set[str], cfg: SplitSettings) -> set[str]:
     ordered = sorted(keys)
     random.Random(cfg.seed).shuffle(ordered)
     return set(ordered[: round(len(ordered) * cfg.train_fraction)])
 
 
-def heldout_splits(data_dir: str | Path | None = None, cfg: SplitConfig = SplitConfig()
+def heldout_splits(data_dir: str | Path | None = None, cfg: SplitSettings = SplitSettings()
                    ) -> dict[str, tuple[list[Record], list[Record]]]:
     """name -> (train part, evaluated part) for addsub, singleeq and svamp."""
     data = {name: load(name, data_dir=data_dir) for name in HELDOUT}
@@ -65,7 +65,7 @@ def heldout_splits(data_dir: str | Path | None = None, cfg: SplitConfig = SplitC
     return out
 
 
-def evaluated_sets(data_dir: str | Path | None = None, cfg: SplitConfig = SplitConfig()) -> dict[str, list[Record]]:
+def evaluated_sets(data_dir: str | Path | None = None, cfg: SplitSettings = SplitSettings()) -> dict[str, list[Record]]:
     """What evaluation reads after fine-tuning on this set: GSM8K test and the held-out parts."""
     out = {"gsm8k": load("gsm8k", "test", data_dir=data_dir)}
     out.update({name: held for name, (_, held) in heldout_splits(data_dir, cfg).items()})
@@ -80,7 +80,7 @@ def target_text(record: Record) -> str:
     return f"The answer is {answer}."
 
 
-def build_trainset(data_dir: str | Path | None = None, cfg: SplitConfig = SplitConfig()
+def build_trainset(data_dir: str | Path | None = None, cfg: SplitSettings = SplitSettings()
                    ) -> tuple[list[dict], dict]:
     """GSM8K train plus the seeded held-out parts of AddSub, SingleEq and SVAMP, deduplicated and
     cleaned of every evaluated question. -> (rows, manifest); rows: {id, source, question, answer,
@@ -122,7 +122,8 @@ def _ids_hash(records: list[Record]) -> str:
     return hashlib.sha256("\n".join(sorted(r.id for r in records)).encode()).hexdigest()[:16]
 
 
-def write_trainset(out_dir: str | Path, data_dir: str | Path | None = None, cfg: SplitConfig = SplitConfig()) -> Path:
+def write_trainset(out_dir: str | Path, data_dir: str | Path | None = None,
+                   cfg: SplitSettings = SplitSettings()) -> Path:
     """Write train.jsonl and manifest.json into `out_dir`; returns the manifest path."""
     out_dir = Path(out_dir)
     rows, manifest = build_trainset(data_dir_from(data_dir), cfg)
@@ -134,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m keyheads.data.trainset", description=build_trainset.__doc__)
     p.add_argument("out", help="folder for train.jsonl and manifest.json")
     p.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA)")
-    p.add_argument("--seed", type=int, default=SplitConfig.seed)
-    p.add_argument("--train-fraction", type=float, default=SplitConfig.train_fraction)
+    p.add_argument("--seed", type=int, default=SplitSettings.seed)
+    p.add_argument("--train-fraction", type=float, default=SplitSettings.train_fraction)
     args = p.parse_args(argv)
-    path = write_trainset(args.out, args.data_dir, SplitConfig(args.seed, args.train_fraction))
+    path = write_trainset(args.out, args.data_dir, SplitSettings(args.seed, args.train_fraction))
     manifest = json.loads(Path(path).read_text())
     configure_log()
     logger.info("%d training rows %s; manifest: %s", manifest["train_size"], manifest["train_by_dataset"], path)

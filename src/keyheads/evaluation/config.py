@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from ..data.trainset import SplitConfig
+from ..data.trainset import SplitSettings
 from ..errors import SettingError
 from .arith import ARITH_SETS
 
@@ -25,7 +25,7 @@ DEFAULT_NEW_TOKENS = {"gsm8k": 256, "addsub": 128, "singleeq": 128, "svamp": 128
 
 
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
-class EvalConfig:
+class EvalSettings:
     """Settings of an evaluation run; the fields and descriptions are also flags of `keyheads eval`
     and keys of a run's `eval:` section (keyheads.config)."""
 
@@ -47,7 +47,7 @@ class EvalConfig:
     split: Literal["full", "heldout"] = Field(
         default="full", description="full (the whole test sets, as in the paper) or heldout (for AddSub, SingleEq "
         "and SVAMP only the part the training-set builder leaves out; the arith sets are held out either way)")
-    heldout: SplitConfig = Field(default_factory=SplitConfig, description="the held-out split's seed and train "
+    heldout: SplitSettings = Field(default_factory=SplitSettings, description="the held-out split's seed and train "
                                                                           "fraction (must match the training set's)")
     cache_dir: str | None = Field(
         default=None, description="per-item result cache, shared by runs (entries are keyed "

@@ -21,7 +21,7 @@ from scipy import stats
 
 from ..data.benchmarks import Record, load
 from ..errors import SettingError
-from .config import EvalConfig
+from .config import EvalSettings
 from .prompts import round_robin
 from .task_types import Item, PairwiseTask
 
@@ -29,7 +29,7 @@ NAME = "generic-kl"
 SOURCES = ("mmlu", "csqa")
 
 
-def drift_items(cfg: EvalConfig) -> list[Item]:
+def drift_items(cfg: EvalSettings) -> list[Item]:
     """The distinct question texts of MMLU (round-robin over subjects) and CSQA, alternating, first `limit`."""
     lists = [round_robin(load("mmlu", data_dir=cfg.data_dir)), load("csqa", data_dir=cfg.data_dir)]
     texts: dict[str, Record] = {}  # a text that occurs twice would only count twice
@@ -79,7 +79,7 @@ def bootstrap(values: Sequence[tuple[float, float]], stat, n: int = 1000, seed: 
 class DriftTask(PairwiseTask):
     """Scored against a reference variant (the runner sets `reference`), not by correctness."""
 
-    def __init__(self, cfg: EvalConfig):
+    def __init__(self, cfg: EvalSettings):
         self.name, self.split, self.exemplars = NAME, "+".join(SOURCES) + " questions", []
         self.items = drift_items(cfg)
         self.reference = None

@@ -24,7 +24,7 @@ from ..io import atomic_write_text, write_json, write_jsonl
 from ..models.model import HookedModel
 from ..runfolder import RESULTS_JSON
 from .cache import ResultCache, item_key
-from .config import EvalConfig, check_benchmarks
+from .config import EvalSettings, check_benchmarks
 from .engine import PrefixKV
 from .table import to_csv, to_markdown
 from .task_types import PairwiseTask, Task
@@ -36,7 +36,7 @@ def slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", label).strip("_") or "model"
 
 
-def cache_folder(cfg: EvalConfig) -> Path:
+def cache_folder(cfg: EvalSettings) -> Path:
     if cfg.cache_dir:
         return Path(cfg.cache_dir)
     return models.cache_root() / "eval"
@@ -53,7 +53,7 @@ def _batches(items: list, size: int, group: Callable) -> list[list]:
     return batches
 
 
-def run_task(prepared: Prepared, task: Task, cfg: EvalConfig, cache: ResultCache,
+def run_task(prepared: Prepared, task: Task, cfg: EvalSettings, cache: ResultCache,
              reference: Prepared | None = None) -> tuple[list[dict], dict]:
     """Score every item of `task`, computing only those not in `cache`; -> (rows, timing).
 
@@ -117,7 +117,7 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
     return shard is None or int(key[:12], 16) % shard[1] == shard[0]
 
 
-def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
+def evaluate_prepared(prepared: Prepared, cfg: EvalSettings, out: str | Path,
                       tasks: dict[str, Task] | None = None, reference: Prepared | None = None) -> dict:
     """Evaluate one prepared variant on cfg.benchmarks; writes its folder; -> its result dict.
 
@@ -149,7 +149,7 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalConfig, out: str | Path,
     return result
 
 
-def write_table(results: Sequence[dict], cfg: EvalConfig, out: str | Path) -> str:
+def write_table(results: Sequence[dict], cfg: EvalSettings, out: str | Path) -> str:
     out = Path(out)
     md = to_markdown(results, cfg.benchmarks)
     write_json(out / RESULTS_JSON, {"config": asdict(cfg), "variants": list(results)})
@@ -158,7 +158,7 @@ def write_table(results: Sequence[dict], cfg: EvalConfig, out: str | Path) -> st
     return md
 
 
-def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalConfig, out: str | Path,
+def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str | Path,
              loader: Callable[[str], HookedModel] | None = None) -> list[dict]:
     """Evaluate each variant (the first is the reference for the Δ columns) and write the table.
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..data.benchmarks import Record
 from ..models.model import HookedModel
-from .config import EvalConfig
+from .config import EvalSettings
 from .engine import PrefixKV
 from .extract import wilson
 from .variants import Prepared
@@ -38,12 +38,12 @@ class Task:
         """Items of one group share a few-shot prefix; batches do not mix groups."""
         return item.record.subject or ""
 
-    def settings(self, tokenizer: Any, cfg: EvalConfig) -> dict:
+    def settings(self, tokenizer: Any, cfg: EvalSettings) -> dict:
         """Everything besides model and prompt that changes the raw result (part of the cache key)."""
         raise NotImplementedError
 
     def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV,
-            cfg: EvalConfig) -> Iterable[tuple[int, dict]]:
+            cfg: EvalSettings) -> Iterable[tuple[int, dict]]:
         """(position in `items`, raw result to cache: generated text, letter logits), in the order
         the items end."""
         raise NotImplementedError
@@ -78,9 +78,9 @@ class PairwiseTask(Task):
         return self.reference
 
     def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV,
-            cfg: EvalConfig) -> Iterable[tuple[int, dict]]:
+            cfg: EvalSettings) -> Iterable[tuple[int, dict]]:
         raise TypeError(f"{self.name} compares two variants: call run_pair")
 
-    def run_pair(self, prepared: Prepared, items: Sequence[Item], cfg: EvalConfig) -> list[dict]:
+    def run_pair(self, prepared: Prepared, items: Sequence[Item], cfg: EvalSettings) -> list[dict]:
         """Raw results of `prepared` against `reference`, each under its own edits."""
         raise NotImplementedError

@@ -13,7 +13,7 @@ from .config import (
     ARITH,
     DRIFT,
     MATH,
-    EvalConfig,
+    EvalSettings,
     check_benchmarks,
 )
 from .drift import DriftTask
@@ -32,7 +32,7 @@ class MathTask(Task):
     stops: tuple[str, ...] = STOPS
     continuous = True  # generation: rows end at different steps, and finished ones make room
 
-    def __init__(self, name: str, cfg: EvalConfig):
+    def __init__(self, name: str, cfg: EvalSettings):
         self.name = name
         records = load(name, data_dir=cfg.data_dir)
         self.split = get_benchmark(name).evaluated
@@ -86,7 +86,7 @@ class ArithTask(MathTask):
 
     stops = ("\n",)
 
-    def __init__(self, name: str, cfg: EvalConfig):
+    def __init__(self, name: str, cfg: EvalSettings):
         self.name, self.split, self.cot = name, "generated", False
         test, pool = arith_items(name)
         shots = pick(pool, cfg.shots(name), cfg.seed)
@@ -102,7 +102,7 @@ class ArithTask(MathTask):
 
 
 class ChoiceTask(Task):
-    def __init__(self, name: str, cfg: EvalConfig):
+    def __init__(self, name: str, cfg: EvalSettings):
         self.name = name
         self.split = get_benchmark(name).evaluated
         records = load(name, data_dir=cfg.data_dir)
@@ -157,7 +157,7 @@ class ChoiceTask(Task):
                 "scores": row["scores"]}
 
 
-def make_task(name: str, cfg: EvalConfig) -> Task:
+def make_task(name: str, cfg: EvalSettings) -> Task:
     check_benchmarks([name])
     if name in ARITH:
         return ArithTask(name, cfg)

@@ -25,12 +25,12 @@ from ..errors import ResumeMismatch
 from ..io import atomic_folder, read_json, restore_set_aside, write_json
 from ..log import logger
 from ..provenance import changed_settings, flatten
-from .config import FinetuneConfig
+from .config import FinetuneSettings
 
 
 def differing_keys(old: dict, new: dict) -> list[str]:
     """Keys whose values differ, except settings that do not change what is computed."""
-    skip = [f"config.{k}" for k in FinetuneConfig.RESUMABLE_CHANGES]
+    skip = [f"config.{k}" for k in FinetuneSettings.RESUMABLE_CHANGES]
     return [key for key, _, _ in changed_settings(old, new, skip)]
 
 

@@ -18,7 +18,7 @@ KV_POLICIES = ("group", "none")
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid", populate_by_name=True))
-class FinetuneConfig:
+class FinetuneSettings:
     """How to train."""
 
     method: Literal["precise", "full", "lora"] = Field(
@@ -72,7 +72,7 @@ class FinetuneConfig:
         return d
 
     @classmethod
-    def from_json(cls, data: dict) -> FinetuneConfig:
+    def from_json(cls, data: dict) -> FinetuneSettings:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

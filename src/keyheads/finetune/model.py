@@ -15,7 +15,7 @@ from torch.distributed.tensor import DTensor
 from ..components import Components
 from ..errors import MissingPackage, SettingError
 from ..models.model import HookedModel
-from .config import FinetuneConfig
+from .config import FinetuneSettings
 from .layer import ATTR, ColDelta, RowDelta, attach, detach
 
 
@@ -197,7 +197,7 @@ def lora(model: HookedModel, rank: int, alpha: float | None = None, seed: int = 
     return Tuned(model, "lora", get_peft_model(model.hf, config))
 
 
-def make_trainable(model: HookedModel, cfg: FinetuneConfig, components: Components | None = None) -> Tuned:
+def make_trainable(model: HookedModel, cfg: FinetuneSettings, components: Components | None = None) -> Tuned:
     if cfg.method == "precise":
         return precise(model, components, cfg.kv)
     if cfg.method == "full":

@@ -26,7 +26,7 @@ from torch.distributed.tensor import distribute_tensor
 
 from .. import distributed
 from ..errors import SettingError
-from .config import FinetuneConfig
+from .config import FinetuneSettings
 from .model import Tuned, local
 
 
@@ -165,7 +165,7 @@ def check_offload(offload: bool, parallel: str, device: str, section: str | None
                                          f"is on {device}: leave it out")
 
 
-def check_setup(cfg: FinetuneConfig, device: str | None, world: int, section: str | None = None) -> None:
+def check_setup(cfg: FinetuneSettings, device: str | None, world: int, section: str | None = None) -> None:
     """What can be refused before any model loads; `section` names the settings as a run config does
     ("finetune": finetune.optimizer_batch_size), None as `keyheads finetune`'s flags."""
     check_batch_split(cfg.batch_size, world, setting_name("optimizer_batch_size", section))
@@ -180,7 +180,7 @@ def check_setup(cfg: FinetuneConfig, device: str | None, world: int, section: st
     check_offload(cfg.offload, cfg.parallel, placement(cfg, device)[1], section)
 
 
-def placement(cfg: FinetuneConfig, device: str | None) -> tuple[str, str]:
+def placement(cfg: FinetuneSettings, device: str | None) -> tuple[str, str]:
     """-> (where to load the model, where to train). Under FSDP2 on GPUs the model loads into CPU memory and
     each process moves only its own shards to its GPU, so no GPU ever holds the whole model."""
     train = device or distributed.default_device() or ("cuda" if torch.cuda.is_available() else "cpu")

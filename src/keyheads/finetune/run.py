@@ -17,14 +17,14 @@ from ..models.model import HookedModel
 from ..provenance import versions
 from .adapter import INFO, save_adapter
 from .checkpoint import ResumeMismatch, describe_differences, differing_keys
-from .config import FinetuneConfig
+from .config import FinetuneSettings
 from .data import Example, examples_sha256, tokenize
 from .model import check_components, make_trainable
 from .parallel import FSDP, make_parallel
 from .train import train
 
 
-def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneConfig, out: str | Path,
+def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings, out: str | Path,
              components: Components | None = None, data_name: str = "", accelerator=None,
              progress: bool = True, device: str | torch.device | None = None,
              compute_dtype: torch.dtype | None = None) -> dict:

@@ -21,13 +21,13 @@ from transformers import get_linear_schedule_with_warmup
 
 from ..errors import MissingPackage
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import FinetuneConfig
+from .config import FinetuneSettings
 from .data import Tokenized, collate, n_loss_tokens
 from .model import Tuned
 from .parallel import DDP, FSDP, check_batch_split, make_accelerator
 
 
-def total_steps(cfg: FinetuneConfig, n_examples: int) -> int:
+def total_steps(cfg: FinetuneSettings, n_examples: int) -> int:
     steps = math.ceil(cfg.epochs * n_examples / cfg.batch_size)
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
@@ -70,7 +70,7 @@ class TrainResult:
         return self.samples / self.seconds if self.seconds > 0 else float("nan")
 
 
-def make_optimizer(tuned: Tuned, cfg: FinetuneConfig) -> torch.optim.Optimizer:
+def make_optimizer(tuned: Tuned, cfg: FinetuneSettings) -> torch.optim.Optimizer:
     groups = tuned.param_groups(cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr)
@@ -110,11 +110,11 @@ def _lean_adamw8bit(bitsandbytes):
     return LeanAdamW8bit
 
 
-def make_scheduler(optimizer, cfg: FinetuneConfig, steps: int):
+def make_scheduler(optimizer, cfg: FinetuneSettings, steps: int):
     return get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * steps), steps)
 
 
-def _checkpoint_due(cfg: FinetuneConfig, done: int, since_save: float, par: DDP | FSDP) -> bool:
+def _checkpoint_due(cfg: FinetuneSettings, done: int, since_save: float, par: DDP | FSDP) -> bool:
     if cfg.save_every and done % cfg.save_every == 0:
         return True
     if not cfg.save_minutes:
@@ -123,7 +123,7 @@ def _checkpoint_due(cfg: FinetuneConfig, done: int, since_save: float, par: DDP 
     return par.first(since_save >= 60 * cfg.save_minutes)
 
 
-def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneConfig, out: str | Path, meta: dict,
+def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneSettings, out: str | Path, meta: dict,
           parallel: DDP | FSDP | None = None, progress: bool = True) -> TrainResult:
     """Train `tuned` on `data`; checkpoints into `out`/checkpoint and resumes from it.
 

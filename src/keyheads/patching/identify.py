@@ -14,10 +14,10 @@ from ..io import write_json
 from ..models.model import HookedModel
 from ..runfolder import KEY_HEADS_JSON
 from .heatmap import draw_heatmap
-from .run import PatchConfig, sweep
+from .run import PatchSettings, sweep
 
 
-def identify(model: HookedModel, data: str | Path, config: PatchConfig, out: str | Path, *, batch_size: int = 16,
+def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: str | Path, *, batch_size: int = 16,
              progress: bool = True) -> tuple[Effects, dict]:
     """Run the sweep into `out` (resuming a checkpoint there) and write every output.
 

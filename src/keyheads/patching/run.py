@@ -49,7 +49,7 @@ def check_method(method: str) -> str:
 
 
 @dataclass(config=ConfigDict(extra="forbid"))
-class PatchConfig:
+class PatchSettings:
     """What the effects and the key heads depend on: the flags of `keyheads patch` (with its files and
     machine) and a run's `patch:` section, passed whole to `identify`."""
 
@@ -79,7 +79,7 @@ class PatchConfig:
         return check_metric(v)
 
 
-def sweep(model: HookedModel, data: str | Path, config: PatchConfig, out: Path | None = None,
+def sweep(model: HookedModel, data: str | Path, config: PatchSettings, out: Path | None = None,
           batch_size: int = 16, progress: bool = True) -> tuple[Effects, dict]:
     """Run the patching sweep over a pairs file; returns (effects, per-sample arrays). `batch_size`: prompts
     per forward pass, at most (batches are cut where token lengths jump; a checkpoint is of one batch size).
