@@ -93,6 +93,7 @@ class Calls:
             return step
 
         for name in ("run_knockout", "run_attention", "run_mlp", "evaluate", "write_pairs", "describe_effects",
+                     "describe_knockout", "describe_attention", "describe_mlp",
                      "describe_training", "write_html_report"):
             monkeypatch.setattr(pipeline, name, record())
         monkeypatch.setattr(pipeline, "pairs_for", record(["a pair"]))
