@@ -17,9 +17,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
-from keyheads.io import read_jsonl  # noqa: E402
 from keyheads.plotting import new_figure, save_figure  # noqa: E402
-from keyheads.report.rundata import DRIFT, EvalRow, EvalTable, display, eval_table  # noqa: E402
+from keyheads.report.rundata import (  # noqa: E402
+    DRIFT,
+    EvalRow,
+    EvalTable,
+    delta_band,
+    display,
+    eval_table,
+    paired_family,
+    seed_sets,
+)
 from keyheads.runfolder import RunFolder  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parent / "figures"
@@ -83,53 +91,32 @@ def figure(t: EvalTable, out: Path) -> Path | None:
     return save_figure(fig, out)
 
 
-def wrong_ids(run: Path, row: EvalRow, bench: str) -> set[str] | None:
-    """The ids of the items the row got wrong on `bench` (its `<bench>.wrong.jsonl`), None if not evaluated."""
-    from keyheads.evaluation.runner import slug
-
-    path = run / "eval" / slug(row.label) / f"{bench}.wrong.jsonl"
-    if bench not in row.benchmarks or not path.exists():
-        return None
-    return {row["id"] for row in read_jsonl(path)}
-
-
-def paired(base_wrong: set[str], row_wrong: set[str]) -> tuple[int, int, float]:
-    """-> (items gained, items lost, two-sided exact McNemar p). Both rows answer the same items, so
-    a difference is tested on the items where they disagree, not by comparing two intervals."""
-    from scipy.stats import binomtest
-
-    gained, lost = len(base_wrong - row_wrong), len(row_wrong - base_wrong)
-    p = binomtest(min(gained, lost), gained + lost, 0.5).pvalue if gained + lost else 1.0
-    return gained, lost, float(p)
-
-
-def paired_table(run: Path, t: EvalTable) -> list[str]:
-    """Each row against the base row, item by item: +gained / -lost (exact McNemar p)."""
-    benches = t.math() + t.generic()
+def paired_table(folder: RunFolder, t: EvalTable) -> tuple[list[str], int]:
+    """Each row against the base row, item by item (keyheads.report.stats): +gained / -lost, the change in
+    points with its 95% interval for paired proportions, the exact McNemar p and its Holm adjustment over
+    every test of this table; then, for a control run with several seeds, the band of its Δ.
+    -> (the table's lines, the number of tests in the family)."""
+    benches = t.scored()
     base = t.base
-    if base is None:
-        return []
+    pairs = paired_family(folder, t)
+    if base is None or not pairs:
+        return [], 0
     lines = ["| Variant | " + " | ".join(display(b) for b in benches) + " |", "|" + "---|" * (len(benches) + 1)]
-    for r in t.rows:
-        if r is base:
-            continue
-        cells = []
-        for b in benches:
-            bw, rw = wrong_ids(run, base, b), wrong_ids(run, r, b)
-            if bw is None or rw is None:
-                cells.append("-")
-                continue
-            gained, lost, p = paired(bw, rw)
-            cells.append(f"+{gained} / -{lost} (p {p:.2g})")
-        lines.append(f"| {r.label} | " + " | ".join(cells) + " |")
-    return lines
+    others = [r for r in t.rows if r is not base]
+    for r in others:
+        tests = [pairs.get((r.label, b)) for b in benches]
+        lines.append(f"| {r.label} | " + " | ".join(x.cell() if x else "-" for x in tests) + " |")
+    for name, seeds in seed_sets(others):
+        spreads = [delta_band(t, seeds, [b]) for b in benches]
+        lines.append(f"| {name}: {len(seeds)} seeds, Δ | "
+                     + " | ".join(s.text() if s else "-" for s in spreads) + " |")
+    return lines, len(pairs)
 
 
 def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, str | None]]]:
     """The rows an interrupted eval stage finished, from the benchmarks' JSONs in its per-variant
     folders (a benchmark not reached stays empty). -> (table, (label, finetune run) of each row
     never evaluated)."""
-    from keyheads.evaluation.runner import slug
     from keyheads.pipeline import eval_labels, key_heads
 
     labels = eval_labels(config["model"], len(key_heads(run).heads), config["variants"])
@@ -137,7 +124,7 @@ def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, s
     names = [None, None] + list(config["variants"])
     rows, missing = [], []
     for label, kind, name in zip(labels, kinds, names):
-        folder = run / "eval" / slug(label)
+        folder = RunFolder(run).eval_variant(label)
         benchmarks = {b: json.loads((folder / f"{b}.json").read_text())
                       for b in config["eval"]["benchmarks"] if (folder / f"{b}.json").exists()}
         if not benchmarks:
@@ -193,10 +180,12 @@ def main() -> None:
     lines += ["", "**Table 1** (95% Wilson intervals; Δ in points from the base row)", ""]
     lines += markdown_table(t, table1, runs)
     lines += ["", "**Table 2**: precise SFT by what it tunes", ""] + markdown_table(t, precise, runs)
-    pairs = paired_table(run, t)
+    pairs, family = paired_table(folder, t)
     if pairs:
-        lines += ["", "**Item by item against the base row** (same items: items gained / lost, two-sided exact "
-                  "McNemar p; at 50 items a 6-point change is 3 items, and needs p < 0.05 to be more than noise)",
+        lines += ["", "**Item by item against the base row** (same items: items gained / lost; Δ: the change in "
+                  "points with its 95% interval for paired proportions, Newcombe's method 10; two-sided exact "
+                  "McNemar p, and in brackets the p adjusted by Holm's method over all "
+                  f"{family} tests of this table: a change counts only when the Holm p is below 0.05)",
                   ""] + pairs
     if png:
         lines += ["", f"![math gain vs generic drift](figures/{png.name})"]

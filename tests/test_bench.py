@@ -50,13 +50,63 @@ def test_reproduce_row_matches_rows_by_key_and_names_the_items_that_differ(tmp_p
     assert latest(tmp_path / "missing.sqlite") == {}
 
 
-def test_table1_pairs_items_and_tests_them_with_the_exact_binomial(tmp_path):
-    paired = importlib.import_module("table1").paired
-    # base wrong on a, b, c; the row wrong on c, d: gained a and b, lost d
-    gained, lost, p = paired({"a", "b", "c"}, {"c", "d"})
-    assert (gained, lost) == (2, 1)
-    # two-sided exact binomial, written out: P(X <= 1) + P(X >= 2) of Binomial(3, 1/2) = 1
-    assert p == pytest.approx(1.0)
-    gained, lost, p = paired(set("abcdefgh"), set())  # 8 gained, none lost: 2 * (1/2)^8
-    assert (gained, lost) == (8, 0) and p == pytest.approx(2 / 256)
-    assert paired({"x"}, {"x"}) == (0, 0, 1.0)
+def test_table1_tests_every_row_against_the_base_item_by_item_with_holm_over_the_table(tmp_path):
+    from keyheads.report.rundata import eval_table
+    from keyheads.report.stats import holm
+    from keyheads.runfolder import RunFolder
+
+    from tests.report.test_stats import fake_eval
+
+    table1 = importlib.import_module("table1")
+    run = RunFolder(fake_eval(tmp_path))
+    lines, family = table1.paired_table(run, eval_table(run))
+    assert family == 8 and lines[0] == "| Variant | GSM8K | MMLU |"
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[2:]}
+    # the random@40 row: 6 of the base row's 26 wrong items right, none lost; Holm over all 8 tests
+    raw = [2 / 2**18, 2 / 64, 1.0, 1.0, 1.0, 1.0, 0.0625, 0.5]  # ko gsm8k, r gsm8k, r mmlu, s1 x2, s2 gsm8k, s2/ko mmlu
+    assert "+6 / -0, Δ +12.0 [+3.0, +20.4], p 0.031 (Holm 0.22)" in rows["m + random@40 SFT"]
+    assert f"(Holm {sorted(holm(raw))[1]:.2g})" == "(Holm 0.22)"
+    assert "+0 / -18, Δ -36.0" in rows["m - 10 key heads knocked out"]
+    # three seeds of random@40: the band of their Δ on GSM8K (+12, -4, 0) and MMLU (0, 0, -10)
+    assert rows["m + random@40 SFT: 3 seeds, Δ"].split(" | ")[1:] == [
+        "mean +2.7, range -4.0 to +12.0 over 3 seeds", "mean -3.3, range -10.0 to +0.0 over 3 seeds |"]
+
+
+OLD = """## Tables 1 and 2: a run (run-x)
+
+- 50 items per benchmark (AddSub/SingleEq/SVAMP split: test)
+
+| Variant | Train speed (samples/s) | Tuned params | GSM8K % [95% CI] (Δ) | MMLU % [95% CI] (Δ) |
+|---|---|---|---|---|
+| m (base) | - | - | 48.0 [34.8-61.5] | 54.0 [40.4-67.0] |
+| m + precise SFT | 1.0 | 10 | 60.0 [46.2-72.4] (+12.0) | 54.0 [40.4-67.0] (+0.0) |
+
+**Item by item against the base row** (same items: items gained / lost, two-sided exact McNemar p)
+
+| Variant | GSM8K | MMLU |
+|---|---|---|
+| m + precise SFT | +6 / -0 (p 0.031) | +1 / -1 (p 1) |
+| m + full SFT | +0 / -20 (p 1.9e-06) | - |
+
+after
+"""
+
+
+def test_holm_results_rewrites_only_the_item_cells_and_a_second_run_changes_nothing(tmp_path):
+    holm_results = importlib.import_module("holm_results")
+    new, report = holm_results.rewrite(OLD)
+    old_lines, new_lines = OLD.split("\n"), new.split("\n")
+    changed = [line for line in old_lines if line not in new_lines]
+    assert changed == ["| m + precise SFT | +6 / -0 (p 0.031) | +1 / -1 (p 1) |",
+                       "| m + full SFT | +0 / -20 (p 1.9e-06) | - |"]
+    assert ("| m + precise SFT | +6 / -0, Δ +12.0 [+3.0, +20.4], p 0.031 (Holm 0.062) "
+            "| +1 / -1, Δ +0.0 [-5.4, +5.4], p 1 (Holm 1) |") in new_lines
+    assert "| m + full SFT | +0 / -20, Δ -40.0 [-52.9, -25.7], p 1.9e-06 (Holm 5.7e-06) | - |" in new_lines
+    assert new_lines[-6].startswith("Holm's correction was applied over the family of all 3 item-by-item tests")
+    assert len(new_lines) == len(old_lines) + 4 and new_lines[-2:] == ["after", ""]
+    assert [len(tests) for _, tests in report] == [3]
+    assert holm_results.rewrite(new)[0] == new  # re-run: nothing changes
+    with pytest.raises(SystemExit):  # a printed p that the counts do not give is an error, not rewritten
+        holm_results.rewrite(OLD.replace("(p 0.031)", "(p 0.01)"))
+    with pytest.raises(SystemExit):  # counts that do not match the accuracies either
+        holm_results.rewrite(OLD.replace("+6 / -0 (p 0.031)", "+7 / -0 (p 0.016)"))

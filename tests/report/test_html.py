@@ -219,3 +219,72 @@ def test_text_from_the_data_is_escaped_everywhere(tmp_path):
     )
     assert [r[1][1] for r in table_rows(page, "key-heads")][0] == "<b>0.0</b>"  # shown as the text it is
     assert page.count('<div class="table-box"><table class="sortable') == page.count("<table")
+
+
+def _wrong_items(run, labels_acc: dict[str, dict[str, float]], n: int = 100) -> None:
+    """eval/<row>/<benchmark>.wrong.jsonl for each row: the first (1 - accuracy) * n items wrong."""
+    from keyheads.io import write_jsonl
+    from keyheads.runfolder import RunFolder
+
+    folder = RunFolder(run)
+    for label, accs in labels_acc.items():
+        for bench, acc in accs.items():
+            write_jsonl(folder.eval_wrong(label, bench), ({"id": f"{bench}/{i}"} for i in range(round((1 - acc) * n))))
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_findings_give_the_item_by_item_tests_and_name_single_random_draws(tmp_path, holds):
+    """The claims that rest on accuracies quote each row against the base row item by item (Δ with its
+    interval, raw and Holm p); a claim against one random draw says so; the held/not-held calls are unchanged."""
+    from keyheads.report.rundata import eval_table, paired_family
+    from keyheads.runfolder import RunFolder
+
+    run = make_run(tmp_path / "run", holds)
+    before = [f["held"] for f in findings(run)]
+    assert all("Not tested item by item" in f["evidence"] for f in findings(run) if "generic skills" in f["claim"])
+    data = read(run / "eval" / "results.json")
+    _wrong_items(run, {v["label"]: {b: s["accuracy"] for b, s in v["benchmarks"].items()} for v in data["variants"]})
+    items = findings(run)
+    assert [f["held"] for f in items] == before == [holds] * 9
+    pairs = paired_family(RunFolder(run), eval_table(RunFolder(run)))
+    assert len(pairs) == 3 * 2  # knockout, precise, full against the base, on GSM8K and MMLU
+    by_claim = {f["claim"]: f["evidence"] for f in items}
+    generic = next(e for c, e in by_claim.items() if c.startswith("Without the key heads"))
+    ko_gsm8k = pairs[("knockout", "gsm8k")]  # 20% -> 5%: 15 of 100 items lost
+    assert (ko_gsm8k.gained, ko_gsm8k.lost) == (0, 15)
+    assert f"GSM8K {ko_gsm8k.cell()}" in generic and f"Holm over the table's {len(pairs)} tests" in generic
+    math_claim = next(e for c, e in by_claim.items() if c.startswith("Precise SFT of the key heads improves"))
+    assert f"precise-top2 — GSM8K {pairs[('precise', 'gsm8k')].cell()}" in math_claim
+    assert f"full — GSM8K {pairs[('full', 'gsm8k')].cell()}" in math_claim
+    assert "(Holm " in math_claim and "Δ " in math_claim
+    transfer = next(e for c, e in by_claim.items() if c.startswith("The key heads matter on arithmetic"))
+    assert "(single random draw)" in transfer  # the transfer control is one set of random heads
+    knockout = next(e for c, e in by_claim.items() if c.startswith("Knocking out the key heads"))
+    assert "(mean of 2 random draws)" in knockout  # the handmade curves have 2 random orderings
+    page = write_html_report(run).read_text()
+    assert f"{len(pairs)} tests of this table" in section_of(page, "improve")
+    assert [r[0][1] for r in table_rows(page, "pairs")] == ["knockout", "precise", "full"]
+
+
+def test_random_heads_are_one_draw_or_a_band_over_seeds(tmp_path):
+    run = make_run(tmp_path / "run", True)
+    data = read(run / "eval" / "results.json")
+    finetune = read(run / "finetune" / "precise-top2" / "finetune.json")
+    finetune["components"]["source"] = "random 2 heads (seed 0)"
+
+    def add(name: str, gsm8k: float) -> None:
+        (run / "finetune" / name).mkdir(parents=True)
+        (run / "finetune" / name / "finetune.json").write_text(json.dumps(finetune))
+        spec = {"kind": "adapter", "model": f"/elsewhere/finetune/{name}", "options": {}}
+        data["variants"].append({"label": name, "info": {"variant": spec}, "benchmarks": {
+            "gsm8k": {"accuracy": gsm8k, "n": 100}, "mmlu": {"accuracy": 0.5, "n": 100}}})
+        (run / "eval" / "results.json").write_text(json.dumps(data))
+
+    def math_evidence() -> str:
+        return next(f["evidence"] for f in findings(run) if f["claim"].startswith("Precise SFT of the key heads"))
+
+    add("random@2", 0.25)
+    assert "random heads (random@2) (single random draw): +5.0" in math_evidence()
+    add("random@2-seed1", 0.21)
+    add("random@2-seed2", 0.30)
+    assert "random heads (random@2): mean +5.3, range +1.0 to +10.0 over 3 seeds" in math_evidence()

@@ -135,7 +135,7 @@ def _points(x: float) -> str:
 
 
 # ---- several seeds of one random control ----------------------------------------------------------
-SEED = re.compile(r"[\s_,-]*[(\[]?\bseed[\s_=-]*\d+[)\]]?", re.IGNORECASE)
+SEED = re.compile(r"[\s_,-]*[(\[]?(?<![A-Za-z])seed[\s_=-]*\d+[)\]]?", re.IGNORECASE)
 
 
 def seed_free(name: str) -> str:
