@@ -8,7 +8,8 @@ this machine lacks fails in a second, before any model loads. The keys are confi
     --device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu
     device: 'cuda:7' given; this machine has no CUDA GPU (...)
 
-The settings models (keyheads.config) call these checks from their validators.
+The settings models (keyheads.config) call these checks from their validators. torch is imported only when
+a check that asks it about this machine runs (`_torch`), not with this module.
 """
 from __future__ import annotations
 
@@ -17,9 +18,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import overload
-
-import torch
+from typing import Any, overload
 
 from .errors import SettingError
 
@@ -60,6 +59,20 @@ def parse_bytes(text: str, key: str = "size") -> int:
 
 
 # ---- devices and dtypes -------------------------------------------------------------------------
+def _torch() -> Any:
+    """torch, imported when a check of a GPU or of the thread count runs rather than with this module: importing
+    torch takes seconds and memory, and the settings modules (keyheads.config.base) must load without it
+    (tests/test_imports.py). The one function here that imports it."""
+    import torch  # noqa: PLC0415 - imported on use, see the docstring
+
+    return torch
+
+
+def set_torch_threads(threads: int) -> None:
+    """torch's CPU thread count (the one machine setting that acts before a model loads)."""
+    _torch().set_num_threads(threads)
+
+
 def check_device(value: str | None, key: str = "device") -> str | None:
     """None (cuda if available, else cpu), "cpu", "cuda", "cuda:N", "mps" or "auto" (accelerate's
     device_map="auto"), provided this machine has it."""
@@ -71,6 +84,7 @@ def check_device(value: str | None, key: str = "device") -> str | None:
                                            "or give cpu or cuda")
         return value
     if isinstance(value, str) and (m := re.fullmatch(r"cuda(?::(\d+))?", value)):
+        torch = _torch()
         if not torch.cuda.is_available():
             raise SettingError(key, value, "this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu")
         count = torch.cuda.device_count()
@@ -79,7 +93,7 @@ def check_device(value: str | None, key: str = "device") -> str | None:
                                            f"(cuda:0 to cuda:{count - 1})")
         return value
     if value == "mps":
-        if not torch.backends.mps.is_available():
+        if not _torch().backends.mps.is_available():
             raise SettingError(key, value, "MPS (Apple GPU) is not available on this machine; use cpu")
         return value
     raise SettingError(key, value, f"unknown device; use {DEVICE_HELP}")
@@ -132,6 +146,7 @@ def check_dtype(value: str | None, key: str = "dtype", device: str | None = None
     if name is None:
         raise SettingError(key, value, f"unknown dtype; use {DTYPE_HELP}")
     if name == "bfloat16" and (device is None or device == "auto" or str(device).startswith("cuda")):
+        torch = _torch()
         if torch.cuda.is_available():
             index = int(device.split(":")[1]) if device and ":" in device else torch.cuda.current_device()
             major, minor = torch.cuda.get_device_capability(index)

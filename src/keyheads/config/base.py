@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any, get_args, get_origin
 
-import torch
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -33,6 +32,7 @@ from ..settings import (
     check_dtype,
     check_max_memory,
     check_writable_dir,
+    set_torch_threads,
 )
 
 Count = Annotated[int, Field(ge=1)]
@@ -114,7 +114,7 @@ class Machine(Section):
     def apply(self) -> None:
         """Set torch's thread count (the one setting that acts before a model loads)."""
         if self.threads is not None:
-            torch.set_num_threads(self.threads)
+            set_torch_threads(self.threads)
 
 
 class Quiet(Section):

@@ -3,13 +3,37 @@ plus generated arithmetic sets (`arith-*`, held out from the arithmetic training
 
     >>> from keyheads.evaluation import EvalSettings, Variant, evaluate
     >>> evaluate([Variant.make("model", "smollm2-135m")], EvalSettings(limit=20, data_dir="..."), "runs/eval")
+
+The benchmark names and settings (`config`) and the tables (`table`) load without torch, so that the
+report names benchmarks as the evaluation does; the names that run models load on first use (PEP 562).
 """
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .config import ARITH, BENCHMARKS, CHOICE, DEFAULT_SHOTS, MATH, TABLE_BENCHMARKS, EvalSettings
 from .extract import extract_answer, numbers_match, wilson
-from .runner import evaluate, evaluate_prepared
-from .variants import VARIANT_KINDS, Prepared, Variant, prepare, register_kind
+
+if TYPE_CHECKING:
+    from .runner import evaluate, evaluate_prepared
+    from .variants import VARIANT_KINDS, Prepared, Variant, prepare, register_kind
 
 __all__ = ["extract_answer", "numbers_match", "wilson", "evaluate", "evaluate_prepared", "ARITH", "BENCHMARKS",
            "CHOICE", "DEFAULT_SHOTS",
            "MATH", "TABLE_BENCHMARKS", "EvalSettings", "VARIANT_KINDS", "Prepared", "Variant", "prepare",
            "register_kind"]
+_LAZY = {"evaluate": ".runner", "evaluate_prepared": ".runner", "VARIANT_KINDS": ".variants",
+         "Prepared": ".variants", "Variant": ".variants", "prepare": ".variants", "register_kind": ".variants"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

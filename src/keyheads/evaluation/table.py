@@ -5,9 +5,7 @@ import csv
 import io
 from collections.abc import Sequence
 
-DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp": "SVAMP",
-           "mmlu": "MMLU", "csqa": "CSQA", "generic-kl": "Generic"}
-DRIFT_NAMES = ("generic-kl",)  # summaries with "kl" and "perplexity" instead of accuracy
+from .config import DISPLAY, DRIFT  # DRIFT's summaries have "kl" and "perplexity" instead of an accuracy
 
 
 def _drift_cells(s: dict | None) -> list[str]:
@@ -30,7 +28,7 @@ def table_rows(results: Sequence[dict], benchmarks: Sequence[str]) -> tuple[list
     """results: [{"label", "info", "benchmarks": {name: {"accuracy", ...}}}]; the first is the reference."""
     header = ["Model", "Train speed", "Tuned params"]
     for b in benchmarks:
-        if b in DRIFT_NAMES:
+        if b == DRIFT:
             header += [f"{DISPLAY.get(b, b)} KL", f"{DISPLAY.get(b, b)} PPL"]
         else:
             header += [f"{DISPLAY.get(b, b)} Acc.", f"{DISPLAY.get(b, b)} Δ"]
@@ -40,7 +38,7 @@ def table_rows(results: Sequence[dict], benchmarks: Sequence[str]) -> tuple[list
         info = res.get("info") or {}
         row = [res["label"], str(info.get("train_speed") or "-"), str(info.get("tuned_params") or "-")]
         for b in benchmarks:
-            if b in DRIFT_NAMES:
+            if b == DRIFT:
                 row += _drift_cells(res["benchmarks"].get(b))
                 continue
             acc = res["benchmarks"].get(b, {}).get("accuracy")
@@ -64,7 +62,7 @@ def to_markdown(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
     for res in results:
         for b in benchmarks:
             s = res["benchmarks"].get(b)
-            if s and b in DRIFT_NAMES:
+            if s and b == DRIFT:
                 (kl, kh), (pl, ph) = s["kl_ci95"], s["perplexity_ci95"]
                 drift.append(f"| {res['label']} | {b} | {s['split']} | {s['n']} | {s['tokens']} | {s['kl']:.4f} "
                              f"[{kl:.4f}-{kh:.4f}] | {s['perplexity']:.2f} [{pl:.2f}-{ph:.2f}] |")
@@ -79,7 +77,7 @@ def to_csv(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
     """Numbers unrounded: accuracy and delta as fractions, plus n and the CI bounds."""
     header = ["model", "train_speed", "tuned_params"]
     for b in benchmarks:
-        if b in DRIFT_NAMES:
+        if b == DRIFT:
             header += [f"{b}_kl", f"{b}_kl_ci_low", f"{b}_kl_ci_high", f"{b}_ppl", f"{b}_n"]
         else:
             header += [f"{b}_acc", f"{b}_delta", f"{b}_n", f"{b}_ci_low", f"{b}_ci_high"]
@@ -95,7 +93,7 @@ def to_csv(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
             if not s:
                 row += ["-"] * 5
                 continue
-            if b in DRIFT_NAMES:
+            if b == DRIFT:
                 row += [f"{s['kl']:.6g}", f"{s['kl_ci95'][0]:.6g}", f"{s['kl_ci95'][1]:.6g}", f"{s['perplexity']:.6g}",
                         s["n"]]
                 continue

@@ -161,6 +161,6 @@ def make_task(name: str, cfg: EvalSettings) -> Task:
     check_benchmarks([name])
     if name in ARITH:
         return ArithTask(name, cfg)
-    if name in DRIFT:
+    if name == DRIFT:
         return DriftTask(cfg)
     return MathTask(name, cfg) if name in MATH else ChoiceTask(name, cfg)
