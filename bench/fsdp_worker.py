@@ -42,20 +42,20 @@ def main(spec_path: str, results: str) -> None:
     from keyheads.components import Components
     from keyheads.finetune import load_examples
     from keyheads.finetune.config import FinetuneSettings
-    from keyheads.finetune.parallel import placement
     from keyheads.finetune.run import finetune
     from keyheads.log import configure
-    from keyheads.models import load_model
+    from keyheads.models import load_placed, place
 
     configure()  # the "resuming from" note on stderr
     spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(spec.get("threads", 1))
     cfg = FinetuneSettings.from_json(spec["config"])
     examples = load_examples(spec["train"], seed=0)
-    load_on, train_on = placement(cfg, spec.get("device"))
+    where = place(spec.get("device"), sharded=cfg.parallel == "fsdp")
+    train_on = where.run_on
     dtype = "bfloat16" if train_on.startswith("cuda") else "float32"
-    model = random_model(spec["random_init"], load_on, dtype) if spec.get("random_init") else \
-        load_model(spec["model"], device=load_on, dtype=dtype)
+    model = random_model(spec["random_init"], where.load_on, dtype) if spec.get("random_init") else \
+        load_placed(spec["model"], spec.get("device"), dtype, sharded=cfg.parallel == "fsdp")[0]
     loaded_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the whole model, before any sharding
     components = Components.from_json(spec["components"]) if spec.get("components") else None
     optimizers, make = [], train_mod.make_optimizer

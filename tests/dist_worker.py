@@ -131,7 +131,7 @@ def check_study(spec: dict) -> dict:
     calls: dict = {}
     forwards: dict = {}
     devices = []
-    real_load = keyheads.models.load_model
+    real_load = keyheads.models.loading.load_model
 
     def load(name, device=None, dtype=None, **kw):
         devices.append(device)
@@ -158,7 +158,7 @@ def check_study(spec: dict) -> dict:
                 stage["now"] = None
         return wrapped
 
-    keyheads.models.load_model = load
+    keyheads.models.loading.load_model = load
     pipeline._data = given_pairs
     for name in ("data", "identify", "knockout", "attention", "mlp", "finetune", "eval", "report"):
         setattr(pipeline, f"_{name}", counted(name, getattr(pipeline, f"_{name}")))

@@ -242,7 +242,7 @@ def test_a_folder_of_two_processes_is_up_to_date_for_one(runs, tmp_path, capsys,
     shutil.copytree(root / "two", root / "run")
     try:
         capsys.readouterr()
-        monkeypatch.setattr("keyheads.models.load_model", lambda *a, **k: pytest.fail("a stage ran again"))
+        monkeypatch.setattr("keyheads.models.loading.load_model", lambda *a, **k: pytest.fail("a stage ran again"))
         assert main(argv(root / "run.yaml")) == 0
         out = capsys.readouterr().err  # the run's progress notes are logged to stderr
         assert "done; ran nothing" in out and out.count("] up to date") == len(STAGES)

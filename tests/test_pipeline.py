@@ -41,7 +41,8 @@ def given_pairs(cfg, run, model, progress=True):
 
 @pytest.fixture
 def run(tmp_path, llama, monkeypatch):
-    monkeypatch.setattr("keyheads.models.load_model", lambda *a, **k: llama)
+    # each load is a fresh copy, as from disk: training changes its copy's weights in place
+    monkeypatch.setattr("keyheads.models.loading.load_model", lambda *a, **k: tiny_model("llama"))
     out = tmp_path / "run"
     out.mkdir()
     (tmp_path / "train.jsonl").write_text("".join(json.dumps({"prompt": f"{a} + 1 = ", "completion": str(a + 1)})
@@ -98,10 +99,10 @@ def test_rerun_is_instant_and_a_change_reruns_exactly_its_dependents(run, tiny_d
     def fail(*a, **k):
         raise AssertionError("an up-to-date stage ran again")
 
-    monkeypatch.setattr("keyheads.models.load_model", fail)  # nothing to do: the model is not even loaded
+    monkeypatch.setattr("keyheads.models.loading.load_model", fail)  # nothing to do: the model is not even loaded
     run_pipeline(config(run, tiny_data))
     assert ran(said) == []
-    monkeypatch.setattr("keyheads.models.load_model", lambda *a, **k: tiny_model("llama"))
+    monkeypatch.setattr("keyheads.models.loading.load_model", lambda *a, **k: tiny_model("llama"))
 
     run_pipeline(config(run, tiny_data, knockout=dict(k=3)))
     assert ran(said) == ["knockout", "report"]

@@ -19,6 +19,7 @@ from keyheads.components import Components
 from keyheads.config.base import fields_of
 from keyheads.finetune.config import FinetuneSettings
 from keyheads.heads import Head
+from keyheads.models import Placement
 from keyheads.runconfig import RunSettings, merge
 
 VARIANTS = ["precise", "precise+mlp", "full", "lora"]
@@ -100,7 +101,7 @@ class Calls:
         monkeypatch.setattr(pipeline, "identify", record((None, None)))
         monkeypatch.setattr(pipeline, "finetune", record())
         monkeypatch.setattr(pipeline, "load_examples", record([]))
-        monkeypatch.setattr(pipeline, "HookedModel", lambda *a, **k: model)
+        monkeypatch.setattr(pipeline.models, "load_placed", lambda *a, **k: (model, Placement("cpu", "cpu")))
         monkeypatch.setattr(pipeline, "key_heads", lambda run: Components((Head(0, 0), Head(1, 1))))
         monkeypatch.setattr(pipeline, "_key_heads", lambda run: HeadChoice(heads="0.0,1.1"))
         monkeypatch.setattr(pipeline, "variant_components", lambda variant, run, model, cfg: Components(

@@ -15,7 +15,6 @@ stages run on the main process while the rest wait, and only the main process wr
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 from functools import cache
 from pathlib import Path
@@ -45,7 +44,6 @@ from .finetune.parallel import check_setup
 from .io import write_json
 from .log import logger
 from .models.fingerprint import base_fingerprint
-from .models.model import HookedModel
 from .patching import describe as describe_effects
 from .patching import identify
 from .report.html import write_html_report
@@ -136,8 +134,7 @@ def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str |
 
     @cache
     def get_model():
-        model = models.load_model(cfg.model, device=_device(cfg), dtype=cfg.dtype, max_memory=cfg.max_memory,
-                                  offload_folder=cfg.offload_folder)
+        model = _load(cfg)
         _say(str(model))
         return model
 
@@ -171,9 +168,11 @@ def _say(text: str) -> None:
         logger.info("%s", text)
 
 
-def _device(cfg: RunSettings) -> str | None:
-    """The configured device, else under a launcher this process's own (cuda:LOCAL_RANK or cpu)."""
-    return cfg.device or distributed.default_device()
+def _load(cfg: RunSettings, name: str | None = None):
+    """The run's model (or an adapter's base), loaded and placed as every command places it."""
+    model, _ = models.load_placed(name or cfg.model, cfg.device, cfg.dtype, max_memory=cfg.max_memory,
+                                  offload_folder=cfg.offload_folder)
+    return model
 
 
 def _check_processes(cfg: RunSettings, plan: list[Stage], selected: set[str] | None) -> None:
@@ -264,10 +263,11 @@ def _finetune(cfg: RunSettings, run: RunFolder, model, variant: str, progress: b
     examples = load_examples(cfg.finetune.train, data_dir=_data_dir(cfg), seed=cfg.seed)
     ft = cfg.finetune.recipe(method, cfg.seed)
     components = variant_components(variant, run, model, cfg) if method == "precise" else None
-    # training changes weights in place; the analysis and evaluation keep the untouched model
-    private = HookedModel(copy.deepcopy(model.hf), model.tokenizer, name=model.name, source=model.source)
+    # training changes weights in place, so it gets its own copy of the model, loaded and placed as
+    # `keyheads finetune` places it (under FSDP2 on GPUs: into host memory, then sharded)
+    private, where = models.load_placed(cfg.model, cfg.device, cfg.dtype, sharded=ft.parallel == "fsdp")
     info = finetune(private, examples, ft, run.finetune(variant), components, data_name=cfg.finetune.train,
-                    progress=progress)
+                    progress=progress, device=where.run_on)
     _say(describe_training(info))
 
 
@@ -289,8 +289,7 @@ def _eval(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> Non
     def loader(name: str):
         if name in (cfg.model, model.name):
             return model
-        return models.load_model(name, device=_device(cfg), dtype=cfg.dtype, max_memory=cfg.max_memory,
-                                 offload_folder=cfg.offload_folder)
+        return _load(cfg, name)
 
     evaluate(variants, EvalSettings(benchmarks=tuple(cfg.eval.benchmarks), data_dir=_data_dir(cfg),
                                   limit=cfg.eval.limit, few_shot=cfg.eval.few_shot, split=cfg.resolved_eval_split(),

@@ -64,7 +64,7 @@ def test_eval_adapter_that_is_broken_is_said_before_loading(tmp_path, capsys, mo
     """A truncated adapter.safetensors, or a finetune.json without its keys: one line, no model loads."""
     import keyheads.models
 
-    monkeypatch.setattr(keyheads.models, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    monkeypatch.setattr(keyheads.models.loading, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
     folder = tmp_path / "ft"
     folder.mkdir()
     (folder / "finetune.json").write_text('{"method": "precise"}')

@@ -15,7 +15,7 @@ def test_loglikelihood_matches_direct_and_knockout_changes_it(tmp_path, monkeypa
     import keyheads.evaluation.lm_eval_adapter as adapter
 
     tiny = tiny_model("llama")
-    monkeypatch.setattr("keyheads.models.load_model", lambda *a, **k: tiny)
+    monkeypatch.setattr("keyheads.models.loading.load_model", lambda *a, **k: tiny)
     reqs = [Instance(request_type="loglikelihood", doc={}, arguments=("1 + 2 =", " 3"), idx=0)]
     base = adapter.KeyheadsLM(model="tiny", batch_size=1)
     (got, _), = base.loglikelihood(reqs)
@@ -49,7 +49,8 @@ def test_mmlu_letter_scores_agree_with_lm_eval_for_base_knockout_and_precise_ada
 
     from tests.helpers import write_tiny_benchmarks
 
-    monkeypatch.setattr("keyheads.models.load_model", lambda *a, **k: tiny_model("llama"))  # a fresh copy each call
+    # a fresh copy each call
+    monkeypatch.setattr("keyheads.models.loading.load_model", lambda *a, **k: tiny_model("llama"))
     data = tmp_path / "benchmarks"
     data.mkdir()
     write_tiny_benchmarks(data)

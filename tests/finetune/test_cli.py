@@ -183,7 +183,7 @@ def spies(monkeypatch):
     import keyheads.finetune as ft
 
     calls = {"load": 0, "train": 0}
-    load, train = command.models.load_model, ft.finetune
+    load, train = command.models.loading.load_model, ft.finetune
 
     def counted_load(*a, **k):
         calls["load"] += 1
@@ -193,7 +193,7 @@ def spies(monkeypatch):
         calls["train"] += 1
         return train(*a, **k)
 
-    monkeypatch.setattr(command.models, "load_model", counted_load)
+    monkeypatch.setattr(command.models.loading, "load_model", counted_load)
     monkeypatch.setattr(ft, "finetune", counted_train)
     return calls
 

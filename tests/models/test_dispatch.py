@@ -124,13 +124,13 @@ def test_patching_effects(pair, method, metric):
 def test_patch_command_with_max_memory(pair, tmp_path, monkeypatch):
     plain, dispatched, folder = pair
     loaded = []
-    real = models.load_model  # looked up at call time by the commands
+    real = models.loading.load_model  # looked up at call time by models.load_placed
 
     def spy(*args, **kwargs):
         loaded.append(real(*args, **kwargs))
         return loaded[-1]
 
-    monkeypatch.setattr(models, "load_model", spy)
+    monkeypatch.setattr(models.loading, "load_model", spy)
     pairs = write_rows(tmp_path / "pairs.jsonl", make_rows(6))
     common = ["patch", "--model", folder, "--data", str(pairs), "--batch-size", "4", "--top-k", "3", "--quiet"]
     limit = f"cpu={0.8 * _bytes(plain) / 1000:.0f}KB"  # cpu=390KB for the tiny Llama, as in the README

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import distributed, models
+from .. import distributed
 from ..config.commands import EvalCommand
 from ..errors import SettingError
 from ..evaluation import Variant, evaluate
@@ -12,7 +12,7 @@ from ..finetune.adapter import read_info
 from ..heads import read_heads
 from ..models import DEFAULT_MODEL
 from .flags import add_settings, settings
-from .models import placement, resident_only
+from .models import load_from_args, resident_only
 
 
 def _list(text: str | None) -> list[str]:
@@ -55,15 +55,12 @@ def _adapter_base(folder: str) -> str:
 
 def cmd_eval(args) -> int:
     cfg: EvalCommand = settings(args)  # every setting, file and folder is checked before any model loads
-    device = cfg.device or distributed.default_device()  # under a launcher: this process's own GPU
     config = cfg.eval_config(progress=not cfg.quiet and distributed.is_main())
     variants = variants_from_args(cfg)
     if any(v.kind == "adapter" for v in variants):  # fine-tuned weights are written into a copy of the base
         resident_only(cfg, "eval --adapter")
     start = time.time()
-    results = evaluate(variants, config, cfg.out, loader=lambda name: models.load_model(name, device=device,
-                                                                                     dtype=cfg.dtype,
-                                                                                     **placement(cfg)))
+    results = evaluate(variants, config, cfg.out, loader=lambda name: load_from_args(cfg, name))
     if config.shard is not None:
         done = sum(b["timing"]["computed"] for r in results for b in r["benchmarks"].values())
         print(f"shard {cfg.shard}: computed {done} items in {time.time() - start:.0f} s; when every shard has "

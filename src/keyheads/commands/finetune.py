@@ -12,7 +12,7 @@ from ..effects import Effects
 from ..errors import SettingError
 from ..finetune.adapter import check_new_folder, export_peft, merge, read_adapter
 from ..finetune.model import check_components
-from ..finetune.parallel import check_setup, placement
+from ..finetune.parallel import check_setup
 from ..heads import parse_layers
 from .flags import add_settings, settings
 from .models import resident_only
@@ -79,15 +79,13 @@ def cmd_finetune(args) -> int:
     examples = training.load_examples(cfg.train, data_dir=cfg.data_dir, seed=recipe.seed)
     if cfg.limit:
         examples = examples[:cfg.limit]
-    load_on, train_on = placement(recipe, cfg.device)
-    dtype = cfg.dtype or ("bfloat16" if train_on.startswith("cuda") else "float32")
-    model = models.load_model(cfg.model, device=load_on, dtype=dtype)
+    model, where = models.load_placed(cfg.model, cfg.device, cfg.dtype, sharded=recipe.parallel == "fsdp")
     components = components_from_args(cfg, model, recipe.seed) if recipe.method == "precise" else None
     if components is not None:
         print(f"training {len(components.heads)} heads {', '.join(map(str, components.heads))}"
               + (f" and MLPs {list(components.mlps)}" if components.mlps else "") + f" ({components.source})")
     info = training.finetune(model, examples, recipe, cfg.out, components, data_name=cfg.train, progress=not cfg.quiet,
-                             device=train_on)
+                             device=where.run_on)
     if distributed.is_main():  # one summary, however many processes trained
         print(training.describe(info))
         print(f"wrote {cfg.out}/ (finetune.json, " + {"precise": "adapter.safetensors", "lora": "lora/",
@@ -102,7 +100,7 @@ def cmd_merge(args) -> int:
     if cfg.export == "hf":
         check_new_folder(cfg.out)  # before the model loads (merge() checks again)
     # merging is exact in float32 on the CPU unless --device/--dtype say otherwise
-    model = models.load_model(cfg.model or meta["base_model"], device=cfg.device or "cpu", dtype=cfg.dtype or "float32")
+    model, _ = models.load_placed(cfg.model or meta["base_model"], cfg.device or "cpu", cfg.dtype or "float32")
     if cfg.export == "peft":
         out = export_peft(model, cfg.adapter, cfg.out)
         print(f"wrote a PEFT LoRA adapter to {out}: PeftModel.from_pretrained(base, {str(out)!r})")

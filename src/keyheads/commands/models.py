@@ -1,17 +1,12 @@
 """`keyheads models` and `keyheads generate`, and the model loading every command shares."""
 from __future__ import annotations
 
-from .. import distributed, models  # models.load_model looked up at call time: tests stand in for it
+from .. import models  # models.load_placed looked up at call time
 from ..config.commands import GenerateCommand, ModelsCommand
 from ..errors import SettingError
 from ..models import BUNDLED, DEFAULT_MODEL, cache_root
 from ..models.loading import _cache_valid, cached_folder
 from .flags import add_settings, settings
-
-
-def placement(cfg) -> dict:
-    """load_model's arguments for where a dispatched model (--device auto) may put its weights."""
-    return {"max_memory": cfg.max_memory, "offload_folder": cfg.offload_folder}
 
 
 def resident_only(cfg, command: str) -> None:
@@ -25,10 +20,12 @@ def resident_only(cfg, command: str) -> None:
                                                         "model over the GPUs)")
 
 
-def load_from_args(cfg, model: str | None = None):
-    """The model the settings name (under a launcher each process takes its own GPU)."""
-    return models.load_model(model or cfg.model, device=cfg.device or distributed.default_device(), dtype=cfg.dtype,
-                             **placement(cfg))
+def load_from_args(cfg, model: str | None = None, sharded: bool = False):
+    """The model a command's machine settings name, placed as every command and stage places it
+    (models.load_placed: under a launcher each process takes its own GPU; `sharded`: for FSDP2)."""
+    loaded, _ = models.load_placed(model or cfg.model, cfg.device, cfg.dtype, max_memory=cfg.max_memory,
+                                   offload_folder=cfg.offload_folder, sharded=sharded)
+    return loaded
 
 
 def cmd_models(args) -> int:

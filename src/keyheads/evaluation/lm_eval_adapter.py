@@ -57,7 +57,7 @@ class KeyheadsLM(HFLM):
                  knockout_data: str | None = None, kind: str | None = None, adapter: str | None = None,
                  device: str | None = None, dtype: str | None = None, **kwargs):
         variant = variant_from_args(model, knockout, knockout_mlps, knockout_data, kind, adapter)
-        self.prepared = prepare(variant, lambda name: models.load_model(name, device=device, dtype=dtype))
+        self.prepared = prepare(variant, lambda name: models.load_placed(name, device, dtype)[0])
         hooked = self.prepared.model
         super().__init__(pretrained=hooked.hf, tokenizer=hooked.tokenizer, **kwargs)
         # The hooks stay installed while this object lives; lm-eval calls the model many times.

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from .. import (
     distributed,
-    models,  # models.load_model looked up at call time: tests replace it
+    models,  # models.load_placed looked up at call time: tests replace what it calls
 )
 from ..io import atomic_write_text, write_json, write_jsonl
 from ..models.model import HookedModel
@@ -171,7 +171,7 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str
     def load_once(name: str) -> HookedModel:  # variants of one model share its weights
         if name not in loaded:
             if loader is None:
-                loaded[name] = models.load_model(name)
+                loaded[name], _ = models.load_placed(name)
             else:
                 loaded[name] = loader(name)
         return loaded[name]

@@ -26,6 +26,7 @@ from torch.distributed.tensor import distribute_tensor
 
 from .. import distributed
 from ..errors import SettingError
+from ..models.loading import place
 from .config import FinetuneSettings
 from .model import Tuned, local
 
@@ -177,18 +178,7 @@ def check_setup(cfg: FinetuneSettings, device: str | None, world: int, section: 
         # accelerate's own FSDP wrapping would meet keyheads' DDP set-up: one way to shard, ours
         raise SettingError("`accelerate launch --use_fsdp` is not how keyheads shards: launch without --use_fsdp "
                            "and add --parallel fsdp (FSDP2, set up by keyheads)")
-    check_offload(cfg.offload, cfg.parallel, placement(cfg, device)[1], section)
-
-
-def placement(cfg: FinetuneSettings, device: str | None) -> tuple[str, str]:
-    """-> (where to load the model, where to train). Under FSDP2 on GPUs the model loads into CPU memory and
-    each process moves only its own shards to its GPU, so no GPU ever holds the whole model."""
-    train = device or distributed.default_device() or ("cuda" if torch.cuda.is_available() else "cpu")
-    if cfg.parallel == "fsdp" and train.startswith("cuda"):
-        if train == "cuda":
-            train = f"cuda:{torch.cuda.current_device()}"
-        return "cpu", train
-    return train, train
+    check_offload(cfg.offload, cfg.parallel, place(device, sharded=cfg.parallel == "fsdp").run_on, section)
 
 
 def make_parallel(mode: str, device: torch.device, compute_dtype: torch.dtype | None = None, offload: bool = False,

@@ -11,12 +11,14 @@ import hashlib
 import importlib.util
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from .. import distributed
 from ..errors import BadFile, MissingPackage, ModelNotFound, SettingError
 from ..io import atomic_folder, file_sha256
 from ..log import logger
@@ -209,6 +211,39 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
     if device != "auto":
         hf = hf.to(device)
     return HookedModel(hf, load_tokenizer(location), name=name_or_path, source=location)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model's weights are loaded (`load_on`) and where it computes (`run_on`)."""
+
+    load_on: str
+    run_on: str
+
+
+def place(device: str | None = None, sharded: bool = False) -> Placement:
+    """Where to load and where to compute: `device` (cpu, cuda, cuda:N, mps, auto), else under a launcher
+    this process's own device, else a GPU when there is one. A model that FSDP2 will shard (`sharded`)
+    over GPUs loads into host memory: each process then moves only its own shards to its GPU, so no GPU
+    ever holds the whole model."""
+    run = device or distributed.default_device() or ("cuda" if torch.cuda.is_available() else "cpu")
+    if sharded and run.startswith("cuda"):
+        return Placement("cpu", f"cuda:{torch.cuda.current_device()}" if run == "cuda" else run)
+    return Placement(run, run)
+
+
+def load_placed(name_or_path: str, device: str | None = None, dtype: str | None = None, *,
+                max_memory: str | dict | None = None, offload_folder: str | Path | None = None,
+                sharded: bool = False) -> tuple[HookedModel, Placement]:
+    """The one way every command and stage loads its model: placed by `place`, in `dtype` (default: as
+    load_model chooses for where it computes: bfloat16 on a GPU, float32 on the CPU). Returns the model and
+    where it computes."""
+    where = place(device, sharded)
+    if dtype is None and where.load_on != where.run_on:  # loaded on the host to be sharded over GPUs
+        dtype = "bfloat16"
+    model = load_model(name_or_path, device=where.load_on, dtype=dtype, max_memory=max_memory,
+                       offload_folder=offload_folder)
+    return model, where
 
 
 def _one_line(err: BaseException) -> str:
