@@ -163,13 +163,13 @@ def test_one_process_resumes_from_two(runs, tmp_path, monkeypatch, capsys):
     for name in ("effects.json", "key_heads.json"):
         (out / name).unlink()
     calls = {"n": 0}
-    real = run_module.METHODS["path"]
+    real = run_module.PATCH_METHODS["path"]
 
     def counting(*args, **kwargs):
         calls["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setitem(run_module.METHODS, "path", counting)
+    monkeypatch.setitem(run_module.PATCH_METHODS, "path", counting)
     assert main(patch_argv(inputs, out)) == 0
     assert calls["n"] == 0
     assert f"resuming: {len(PAIRS)}/{len(PAIRS)} samples already done in 2 checkpoints" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 from keyheads.errors import BadFile, UserError
 from keyheads.evaluation.cache import read_rows
 from keyheads.pipeline import run_pipeline
-from keyheads.runconfig import RunSettings, merge
+from keyheads.runconfig import RunSettings, merge_settings
 from keyheads.testing import tiny_model
 
 from tests.helpers import make_rows, write_rows
@@ -31,7 +31,7 @@ def config(run, data_dir, **kw):
                 finetune=dict(train=str(run.parent / "train.jsonl"), max_steps=2, optimizer_batch_size=4,
                               micro_batch_size=2),
                 eval=dict(benchmarks=["mmlu"], limit=2, few_shot=1), data_dir=str(data_dir), batch_size=8)
-    return RunSettings.make(**merge(base, kw))
+    return RunSettings.make(**merge_settings(base, kw))
 
 
 def given_pairs(cfg, run, model, progress=True):
@@ -246,7 +246,7 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused_up_front(run,
 ])
 def test_invalid_settings_are_named_before_anything_runs(values, named, tmp_path):
     with pytest.raises(UserError, match=re.escape(named)) as err:
-        RunSettings.make(**merge({"out": str(tmp_path / "r"), "eval": {"benchmarks": []}}, values))
+        RunSettings.make(**merge_settings({"out": str(tmp_path / "r"), "eval": {"benchmarks": []}}, values))
     assert "ArgsKwargs" not in str(err.value) and "pydantic" not in str(err.value)
 
 

@@ -5,13 +5,13 @@ import torch
 import transformers
 
 import keyheads
-from keyheads.provenance import changed_settings, flatten, machine, versions
+from keyheads.provenance import changed_settings, flatten, machine_record, versions
 
 
 def test_versions_and_machine():
     assert versions() == {"keyheads": keyheads.__version__, "torch": torch.__version__,
                           "transformers": transformers.__version__, "python": platform.python_version()}
-    assert machine()["torch_threads"] == torch.get_num_threads()
+    assert machine_record()["torch_threads"] == torch.get_num_threads()
 
 
 def test_changed_settings_name_each_nested_difference_once():

@@ -178,9 +178,9 @@ def test_setting_error_also_takes_a_plain_message():
 
 # ---- the common flags ---------------------------------------------------------------------------
 def _machine(**values):
-    from keyheads.config.base import Machine
+    from keyheads.config.base import MachineSettings
 
-    return Machine.model_validate(values)
+    return MachineSettings.model_validate(values)
 
 
 def test_common_settings_defaults_and_normalisation():

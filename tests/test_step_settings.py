@@ -20,7 +20,7 @@ from keyheads.config.base import fields_of
 from keyheads.finetune.config import FinetuneSettings
 from keyheads.heads import Head
 from keyheads.models import Placement
-from keyheads.runconfig import RunSettings, merge
+from keyheads.runconfig import RunSettings, merge_settings
 
 VARIANTS = ["precise", "precise+mlp", "full", "lora"]
 BASE = dict(model="tiny", variants=VARIANTS, finetune=dict(train="arith:multidigit:8"),
@@ -141,7 +141,7 @@ def test_every_setting_reaches_its_step_and_its_signature(section, name, key, an
     base = RunSettings.make(out=str(tmp_path / "a"), **BASE)
     default = getattr(getattr(base, section), name)
     value = other_value(section, name, annotation, default)
-    changed = RunSettings.make(out=str(tmp_path / "b"), **merge(BASE, {section: {key: value}}))
+    changed = RunSettings.make(out=str(tmp_path / "b"), **merge_settings(BASE, {section: {key: value}}))
     assert getattr(getattr(changed, section), name) != default, "the walk must change the setting"
 
     calls = Calls(monkeypatch)
@@ -165,7 +165,7 @@ def test_every_setting_reaches_its_step_and_its_signature(section, name, key, an
 def test_the_walk_fails_when_a_stage_drops_a_setting(tmp_path, monkeypatch):
     """The walk can fail: a stage that passes a copy without the field is caught."""
     calls = Calls(monkeypatch)
-    cfg = RunSettings.make(out=str(tmp_path / "a"), **merge(BASE, {"knockout": {"k": 7}}))
+    cfg = RunSettings.make(out=str(tmp_path / "a"), **merge_settings(BASE, {"knockout": {"k": 7}}))
     monkeypatch.setattr(pipeline, "_knockout", lambda cfg, run, model, progress=True: pipeline.run_knockout(
         model, run, run, None, dataclasses.replace(cfg.knockout, k=20)))
     stages_of(cfg, tmp_path / "a", calls)["knockout"].run()

@@ -12,7 +12,7 @@ from .distributed import is_main
 from .evaluation.arith import ARITH_FIRST
 from .evaluation.config import TABLE_BENCHMARKS
 from .log import logger
-from .runconfig import RunSettings, merge
+from .runconfig import RunSettings, merge_settings
 
 DEMO = dict(
     out="runs/demo", batch_size=16, variants=["precise"],
@@ -36,5 +36,5 @@ def demo_config(overrides: dict) -> RunSettings:
                        "and the SVAMP/GSM8K transfer is skipped (point it at a folder with gsm8k/, svamp/, addsub/, "
                        "singleeq/, mmlu/, csqa/)")
     benchmarks = list(ARITH_FIRST) + (list(TABLE_BENCHMARKS) if data_dir else [])
-    return RunSettings.make(**merge(merge(DEMO, {"eval": {"benchmarks": benchmarks}, "data_dir": data_dir}),
-                                       overrides))
+    given = merge_settings(DEMO, {"eval": {"benchmarks": benchmarks}, "data_dir": data_dir})
+    return RunSettings.make(**merge_settings(given, overrides))

@@ -1,6 +1,6 @@
 """What a result records about how it was made, and how two such records differ.
 
-`versions()` goes into every stage record and finetune.json, `machine()` into stage records;
+`versions()` goes into every stage record and finetune.json, `machine_record()` into stage records;
 `changed_settings` says which settings differ between a stored record and a new run (stages re-run,
 checkpoints refuse to resume).
 """
@@ -23,7 +23,7 @@ def versions() -> dict:
             "python": platform.python_version()}
 
 
-def machine() -> dict:
+def machine_record() -> dict:
     """Where the numbers were computed (for the reader; not part of any signature)."""
     return {"system": platform.system(), "arch": platform.machine(), "cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),

@@ -110,7 +110,7 @@ class RunSettings(Section):
                     if field_info and is_bool_for_int(field_info[0], value):
                         raise SettingError(f"{name}.{key}", value, "must be an integer")
                 given_seed = given.get("seed", seed)
-                out[name] = merge(TypeAdapter(type(default)).dump_python(default, by_alias=True), given)
+                out[name] = merge_settings(TypeAdapter(type(default)).dump_python(default, by_alias=True), given)
             else:
                 given_seed = seed
             if "seed" in fields_of(type(default)):
@@ -182,15 +182,17 @@ class RunSettings(Section):
         raw = read_yaml(path, "config file (configs/ has examples)") or {}
         if not isinstance(raw, dict):
             raise BadFile(f"{path}: a config is a mapping of settings, got {type(raw).__name__}")
-        return cls.make(where=str(path), **merge(raw, overrides))
+        return cls.make(where=str(path), **merge_settings(raw, overrides))
 
     def to_json(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)  # the YAML keys: config.json is a valid config
 
 
-def merge(base: dict, top: dict) -> dict:
-    """`top` over `base`, section by section."""
+def merge_settings(base: dict, top: dict) -> dict:
+    """Settings: `top` over `base`, section by section (a nested section merged key by key, any other value
+    replaced)."""
     out = dict(base)
     for key, value in top.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merge_settings(out[key], value) if nested else value
     return out

@@ -32,7 +32,7 @@ BASE = dict(max_steps=3, save_every=2, batch_size=8, micro_batch_size=2, lr=1e-2
 # noise, so those runs use SGD, which moves by the gradient itself; the others use AdamW, whose sharded
 # state FSDP2 must then carry correctly.
 SGD = dict(optimizer="sgd", lr=0.5, warmup_ratio=0.0)
-METHODS = {"precise+mlp": ("precise", HEADS), "random": ("precise", RANDOM), "lora": ("lora", None),
+RUNS = {"precise+mlp": ("precise", HEADS), "random": ("precise", RANDOM), "lora": ("lora", None),
            "full": ("full", None)}
 # Families without dropout: a dropout mask depends on how the batch is split, so no split could match.
 FAMILIES = ("llama", "gpt_neox")
@@ -70,7 +70,7 @@ def fsdp(examples, tmp_path_factory):
     exs = [{"prompt": e.prompt, "completion": e.completion} for e in examples]
     runs = [run_spec(f"{family}-{name}", family, method, comp, config(family, method=method, parallel="fsdp", **BASE),
                      root / "out" / f"{family}-{name}")
-            for family in FAMILIES for name, (method, comp) in METHODS.items()]
+            for family in FAMILIES for name, (method, comp) in RUNS.items()]
     killed = config(method="precise", parallel="fsdp", **KILLED)
     runs.append(run_spec("uninterrupted", "llama", "precise", HEADS, killed, root / "out" / "uninterrupted"))
     proc = launch({"examples": exs, "runs": runs}, root, "all")
@@ -111,10 +111,10 @@ def worst(a: dict, b: dict) -> float:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("name", list(METHODS))
+@pytest.mark.parametrize("name", list(RUNS))
 def test_two_fsdp_processes_train_what_one_plain_process_trains(fsdp, examples, tmp_path, family, name):
     root, _ = fsdp
-    method, components = METHODS[name]
+    method, components = RUNS[name]
     ranks = facts(root, f"{family}-{name}")
     assert [f["rank"] for f in ranks] == [0, 1] and {f["world"] for f in ranks} == {2}
     assert {f["backend"] for f in ranks} == {"gloo"} and {f["parallel"] for f in ranks} == {"fsdp"}

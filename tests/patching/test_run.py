@@ -72,7 +72,7 @@ def test_interrupted_sweep_resumes(model, tmp_path, monkeypatch):
     config = PatchSettings()
     full, _ = sweep(model, data, config, batch_size=1, progress=False)
     calls = {"n": 0}
-    real = run_module.METHODS["path"]
+    real = run_module.PATCH_METHODS["path"]
 
     def flaky(*args, **kwargs):
         calls["n"] += 1
@@ -81,7 +81,7 @@ def test_interrupted_sweep_resumes(model, tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     out = tmp_path / "run"
-    monkeypatch.setitem(run_module.METHODS, "path", flaky)
+    monkeypatch.setitem(run_module.PATCH_METHODS, "path", flaky)
     with pytest.raises(KeyboardInterrupt):
         sweep(model, data, config, out=out, batch_size=1, progress=False)
     with np.load(out / "per_sample.npz") as saved:
@@ -93,7 +93,7 @@ def test_interrupted_sweep_resumes(model, tmp_path, monkeypatch):
         counted["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setitem(run_module.METHODS, "path", counting)
+    monkeypatch.setitem(run_module.PATCH_METHODS, "path", counting)
     resumed, _ = sweep(model, data, config, out=out, batch_size=1, progress=False)
     assert counted["n"] == len(PAIRS) - 2  # only the unfinished samples ran
     np.testing.assert_allclose(resumed.heads, full.heads, rtol=0, atol=1e-6)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from .. import pipeline
-from ..config.base import Count, Machine
+from ..config.base import Count, MachineSettings
 from ..demo import DEMO, demo_config
 from ..runconfig import RunSettings
 from .flags import add_settings, given
@@ -31,7 +31,7 @@ def _split(args) -> tuple[dict, dict]:
 
 def _run(args, cfg: RunSettings, how: dict) -> int:
     quiet = how.pop("quiet", False)
-    Machine.model_validate(how).apply()
+    MachineSettings.model_validate(how).apply()
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
     pipeline.run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not quiet)
     return 0

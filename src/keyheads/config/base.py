@@ -100,7 +100,7 @@ def is_bool_for_int(annotation: Any, value: Any) -> bool:
     return int in kinds and bool not in kinds
 
 
-class Machine(Section):
+class MachineSettings(Section):
     """Where and how the model runs; shared by every model-loading command."""
 
     device: Device = Field(None, description=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "

@@ -23,7 +23,7 @@ from ..io import existing_file
 from ..models import DEFAULT_MODEL
 from ..patching.run import PatchSettings
 from ..settings import check_writable_dir, check_writable_file, parse_bytes
-from .base import Count, Machine, NonNegative, Quiet, Section, section_of, take
+from .base import Count, MachineSettings, NonNegative, Quiet, Section, section_of, take
 from .sections import check_template_ids
 
 MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
@@ -45,7 +45,7 @@ HeadList = Annotated[str | None, AfterValidator(head_list)]
 LayerList = Annotated[str | None, AfterValidator(lambda v: check_list("mlp_layers", v, parse_layers))]
 
 
-class Loads(Machine):
+class Loads(MachineSettings):
     model: str = Field(DEFAULT_MODEL, description=MODEL_HELP)
 
 
@@ -145,7 +145,7 @@ class MLPCommand(_MLP, OutFolder, PairsIn, Works):
 _EvalFlags: Any = section_of("_EvalFlags", EvalSettings, exclude=("split", "heldout", "progress", "shard"))
 
 
-class EvalCommand(_EvalFlags, OutFolder, Quiet, Machine):
+class EvalCommand(_EvalFlags, OutFolder, Quiet, MachineSettings):
     model: str | None = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
                                                                 "the adapter's base model)")
     knockout: str | None = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
@@ -217,7 +217,7 @@ class FinetuneCommand(_Recipe, OutFolder, Works):
         return FinetuneSettings(**self.model_dump(include=set(_Recipe.model_fields)))
 
 
-class MergeCommand(OutFolder, Machine):
+class MergeCommand(OutFolder, MachineSettings):
     adapter: str = Field(description="a `keyheads finetune --method precise` run folder")
     out: str = Field(description="new folder to write")
     model: str | None = Field(None, description="base model (default: the one the adapter names)")

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
-METHODS = ("precise", "full", "lora")
+FINETUNE_METHODS = ("precise", "full", "lora")  # the values of FinetuneSettings.method
 KV_POLICIES = ("group", "none")
 
 

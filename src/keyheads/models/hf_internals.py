@@ -95,7 +95,7 @@ class GrowingLayer(DynamicLayer):
         self.kbuf, self.vbuf = self.kbuf[indices], self.vbuf[indices]
         self._views()
 
-    def merge(self, other: DynamicLayer, drop: int, width: int, room: int) -> None:
+    def merge_rows(self, other: DynamicLayer, drop: int, width: int, room: int) -> None:
         """Keep this layer's rows without their first `drop` positions and add `other`'s rows,
         all right-aligned to `width` positions (zeros on the left), with `room` spare."""
         parts = [(self.keys[:, :, drop:], self.values[:, :, drop:]), (other.keys, other.values)]
@@ -133,9 +133,9 @@ def can_merge(cache) -> bool:
 
 
 def merge_rows(cache, other, drop: int, width: int, room: int) -> None:
-    """Add `other`'s rows to `cache` in place (GrowingLayer.merge, layer by layer)."""
+    """Add `other`'s rows to `cache` in place (GrowingLayer.merge_rows, layer by layer)."""
     for layer, new in zip(cache.layers, other.layers):
-        layer.merge(new, drop, width, room)
+        layer.merge_rows(new, drop, width, room)
 
 
 def select_rows(cache, index: torch.Tensor) -> None:

@@ -34,7 +34,7 @@ from .path import path_patch_batch
 from .results import aggregate
 from .samples import batches, load_patch_samples
 
-METHODS = {
+PATCH_METHODS = {
     "path": path_patch_batch,
     "activation": activation_patch_batch,
     "attribution": attribution_patch_batch,
@@ -43,8 +43,8 @@ METHODS = {
 
 
 def check_method(method: str) -> str:
-    if method not in METHODS:
-        raise SettingError("method", method, f"unknown method: valid methods are {', '.join(METHODS)}")
+    if method not in PATCH_METHODS:
+        raise SettingError("method", method, f"unknown method: valid methods are {', '.join(PATCH_METHODS)}")
     return method
 
 
@@ -96,7 +96,7 @@ def sweep(model: HookedModel, data: str | Path, config: PatchSettings, out: Path
                  "method": config.method, "metric": config.metric, "batch_size": batch_size, "limit": config.limit,
                  "first_token": config.first_token}
     state = _resume(out, signature, n, L, H)
-    fn = METHODS[config.method]
+    fn = PATCH_METHODS[config.method]
     # Whole batches are shared out, not samples: each batch is then exactly the one a single
     # process would run, so any number of processes gives the same numbers.
     everything = list(batches(samples, batch_size, model.device))

@@ -14,7 +14,7 @@ from . import costs
 from .costs import ADAMW_STATE, DDP_BUCKETS, DELTA_BASE, FP32, TRAINED_GRAD, TRAINED_WEIGHT, GiB
 from .shape import ModelShape
 
-METHODS = ("precise", "precise+mlp", "lora", "full")
+TRAINING_VARIANTS = ("precise", "precise+mlp", "lora", "full")  # the fine-tuning runs a plan covers
 ANALYSES = ("patch", "patch attribution", "knockout", "attention", "mlp", "eval/generate")
 
 
@@ -207,6 +207,6 @@ def plan_analysis(shape: ModelShape, analysis: str, machine: Machine, w: Workloa
 
 def make_plan(shape: ModelShape, machine: Machine, w: Workload = Workload()) -> Plan:
     usable = costs.usable(machine.gpu_bytes)
-    stages = [plan_training(shape, m, machine, w, usable) for m in METHODS]
+    stages = [plan_training(shape, m, machine, w, usable) for m in TRAINING_VARIANTS]
     stages += [plan_analysis(shape, a, machine, w, usable) for a in ANALYSES]
     return Plan(shape, machine, w, usable, tuple(stages))
