@@ -33,12 +33,17 @@ def _ranked_mlps(effects: Effects, threshold: float | None = None) -> list[int]:
     return [layer for v, layer in ranked if threshold is None or v < threshold]
 
 
+def cut_of(threshold: float | None, top_k: int | None) -> float | None:
+    """The threshold a choice uses: the paper's -5% when neither a threshold nor a count is given (the one
+    place that default lives), else the threshold given (None: no cut)."""
+    return PAPER_THRESHOLD if threshold is None and top_k is None else threshold
+
+
 def key_heads_record(effects: Effects, threshold: float | None = None, top_k: int | None = None) -> dict:
     """The key_heads.json record. With neither `threshold` nor `top_k` the paper's -5% applies; with
     both, the top K of those below the threshold. It may be empty: it then records the threshold that
     gave nothing. The "label" of each head is for people reading the file; code reads layer and head."""
-    if threshold is None and top_k is None:
-        threshold = PAPER_THRESHOLD
+    threshold = cut_of(threshold, top_k)
     chosen = rank_heads(effects, threshold, top_k)
     return {
         "metric": effects.metric, "threshold": threshold, "top_k": top_k,
@@ -120,7 +125,7 @@ class Components:
             raise UserError(f"--mlps must be >= 0, got {n_mlps}")
         if top_k is not None and (top_k < 0 or (top_k == 0 and not n_mlps)):
             raise UserError(f"--top-k must be positive, got {top_k}")
-        cut = PAPER_THRESHOLD if threshold is None and top_k is None else threshold
+        cut = cut_of(threshold, top_k)
         heads = rank_heads(effects, cut, top_k)
         measured = rank_heads(effects)
         if top_k and cut is None and len(heads) < top_k:

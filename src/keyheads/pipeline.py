@@ -29,12 +29,11 @@ from .analysis.knockout_run import describe as describe_knockout
 from .analysis.knockout_run import run_knockout
 from .analysis.mlp_run import describe as describe_mlp
 from .analysis.mlp_run import run_mlp
-from .analysis.selection import HeadChoice
+from .analysis.selection import ComponentChoice, HeadChoice
 from .components import Components
 from .data.benchmarks import data_dir_from
 from .data.generate import pairs_for
 from .data.pairs import write_pairs
-from .effects import Effects
 from .errors import SettingError
 from .evaluation import EvalSettings, Variant, evaluate
 from .finetune import describe as describe_training
@@ -246,15 +245,17 @@ def variant_components(variant: str, folder: RunFolder | Path, model, cfg: RunSe
     if m is None or not m["kind"]:
         raise ValueError(f"{variant!r} is not a precise or random variant")
     keys = key_heads(run)
-    k = int(m["k"]) if m["k"] else len(keys.heads)
-    if m["kind"] == "random":
-        return Components.random_heads(k, model.n_layers, model.n_heads, cfg.seed)
-    effects = Effects.load(run.effects, model)
-    chosen = Components.select(effects, top_k=k, ) if m["k"] else keys  # else: as identify chose them
-    if m["mlp"]:
-        n = int(m["m"]) if m["m"] else cfg.finetune.mlps
-        chosen = chosen.with_mlps(Components.select(effects, top_k=0, n_mlps=n).mlps, f"top-{n} MLPs")
-    return chosen.check(model.n_layers, model.n_heads)
+    mlps = (int(m["m"]) if m["m"] else cfg.finetune.mlps) if m["mlp"] else None
+    if m["kind"] == "random":  # as many as the key heads unless @K says
+        choice = ComponentChoice(random_heads=int(m["k"]) if m["k"] else len(keys.heads))
+    elif m["k"]:
+        choice = ComponentChoice(effects=str(run.effects), top_k=int(m["k"]), mlps=mlps)
+    else:  # the key heads, as identify chose them
+        choice = ComponentChoice(effects=str(run.effects), heads=",".join(map(str, keys.heads)), mlps=mlps)
+    chosen = choice.components(model, cfg.seed)
+    if m["kind"] == "precise" and not m["k"]:
+        chosen = Components(chosen.heads, chosen.mlps, keys.source + (f" + top-{mlps} MLPs" if mlps else ""))
+    return chosen
 
 
 def _finetune(cfg: RunSettings, run: RunFolder, model, variant: str, progress: bool = True) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 
 from ..components import Components
 from ..effects import Effects
 from ..errors import AnalysisError, SettingError
-from ..heads import Head, parse_heads
+from ..heads import Head, parse_heads, parse_layers
 from ..io import existing_file
 from ..log import logger
 from ..models.model import HookedModel
@@ -89,3 +89,67 @@ def choose_heads(model: HookedModel, choice: HeadChoice) -> tuple[list[Head], Ef
         raise AnalysisError("say which heads: --effects effects.json (from `keyheads patch`) or --heads L.H,...")
     return list(Components.select(effects, choice.threshold, choice.top_k, name=Path(choice.effects).name).heads), \
         effects
+
+
+def layer_list(text: str | None, key: str = "mlp_layers") -> str | None:
+    """MLP layers as typed ("14,15"), read as the step will read them."""
+    if text:
+        try:
+            parse_layers(text)
+        except ValueError as err:
+            raise SettingError(key, text, str(err)) from None
+    return text
+
+
+@dataclass(config=ConfigDict(extra="forbid"))
+class ComponentChoice(HeadChoice):
+    """What precise SFT trains: heads as HeadChoice chooses them (from effects only with top_k or threshold),
+    or `random_heads` seeded random ones (the control); and whole MLPs, the `mlps` most negative by effect
+    or explicit `mlp_layers`. The flags of `keyheads finetune`; a run's variants are read into one."""
+
+    random_heads: int | None = Field(default=None, ge=1, description="K seeded random heads (the control)")
+    mlps: int | None = Field(default=None, ge=0, description="also the M MLPs with the most negative effect")
+    mlp_layers: str | None = Field(default=None, description="also these whole MLP layers, e.g. 14,15")
+
+    @field_validator("mlp_layers")
+    @classmethod
+    def _mlp_layers(cls, v):
+        return layer_list(v)
+
+    @model_validator(mode="after")
+    def _one_way(self):
+        ranked = self.top_k is not None or self.threshold is not None
+        if sum([bool(self.heads), self.random_heads is not None, ranked]) > 1:
+            raise SettingError("choose heads one way: --effects with --top-k or --threshold, --heads, or "
+                               "--random-heads")
+        if (ranked or self.mlps) and self.effects is None:
+            raise SettingError("--top-k, --threshold and --mlps rank by effect: give --effects effects.json (from "
+                               "`keyheads patch`)")
+        if self.mlps and self.mlp_layers:
+            raise SettingError("give either --mlps M (the top-M by effect) or --mlp-layers L,... (explicit), not both")
+        return self
+
+    @property
+    def given(self) -> list[str]:
+        """The flags that were given, as typed."""
+        names = ("effects", "heads", "threshold", "top_k", "random_heads", "mlps", "mlp_layers")
+        return ["--" + name.replace("_", "-") for name in names if getattr(self, name) not in (None, "")]
+
+    def components(self, model: HookedModel, seed: int = 0) -> Components:
+        """The heads and MLPs, checked against the model (None of either: an empty choice)."""
+        effects = Effects.load(self.effects, model) if self.effects else None
+        name = Path(self.effects).name if self.effects else ""
+        if self.heads:
+            chosen = Components.explicit(self.heads)
+        elif effects is not None and (self.top_k is not None or self.threshold is not None):
+            chosen = Components.select(effects, self.threshold, self.top_k, name=name)
+        elif self.random_heads is not None:
+            chosen = Components.random_heads(self.random_heads, model.n_layers, model.n_heads, seed)
+        else:
+            chosen = Components((), (), "no heads")
+        if self.mlps and effects is not None:
+            chosen = chosen.with_mlps(Components.select(effects, top_k=0, n_mlps=self.mlps, name=name).mlps,
+                                      f"top-{self.mlps} MLPs")
+        elif self.mlp_layers:
+            chosen = chosen.with_mlps(parse_layers(self.mlp_layers), f"MLPs {self.mlp_layers}")
+        return chosen.check(model.n_layers, model.n_heads)

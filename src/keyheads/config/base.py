@@ -134,7 +134,10 @@ def take(values: Any, cls, **given: Any):
     """The step settings `cls` (a pydantic dataclass) from the fields of `values` that it declares, and
     `given` for those a command spells otherwise: how a command, which composes them (`section_of`), hands
     its step the settings whole."""
-    return cls(**{name: given[name] if name in given else getattr(values, name) for name in fields_of(cls)})
+    try:
+        return cls(**{name: given[name] if name in given else getattr(values, name) for name in fields_of(cls)})
+    except ValidationError as err:  # a check across fields (each field was checked with the flags)
+        raise setting_error(err, flags=True) from None
 
 
 def section_of(name: str, cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> Any:

@@ -2,15 +2,15 @@
 machine. keyheads.commands.flags generates each command's flags from these models."""
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
 from ..analysis.attention_run import AttentionSettings
 from ..analysis.knockout_run import KnockoutSettings
 from ..analysis.mlp_run import MLPSettings
-from ..analysis.selection import HeadChoice, effects_file, head_list
+from ..analysis.selection import ComponentChoice, HeadChoice
 from ..data.generate import PairSettings, parse_operands
 from ..data.trainset import SplitSettings
 from ..errors import SettingError
@@ -18,7 +18,6 @@ from ..evaluation.config import EvalSettings
 from ..finetune.adapter import check_run_folder
 from ..finetune.config import FinetuneSettings
 from ..finetune.data import check_train
-from ..heads import parse_layers
 from ..io import existing_file
 from ..models import DEFAULT_MODEL
 from ..patching.run import PatchSettings
@@ -27,22 +26,6 @@ from .base import Count, MachineSettings, NonNegative, Quiet, Section, section_o
 from .sections import check_template_ids
 
 MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
-
-
-def check_list(key: str, text: str | None, parse) -> str | None:
-    """A list of heads or layers, read as the command will read it; a malformed item is named."""
-    if text:
-        try:
-            parse(text)
-        except ValueError as err:
-            raise SettingError(key, text, str(err)) from None
-    return text
-
-
-# what the flags that name heads, layers and effects take, checked as the command will read them
-EffectsFile = Annotated[str | None, AfterValidator(effects_file)]
-HeadList = Annotated[str | None, AfterValidator(head_list)]
-LayerList = Annotated[str | None, AfterValidator(lambda v: check_list("mlp_layers", v, parse_layers))]
 
 
 class Loads(MachineSettings):
@@ -194,17 +177,14 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, MachineSettings):
 _Recipe: Any = section_of("_Recipe", FinetuneSettings)
 
 
-class FinetuneCommand(_Recipe, OutFolder, Works):
+_Components: Any = section_of("_Components", ComponentChoice)
+
+
+class FinetuneCommand(_Recipe, _Components, OutFolder, Works):
     train: str = Field(description="a JSONL of {prompt, completion}; 'trainset' (GSM8K train + held-out "
                        "AddSub/SingleEq/SVAMP); or 'arith:multidigit,decimal[:N]' from the templates")
     data_dir: str | None = Field(None, description="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
     limit: Count | None = Field(None, description="use only the first N examples (None: all)")
-    effects: EffectsFile = Field(None, description="effects.json from `keyheads patch`, for top_k and mlps")
-    top_k: NonNegative | None = Field(None, description="the K heads with the most negative effect")
-    heads: HeadList = Field(None, description="explicit heads, e.g. 14.2,21.2")
-    random_heads: Count | None = Field(None, description="K seeded random heads (the control)")
-    mlps: NonNegative | None = Field(None, description="also the M MLPs with the most negative effect")
-    mlp_layers: LayerList = Field(None, description="also these whole MLP layers, e.g. 14,15")
 
     @field_validator("train")
     @classmethod
