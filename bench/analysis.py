@@ -30,9 +30,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the repository: tests/oracles.py
 from results import matmul_rate, write_section  # noqa: E402
 
-from keyheads.analysis.common import Batches, all_heads, load_samples  # noqa: E402
+from keyheads.analysis.common import all_heads, load_samples  # noqa: E402
 from keyheads.analysis.knockout_curves import CurveSettings, curve_sets, knockout_curves  # noqa: E402
 from keyheads.analysis.passes import EndPasses  # noqa: E402
 from keyheads.cli import main as cli  # noqa: E402
@@ -41,6 +42,8 @@ from keyheads.effects import Effects  # noqa: E402
 from keyheads.knockout import compute_means  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.models.prompt_set import PromptSet  # noqa: E402
+
+from tests.oracles import Batches, direct_curves  # noqa: E402
 
 CASES = {
     # name: (what RESULTS says about the data, overrides of the demo's data settings)
@@ -95,8 +98,7 @@ def run_case(name: str, args, model) -> list[str]:
                              progress=False)
 
         t = time.perf_counter()
-        slow = knockout_curves(model, Batches(model, refs, args.batch_size), answers, full, ranked, heads, cfg,
-                               progress=False)
+        slow = direct_curves(model, Batches(model, refs, args.batch_size), answers, full, ranked, heads, cfg)
         t_direct = time.perf_counter() - t
         rates.append(matmul_rate(model.d_model, model.config.intermediate_size))
 

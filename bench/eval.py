@@ -5,8 +5,9 @@ chain of thought, GSM8K-train exemplars, the runner's order and batches) and dec
 the same budget (256 new tokens) and the same stop rule (`cut_at_stop`: a blank line, "Question:"
 or a complete "The answer is N"), each row stopping as soon as its text is complete:
 
-- keyheads: `greedy_generate` with a shared-prefix `PrefixKV`, as the evaluation runs it: every
-  prompt in one call, at most --batch-size rows in flight, a finished row's place taken by the next;
+- keyheads: its engine (`generate_stream`, through tests/oracles.py's `greedy_generate`) with a
+  shared-prefix `PrefixKV`, as the evaluation runs it: every prompt in one call, at most --batch-size
+  rows in flight, a finished row's place taken by the next;
 - transformers: `model.generate`, batched and left-padded, do_sample=False, with a StoppingCriteria
   that applies the same stop function to each row's decoded text (finished rows are padded until
   the whole batch is done, which is how `generate` works);
@@ -38,15 +39,18 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(ROOT))  # the repository: tests/oracles.py
 from results import write_section  # noqa: E402
 
 from keyheads.data.benchmarks import data_dir_from  # noqa: E402
 from keyheads.evaluation.config import EvalSettings  # noqa: E402
-from keyheads.evaluation.engine import PrefixKV, common_prefix_len, eos_ids, greedy_generate  # noqa: E402
+from keyheads.evaluation.engine import PrefixKV, common_prefix_len, eos_ids  # noqa: E402
 from keyheads.evaluation.prompts import STOPS, cut_at_stop  # noqa: E402
 from keyheads.evaluation.runner import _batches  # noqa: E402
 from keyheads.evaluation.tasks import _ids, make_task  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
+
+from tests.oracles import greedy_generate  # noqa: E402
 
 BENCH = "gsm8k"
 

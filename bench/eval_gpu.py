@@ -7,7 +7,8 @@ one shared 747-token prefix (the exemplars' length for SmolLM2's tokenizer, benc
 and questions of 30-130 tokens, random ids. Every row generates exactly 256 tokens: the model
 has no EOS, so all systems do the same work and end together.
 
-- keyheads: `greedy_generate` with a `PrefixKV`, tokens read back every 8 steps;
+- keyheads: its engine (`generate_stream`, through tests/oracles.py's `greedy_generate`, which puts the
+  results in row order) with a `PrefixKV`, tokens read back every 8 steps;
 - transformers `generate`, dynamic cache, left-padded batch;
 - transformers `generate` with `cache_implementation="static"`, which compiles the decode step
   (mode reduce-overhead: CUDA graphs) on a GPU; timed after an untimed warm-up call.
@@ -131,7 +132,9 @@ def profile_engine(model, rows) -> list[str]:
     """Share of wall time the GPU was busy over a short engine run, and its top kernels."""
     from torch.profiler import ProfilerActivity, profile
 
-    from keyheads.evaluation.engine import PrefixKV, greedy_generate
+    from keyheads.evaluation.engine import PrefixKV
+
+    from tests.oracles import greedy_generate  # the repository is on sys.path (bench/eval.py)
 
     prefix = PrefixKV(model)
     greedy_generate(model, rows, 4, None, prefix)  # the prefix computed outside the profile
@@ -145,7 +148,9 @@ def profile_engine(model, rows) -> list[str]:
 
 
 def main(args) -> list[str]:
-    from keyheads.evaluation.engine import PrefixKV, greedy_generate
+    from keyheads.evaluation.engine import PrefixKV
+
+    from tests.oracles import greedy_generate  # the repository is on sys.path (bench/eval.py)
 
     model = random_model(args.shape)
     rows = prompts(args.n, model.config.vocab_size)

@@ -1,5 +1,6 @@
 """Test data shared by several test packages: pairs files and effects files for the tiny character-level
-models, and a hand-made benchmark folder in the original formats (keyheads.testing builds the models).
+models, and a hand-made benchmark folder in the original formats (keyheads.testing builds the models); an
+in-memory model as an evaluation variant. The direct reference computations are in tests/oracles.py.
 
 Test modules import these from here; conftest files hold only fixtures.
 """
@@ -9,6 +10,10 @@ import random
 import types
 
 import pytest
+
+from keyheads.evaluation.variants import Prepared
+from keyheads.models.fingerprint import parameters_fingerprint, short_sha
+from keyheads.models.model import HookedModel
 
 PREFIX = "1 + 2 = 3\n"  # 10 tokens; A is the 11th
 
@@ -107,6 +112,11 @@ def assert_json_close(got, want, tol: float, where: str = "") -> None:
         assert got == pytest.approx(want, abs=tol), (where, got, want)
     else:
         assert got == want, (where, got, want)
+
+
+def prepared(model: HookedModel, label: str | None = None) -> Prepared:
+    """An in-memory model as an evaluation variant; its fingerprint hashes the parameters themselves."""
+    return Prepared.of(model, {}, short_sha(parameters_fingerprint(model)), label or model.name)
 
 
 class Killed(RuntimeError):

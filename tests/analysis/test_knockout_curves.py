@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-from keyheads.analysis.common import Batches, all_heads, answer_token, load_samples
+from keyheads.analysis.common import all_heads, answer_token, load_samples
 from keyheads.analysis.knockout_curves import CurveSettings, knockout_curves, random_order
 from keyheads.knockout import compute_means
+from keyheads.models.prompt_set import PromptSet
 
 from tests.helpers import make_rows
 
@@ -37,7 +38,7 @@ def test_curve_points_equal_direct_accuracy(llama):
     heads = all_heads(llama)
     full = compute_means(llama, cfs, heads=heads, progress=False)
     ranked = [(2, 1), (0, 3), (1, 0), (2, 2), (0, 0)]
-    curves = knockout_curves(llama, Batches(llama, refs, 5), clean, full, ranked, heads,
+    curves = knockout_curves(llama, PromptSet(llama, refs), clean, full, ranked, heads,
                              CurveSettings(k=5, seeds=3, seed=7), progress=False)
     assert curves.ks == [0, 1, 2, 3, 4, 5] and curves.effect[0] == 1.0
     for k in range(1, 6):
@@ -71,7 +72,6 @@ def test_samples_get_the_answer_token(llama, pairs_file):
 
 def test_curves_killed_between_chunks_resume_from_the_checkpoint(llama, tmp_path, monkeypatch):
     import keyheads.analysis.knockout_curves as kc
-    from keyheads.models.prompt_set import PromptSet
 
     from tests.helpers import Killed
 

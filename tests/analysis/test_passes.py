@@ -4,12 +4,14 @@ import random
 import pytest
 import torch
 
-from keyheads.analysis.common import Batches, all_heads, knockout_subset, predict
+from keyheads.analysis.common import all_heads, knockout_subset
 from keyheads.analysis.knockout_curves import CurveSettings, knockout_curves
 from keyheads.analysis.passes import EndPasses
 from keyheads.knockout import compute_means
 from keyheads.models.prompt_set import PromptSet
 from keyheads.testing import TINY_FAMILIES, tiny_model
+
+from tests.oracles import Batches, direct_curves, predict
 
 PREFIXES = ["1 + 2 = 3\n4 + 4 = 8\n", "Q: 5 plus 2? A: 7\n"]
 
@@ -82,8 +84,7 @@ def test_fast_curves_equal_direct_curves():
     cfg = CurveSettings(k=5, seeds=3, seed=7)
     fast = knockout_curves(model, PromptSet(model, refs), answers, full, ranked, heads, cfg, progress=False,
                            extra=[[(1, 1), (2, 3)]])
-    slow = knockout_curves(model, Batches(model, refs, 5), answers, full, ranked, heads, cfg, progress=False,
-                           extra=[[(1, 1), (2, 3)]])
+    slow = direct_curves(model, Batches(model, refs, 5), answers, full, ranked, heads, cfg, extra=[[(1, 1), (2, 3)]])
     n = len(refs)  # the direct method averages in float32: compare the counts of right answers
     counts = lambda c: [round(a * n) for a in c.effect + sum(c.random, []) + c.extra]  # noqa: E731
     assert counts(fast) == counts(slow)

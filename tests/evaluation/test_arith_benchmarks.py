@@ -13,7 +13,7 @@ import pytest
 from keyheads.data.arithmetic import EitherOrder, NumberRange
 from keyheads.data.render import render
 from keyheads.data.templates import load_templates
-from keyheads.evaluation import ARITH, EvalSettings, Prepared, evaluate
+from keyheads.evaluation import ARITH, EvalSettings, evaluate
 from keyheads.evaluation import arith as arith_module
 from keyheads.evaluation import tasks as tasks_module
 from keyheads.evaluation.arith import (
@@ -30,6 +30,8 @@ from keyheads.evaluation.config import check_benchmarks
 from keyheads.evaluation.extract import NUMBER
 from keyheads.evaluation.tasks import make_task
 from keyheads.finetune.data import ARITH_KINDS, arithmetic_examples
+
+from tests.helpers import prepared
 
 TEMPLATED = ("arith-add", "arith-sub", "arith-decimal", "arith-mul", "arith-add4")  # arith-multi: three operands
 # Short enough for the tiny models' 256 positions (one character a token).
@@ -207,7 +209,7 @@ def test_known_benchmarks():
 
 def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_data, monkeypatch):
     cfg = EvalSettings(limit=5, cache_dir=str(tmp_path / "cache"), **QUICK)
-    first = evaluate([Prepared.from_model(tiny, label="tiny")], cfg, tmp_path / "run")[0]["benchmarks"]
+    first = evaluate([prepared(tiny, label="tiny")], cfg, tmp_path / "run")[0]["benchmarks"]
     table = (tmp_path / "run" / "table.md").read_text()
     assert table.startswith("| Model | Train speed | Tuned params | arith-add Acc. | arith-add Δ | arith-sub Acc. |")
     for name in ARITH:
@@ -225,7 +227,7 @@ def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_d
         raise AssertionError("a re-run generated instead of reading the cache")
 
     monkeypatch.setattr(tasks_module, "generate_stream", no_generation)
-    again = evaluate([Prepared.from_model(tiny, label="tiny")], cfg, tmp_path / "again")[0]["benchmarks"]
+    again = evaluate([prepared(tiny, label="tiny")], cfg, tmp_path / "again")[0]["benchmarks"]
     for name in ARITH:
         assert again[name]["timing"]["computed"] == 0 and again[name]["timing"]["cached"] == 5
         assert again[name]["correct"] == first[name]["correct"]
@@ -253,7 +255,7 @@ def test_scoring(tiny, tmp_path, no_data, monkeypatch, says, accuracy):
             yield j, (text[:stop(text)], "stop")
 
     monkeypatch.setattr(tasks_module, "generate_stream", fake)
-    result = evaluate([Prepared.from_model(tiny, label="t")], cfg, tmp_path / "run")[0]["benchmarks"]
+    result = evaluate([prepared(tiny, label="t")], cfg, tmp_path / "run")[0]["benchmarks"]
     for name in ARITH:
         assert (result[name]["n"], result[name]["accuracy"]) == (10, accuracy)
     assert result["arith-add"]["no_number"] == (10 if says == "no idea" else 0)

@@ -7,13 +7,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from keyheads.evaluation import EvalSettings, Prepared, Variant, evaluate
+from keyheads.evaluation import EvalSettings, Variant, evaluate
 from keyheads.evaluation.cache import ResultCache
 from keyheads.evaluation.drift import DriftTask, bootstrap, drift_items
 from keyheads.evaluation.runner import run_task
 from keyheads.evaluation.task_types import PairwiseTask
 from keyheads.evaluation.variants import prepare
 from keyheads.models.model import HookedModel
+
+from tests.helpers import prepared
 
 
 def cfg(data, tmp_path, **kw):
@@ -49,7 +51,7 @@ def direct(ref_model, var_model, texts, var_edits=None):
 
 def test_kl_and_perplexity_match_a_direct_computation(tiny, tiny_data, tmp_path):
     tuned = perturbed(tiny)
-    rows = evaluate([Prepared.from_model(tiny, label="base"), Prepared.from_model(tuned, label="tuned")],
+    rows = evaluate([prepared(tiny, label="base"), prepared(tuned, label="tuned")],
                     cfg(tiny_data, tmp_path), tmp_path / "run")
     texts = [it.prompt for it in drift_items(cfg(tiny_data, tmp_path))]
     assert len(texts) >= 4 and len(set(texts)) == len(texts)
@@ -67,7 +69,7 @@ def test_kl_and_perplexity_match_a_direct_computation(tiny, tiny_data, tmp_path)
 def test_knockout_row_drifts_with_its_edits_and_the_reference_without(tiny, tiny_data, tmp_path, pairs_file):
     ko = prepare(Variant.make("knockout", "tiny", label="ko", heads=[[1, 0], [2, 1]], data=str(pairs_file)),
                  lambda name: tiny)
-    rows = evaluate([Prepared.from_model(tiny, label="base"), ko], cfg(tiny_data, tmp_path), tmp_path / "run")
+    rows = evaluate([prepared(tiny, label="base"), ko], cfg(tiny_data, tmp_path), tmp_path / "run")
     texts = [it.prompt for it in drift_items(cfg(tiny_data, tmp_path))]
     kl, ppl = direct(tiny, tiny, texts, var_edits=ko.edits)
     got = rows[1]["benchmarks"]["generic-kl"]
@@ -76,7 +78,7 @@ def test_knockout_row_drifts_with_its_edits_and_the_reference_without(tiny, tiny
 
 
 def test_rerun_is_served_from_the_cache(tiny, tiny_data, tmp_path, monkeypatch):
-    variants = [Prepared.from_model(tiny, label="base"), Prepared.from_model(perturbed(tiny), label="tuned")]
+    variants = [prepared(tiny, label="base"), prepared(perturbed(tiny), label="tuned")]
     first = evaluate(variants, cfg(tiny_data, tmp_path), tmp_path / "a")
 
     def fail(*a, **k):
@@ -135,7 +137,7 @@ def test_the_runner_dispatches_on_the_pairwise_type(tiny, tiny_data, tmp_path):
     assert issubclass(DriftTask, PairwiseTask)
     items = drift_items(cfg(tiny_data, tmp_path))[:3]
     task = Recording(items)
-    base, tuned = Prepared.from_model(tiny, label="base"), Prepared.from_model(perturbed(tiny), label="tuned")
+    base, tuned = prepared(tiny, label="base"), prepared(perturbed(tiny), label="tuned")
     rows, timing = run_task(tuned, task, cfg(tiny_data, tmp_path), ResultCache(tmp_path / "c.sqlite"), base)
     assert task.calls == [("tuned", "base", 3)] and len(rows) == 3 and timing["computed"] == 3
     with pytest.raises(TypeError, match="run_pair"):

@@ -3,10 +3,12 @@ import pytest
 import torch
 
 from keyheads.evaluation import EvalSettings
-from keyheads.evaluation.engine import PrefixKV, greedy_generate, next_token_logits
+from keyheads.evaluation.engine import PrefixKV, next_token_logits
 from keyheads.evaluation.prompts import letter_tokens
 from keyheads.evaluation.tasks import make_task
 from keyheads.testing import char_tokenizer, tiny_model
+
+from tests.oracles import greedy_generate
 
 SHOTS = "3+4=7\n1+1=2\n6+2=8\n5+4=9\n2+5=7\n"
 PROMPTS = [SHOTS + "3+3=", SHOTS + "12+5=", SHOTS + "9+99=", SHOTS + "4+0="]

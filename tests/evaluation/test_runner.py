@@ -18,6 +18,8 @@ from keyheads.evaluation.table import to_csv, to_markdown
 from keyheads.evaluation.tasks import make_task
 from keyheads.heads import read_heads
 
+from tests.helpers import prepared
+
 pytestmark = pytest.mark.slow  # whole evaluation runs, several seconds each
 
 QUICK = dict(few_shot=1, max_new_tokens=6, batch_size=4, progress=False)
@@ -45,10 +47,10 @@ def test_second_run_is_served_from_the_cache(tiny, tiny_data, tmp_path):
     cfg = _cfg(tiny_data, tmp_path)
     counter = Counter(tiny)
     try:
-        first = evaluate([Prepared.from_model(tiny)], cfg, tmp_path / "a")
+        first = evaluate([prepared(tiny)], cfg, tmp_path / "a")
         assert counter.calls > 0
         counter.calls = 0
-        second = evaluate([Prepared.from_model(tiny)], cfg, tmp_path / "b")
+        second = evaluate([prepared(tiny)], cfg, tmp_path / "b")
         assert counter.calls == 0
     finally:
         counter.close()
@@ -73,7 +75,7 @@ def test_interrupted_run_resumes_and_matches_a_clean_run(tiny, tiny_data, tmp_pa
 
     monkeypatch.setattr(tasks_module.MathTask, "run", flaky)
     with pytest.raises(KeyboardInterrupt):
-        evaluate([Prepared.from_model(tiny)], cfg, tmp_path / "run")
+        evaluate([prepared(tiny)], cfg, tmp_path / "run")
     cache_file = tmp_path / "cache" / "gsm8k.sqlite"
     assert len(read_rows(cache_file)) == 2  # the items that had ended were kept
     crash_mid_write(cache_file)
@@ -81,13 +83,13 @@ def test_interrupted_run_resumes_and_matches_a_clean_run(tiny, tiny_data, tmp_pa
 
     counter = Counter(tiny)
     try:
-        resumed = evaluate([Prepared.from_model(tiny)], cfg, tmp_path / "run")[0]["benchmarks"]["gsm8k"]
+        resumed = evaluate([prepared(tiny)], cfg, tmp_path / "run")[0]["benchmarks"]["gsm8k"]
     finally:
         counter.close()
     assert resumed["timing"] == {**resumed["timing"], "computed": 4, "cached": 2}
     rows = read_rows(cache_file)
     assert len(rows) == 6 and "abc" not in {r["key"] for r in rows}  # the half-written batch is gone
-    clean = evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path / "clean", benchmarks=("gsm8k",)),
+    clean = evaluate([prepared(tiny)], _cfg(tiny_data, tmp_path / "clean", benchmarks=("gsm8k",)),
                      tmp_path / "clean")[0]["benchmarks"]["gsm8k"]
     assert (clean["n"], clean["correct"]) == (resumed["n"], resumed["correct"])
     wrong = lambda p: [json.loads(x)["output"] for x in p.read_text().split("\n") if x]  # noqa: E731
@@ -156,7 +158,7 @@ def test_rows_are_built_only_for_items_not_cached_and_released_after(tiny, tiny_
     assert [r["benchmarks"]["mmlu"]["correct"] for r in again] == [r["benchmarks"]["mmlu"]["correct"] for r in first]
 
     built = []
-    base = Prepared.from_model(tiny, label="base")
+    base = prepared(tiny, label="base")
     later = Prepared(base.fingerprint + "x", "later", tiny.tokenizer, lambda: built.append(1) or (tiny, {}))
     evaluate([base, later], cfg, tmp_path / "c")
     assert len(built) == 1 and later._built is None and base._built is not None  # the reference stays
@@ -191,7 +193,7 @@ def test_table_format():
 
 
 def test_run_folder_has_table_results_and_wrong_cases(tiny, tiny_data, tmp_path):
-    evaluate([Prepared.from_model(tiny, label="tiny")], _cfg(tiny_data, tmp_path), tmp_path / "run")
+    evaluate([prepared(tiny, label="tiny")], _cfg(tiny_data, tmp_path), tmp_path / "run")
     run = tmp_path / "run"
     table = (run / "table.md").read_text()
     assert table.startswith("| Model | Train speed | Tuned params | GSM8K Acc. |") and "| tiny |" in table
@@ -210,7 +212,7 @@ def test_run_folder_has_table_results_and_wrong_cases(tiny, tiny_data, tmp_path)
 def test_generation_without_a_number_counts_as_wrong(tiny, tiny_data, tmp_path, monkeypatch):
     monkeypatch.setattr(tasks_module, "generate_stream",
                         lambda model, rows, *a, **k: ((j, ("no idea", "stop")) for j in range(len(rows))))
-    res = evaluate([Prepared.from_model(tiny, label="t")], _cfg(tiny_data, tmp_path, benchmarks=("svamp",)),
+    res = evaluate([prepared(tiny, label="t")], _cfg(tiny_data, tmp_path, benchmarks=("svamp",)),
                    tmp_path / "run")[0]["benchmarks"]["svamp"]
     assert res["correct"] == 0 and res["no_number"] == res["n"] == 6
     wrong = [json.loads(x) for x in (tmp_path / "run" / "t" / "svamp.wrong.jsonl").read_text().split("\n") if x]
@@ -274,7 +276,7 @@ def test_batches_do_not_mix_mmlu_subjects(tiny, tiny_data, tmp_path, monkeypatch
 
     monkeypatch.setattr(tasks_module.ChoiceTask, "run", spy)
     evaluate(
-        [Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path, benchmarks=("mmlu",), batch_size=16), tmp_path / "r"
+        [prepared(tiny)], _cfg(tiny_data, tmp_path, benchmarks=("mmlu",), batch_size=16), tmp_path / "r"
     )
     assert sorted(map(tuple, seen)) == [("math",) * 3, ("science",) * 3]
 
@@ -283,16 +285,16 @@ def test_shards_split_the_work_and_the_table_comes_from_the_cache(tiny, tiny_dat
     cfg = dict(benchmarks=("gsm8k", "mmlu"))
     computed = {}
     for k in range(3):
-        res = evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path, shard=(k, 3), **cfg), tmp_path / "s")
+        res = evaluate([prepared(tiny)], _cfg(tiny_data, tmp_path, shard=(k, 3), **cfg), tmp_path / "s")
         computed[k] = {b: r["timing"]["computed"] for b, r in res[0]["benchmarks"].items()}
     assert not (tmp_path / "s" / "table.md").exists()  # a shard writes no table
     counter = Counter(tiny)
     try:
-        joined = evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path, **cfg), tmp_path / "joined")
+        joined = evaluate([prepared(tiny)], _cfg(tiny_data, tmp_path, **cfg), tmp_path / "joined")
     finally:
         counter.close()
     assert counter.calls == 0  # the shards together did every item
-    direct = evaluate([Prepared.from_model(tiny)], _cfg(tiny_data, tmp_path / "direct", **cfg), tmp_path / "direct")
+    direct = evaluate([prepared(tiny)], _cfg(tiny_data, tmp_path / "direct", **cfg), tmp_path / "direct")
     for b in cfg["benchmarks"]:
         n = direct[0]["benchmarks"][b]["n"]
         assert sum(c[b] for c in computed.values()) == n  # each item in exactly one shard

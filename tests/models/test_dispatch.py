@@ -15,7 +15,7 @@ import torch
 
 from keyheads import models
 from keyheads.analysis.attention import by_role, end_attention
-from keyheads.analysis.common import Batches, all_heads, load_samples, predict
+from keyheads.analysis.common import all_heads, load_samples
 from keyheads.analysis.knockout_curves import CurveSettings, knockout_curves
 from keyheads.analysis.mlp import probe
 from keyheads.analysis.passes import EndPasses
@@ -35,6 +35,7 @@ from keyheads.runconfig import RunSettings
 from keyheads.testing import tiny_model
 
 from tests.helpers import assert_json_close, make_rows, write_rows
+from tests.oracles import Batches, predict
 
 TOL = dict(atol=1e-5, rtol=0)
 REF = ["3 + 4 = ", "5 + 2 = ", "1 + 1 = "]

@@ -1,4 +1,4 @@
-"""What every analysis needs: the pairs file, answer tokens, batched END predictions, knockout subsets."""
+"""What every analysis needs: the pairs file, answer tokens, END predictions, knockout subsets."""
 from __future__ import annotations
 
 import random
@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 from pydantic import ConfigDict
-from tqdm.auto import tqdm
 
 from ..data import pairs as pairs_file
 from ..errors import AnalysisError
@@ -91,7 +90,7 @@ def load_samples(model: HookedModel, path: str | Path, n: int | None = None, see
     return samples
 
 
-# ---- batched forward passes --------------------------------------------------------------
+# ---- END predictions ---------------------------------------------------------------------
 
 @dataclass
 class Predictions:
@@ -107,42 +106,6 @@ class Predictions:
 
     def accuracy(self, answer_ids: Sequence[int]) -> float:
         return self.correct(answer_ids).float().mean().item() if len(answer_ids) else float("nan")
-
-
-class Batches:
-    """Prompts encoded once, in batches of similar length (little padding), reusable across passes."""
-
-    def __init__(self, model: HookedModel, prompts: Sequence[str], batch_size: int = 32):
-        self.model = model
-        self.lengths = [len(model.tokens(p, add_special_tokens=True)) for p in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: (self.lengths[i], i))
-        self.chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-        self.encoded = [model.encode([prompts[i] for i in chunk]) for chunk in self.chunks]
-        self.n = len(prompts)
-
-    def longer_than(self, length: int) -> int:
-        return sum(1 for n in self.lengths if n > length)
-
-
-@torch.no_grad()
-def predict(model: HookedModel, batches: Batches, answer_ids: Sequence[int], edits: dict | None = None,
-            topk: int = 0, desc: str | None = None) -> Predictions:
-    """One forward pass over all prompts with `edits` installed; results in prompt order."""
-    top1 = torch.empty(batches.n, dtype=torch.long)
-    p_ans = torch.empty(batches.n)
-    tk_ids = torch.empty(batches.n, topk, dtype=torch.long) if topk else None
-    tk_p = torch.empty(batches.n, topk) if topk else None
-    answers = torch.as_tensor(list(answer_ids))
-    for chunk, batch in tqdm(list(zip(batches.chunks, batches.encoded)), desc=desc, disable=desc is None, leave=False):
-        logits, _ = model.run(batch, edit=edits or {})
-        probs = logits[:, -1].float().softmax(-1).cpu()
-        idx = torch.tensor(chunk)
-        top1[idx] = probs.argmax(-1)
-        p_ans[idx] = probs.gather(1, answers[idx][:, None])[:, 0]
-        if tk_ids is not None and tk_p is not None:  # topk > 0
-            p, i = probs.topk(topk, dim=-1)
-            tk_ids[idx], tk_p[idx] = i, p
-    return Predictions(top1, p_ans, tk_ids, tk_p)
 
 
 # ---- knockout ----------------------------------------------------------------------------
@@ -183,8 +146,8 @@ class FallbackNote:
                 f"END-aligned counterfactual positions; their earlier positions used the global mean")
 
 
-def fallback_note(full: Knockout, batches: Batches | PromptSet) -> FallbackNote:
-    return FallbackNote(batches.n, batches.longer_than(full.max_len), full.max_len, full.mode)
+def fallback_note(full: Knockout, prompts: PromptSet) -> FallbackNote:
+    return FallbackNote(prompts.n, prompts.longer_than(full.max_len), full.max_len, full.mode)
 
 
 def alignment_warning(model: HookedModel, cf_prompts: Sequence[str]) -> str:

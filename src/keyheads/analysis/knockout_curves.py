@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..distributed import is_main, map_sharded
 from ..errors import BadFile
@@ -25,7 +24,6 @@ from ..knockout import Knockout
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..plotting import new_figure, save_figure
-from .common import Batches, knockout_subset, predict
 from .passes import EndPasses
 
 CHUNK = 32  # knockout sets per checkpointed chunk: a few passes of the batched engine
@@ -64,18 +62,6 @@ def random_order(heads: Sequence[Head], seed: int) -> list[Head]:
     return [heads[i] for i in rng.permutation(len(heads))]
 
 
-def accuracy_with(model: HookedModel, batches: Batches, answer_ids: Sequence[int], full: Knockout | None,
-                  heads: Sequence[Head]) -> float:
-    """Top-1 accuracy with `heads` mean-ablated, by one full forward pass (the direct method)."""
-    if not heads:
-        edits = None
-    elif full is None:
-        raise ValueError("heads to knock out, but no means were computed")
-    else:
-        edits = knockout_subset(full, heads).edits()
-    return predict(model, batches, answer_ids, edits).accuracy(answer_ids)
-
-
 def set_accuracies(model: HookedModel, prompts: PromptSet, answer_ids: Sequence[int], full: Knockout,
                    sets: Sequence[Sequence[Head]], progress: bool = False) -> list[float]:
     """Top-1 accuracy under each knockout set, all sets batched (see passes.py)."""
@@ -99,15 +85,12 @@ def curve_sets(ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveSet
     return sets, orders
 
 
-def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids: Sequence[int], full: Knockout,
+def knockout_curves(model: HookedModel, prompts: PromptSet, answer_ids: Sequence[int], full: Knockout,
                     ranked: Sequence[Head], candidates: Sequence[Head], cfg: CurveSettings,
                     progress: bool = True, extra: Sequence[Sequence[Head]] = (),
                     checkpoint: tuple[Path, str] | None = None) -> Curves:
-    """Accuracy for k = 0..cfg.k heads knocked out, for `ranked` and for cfg.seeds random orders of `candidates`.
-
-    `prompts` as a PromptSet runs the batched passes; as Batches, one direct forward pass per
-    point (the reference the fast passes are checked against). The accuracies of the `extra`
-    sets come back in `Curves.extra`.
+    """Accuracy for k = 0..cfg.k heads knocked out, for `ranked` and for cfg.seeds random orders of `candidates`,
+    by the batched passes (set_accuracies). The accuracies of the `extra` sets come back in `Curves.extra`.
 
     With `checkpoint` (a file, and a key naming everything the accuracies depend on) the sets
     run in chunks, and the accuracies of every finished chunk are kept in the file: a run
@@ -116,19 +99,21 @@ def knockout_curves(model: HookedModel, prompts: PromptSet | Batches, answer_ids
     """
     sets, orders = curve_sets(ranked, candidates, cfg)
     sets += [list(s) for s in extra]
-    if isinstance(prompts, Batches):
-        def compute(part):
-            bar = tqdm(part, desc="knockout curves (direct)", disable=not progress)
-            return [accuracy_with(model, prompts, answer_ids, full, s) for s in bar]
-    else:
-        def compute(part):
-            return set_accuracies(model, prompts, answer_ids, full, part, progress)
-    acc = _in_chunks(compute, sets, model.n_layers, checkpoint)
+
+    def compute(part):
+        return set_accuracies(model, prompts, answer_ids, full, part, progress)
+
+    return curves_from(_in_chunks(compute, sets, model.n_layers, checkpoint), ranked, orders, cfg, len(extra))
+
+
+def curves_from(acc: list[float], ranked: Sequence[Head], orders: Sequence[Sequence[Head]], cfg: CurveSettings,
+                n_extra: int = 0) -> Curves:
+    """The curves from the accuracies of curve_sets' sets, in its order, then of `n_extra` extra sets."""
     K = cfg.k
     effect = acc[:K + 1]
     random = [[acc[0]] + acc[1 + K * (s + 1): 1 + K * (s + 2)] for s in range(cfg.seeds)]
-    return Curves(list(range(K + 1)), effect, random, list(ranked[:K]), [o[:K] for o in orders],
-                  acc[len(acc) - len(extra):] if extra else [])
+    return Curves(list(range(K + 1)), effect, random, list(ranked[:K]), [list(o[:K]) for o in orders],
+                  acc[len(acc) - n_extra:] if n_extra else [])
 
 
 def _in_chunks(compute, sets: list, n_layers: int, checkpoint: tuple[Path, str] | None) -> list[float]:

@@ -1,6 +1,6 @@
 """END predictions for many knockout sets at once, near the cost of the work they must do.
 
-The direct way (`common.predict`) runs every prompt through every layer once per knockout
+The direct way (one full forward pass per set) runs every prompt through every layer once per knockout
 set, with logits over the vocabulary at every position. Three facts make most of that
 redundant, and this module skips it:
 
@@ -168,7 +168,7 @@ class EndPasses:
 
     def predict(self, sets: Sequence[Sequence[Head]], answer_ids: Sequence[int], topk: int = 0,
                 progress: bool = False) -> list[Predictions]:
-        """Predictions (as `common.predict` gives them) for every set, in prompt order."""
+        """The END predictions of every set, in prompt order."""
         n = self.prompts.n
         answers = torch.as_tensor(list(answer_ids))
         out = [Predictions(torch.empty(n, dtype=torch.long), torch.empty(n),

@@ -130,16 +130,6 @@ def eos_ids(model: HookedModel) -> set[int]:
     return eos
 
 
-def greedy_generate(model: HookedModel, rows: Sequence[Sequence[int]], max_new_tokens: int,
-                    stop: Callable[[str], int | None] | None, prefix: PrefixKV | None = None,
-                    batch_size: int | None = None, check_every: int | None = None) -> list[tuple[str, str]]:
-    """`generate_stream`'s results in row order."""
-    results: list[tuple[str, str]] = [("", "length")] * len(rows)
-    for i, result in generate_stream(model, rows, max_new_tokens, stop, prefix, batch_size, check_every):
-        results[i] = result
-    return results
-
-
 @torch.no_grad()
 def generate_stream(model: HookedModel, rows: Sequence[Sequence[int]], max_new_tokens: int,
                     stop: Callable[[str], int | None] | None, prefix: PrefixKV | None = None,

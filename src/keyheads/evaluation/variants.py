@@ -20,7 +20,7 @@ from ..finetune.adapter import load_finetuned, read_info
 from ..heads import heads_of
 from ..io import file_sha256
 from ..knockout import compute_means
-from ..models.fingerprint import parameters_fingerprint, short_sha, weights_fingerprint
+from ..models.fingerprint import short_sha, weights_fingerprint
 from ..models.loading import load_tokenizer
 from ..models.model import HookedModel
 from ..numbers import human
@@ -104,12 +104,6 @@ class Prepared:
         """A variant whose model is already in memory."""
         edits = dict(edits)
         return cls(fingerprint, label, model.tokenizer, lambda: (model, edits), dict(info or {}), (model, edits))
-
-    @classmethod
-    def from_model(cls, model: HookedModel, label: str | None = None, edits: dict | None = None,
-                   extra: str = "") -> Prepared:
-        """Wrap an in-memory model; its fingerprint hashes the parameters themselves."""
-        return cls.of(model, edits or {}, short_sha(parameters_fingerprint(model) + extra), label or model.name)
 
 
 # ---- kinds ---------------------------------------------------------------------------------------
