@@ -42,6 +42,7 @@ from keyheads.effects import Effects  # noqa: E402
 from keyheads.knockout import compute_means  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.models.prompt_set import PromptSet  # noqa: E402
+from keyheads.runfolder import RunFolder  # noqa: E402
 
 from tests.oracles import Batches, direct_curves  # noqa: E402
 
@@ -57,7 +58,7 @@ def make_data(folder: Path, overrides: dict) -> Path:
     """The pairs the demo makes (same templates, n, few-shot prefix, seed) with `overrides` on top."""
     cfg = demo_config({"model": "smollm2-135m", "out": str(folder), "device": "cpu", "dtype": "float32",
                        "data": overrides})
-    data = folder / "pairs.jsonl"
+    data = RunFolder(folder).pairs
     args = ["data", "--task", cfg.data.task, "-n", str(cfg.data.n), "--few-shot", str(cfg.data.few_shot),
             "--keep-correct", "--single-token-answer", "--seed", str(cfg.seed), "--out", str(data), "--quiet"]
     args += ["--shared-prefix"] if cfg.data.shared_prefix else []
@@ -84,9 +85,9 @@ def run_case(name: str, args, model) -> list[str]:
     effects_path = args.effects if name == "demo" else None
     if effects_path is None:
         if cli(["patch", "--model", "smollm2-135m", "--data", str(data), "--first-token", "--top-k", "8",
-                "--out", str(folder / "identify"), "--quiet"]):
+                "--out", str(RunFolder(folder).identify), "--quiet"]):
             raise SystemExit("path patching failed")
-        effects_path = folder / "identify" / "effects.json"
+        effects_path = RunFolder(folder).effects
     samples = load_samples(model, data)
     refs, answers = [s.prompt for s in samples], [s.answer_id for s in samples]
     heads = all_heads(model)

@@ -26,6 +26,7 @@ from results import write_section  # noqa: E402
 
 from keyheads.evaluation.cache import ResultCache  # noqa: E402
 from keyheads.runconfig import RunSettings  # noqa: E402
+from keyheads.runfolder import FINETUNE_JSON, RunFolder  # noqa: E402
 
 IGNORED = ("key", "variant")  # the row label may differ; the key is what is matched on
 
@@ -51,7 +52,7 @@ def accuracy(out: Path, bench: str) -> float | None:
 
 def eval_command(run: Path, cfg: RunSettings, variant: str, benches: list[str], limit: int, cache: Path,
                  out: Path, threads: int | None) -> list[str]:
-    cmd = ["keyheads", "eval", "--adapter", str(run / "finetune" / variant), "--no-base",
+    cmd = ["keyheads", "eval", "--adapter", str(RunFolder(run).finetune(variant)), "--no-base",
            "--benchmarks", ",".join(benches), "--limit", str(limit), "--cache-dir", str(cache),
            "--out", str(out), "--split", cfg.resolved_eval_split()]
     for flag, value in (("--data-dir", cfg.data_dir), ("--dtype", cfg.dtype), ("--device", cfg.device),
@@ -73,9 +74,10 @@ def main() -> None:
     args = ap.parse_args()
 
     run = Path(args.run)
-    if not (run / "finetune" / args.variant / "finetune.json").is_file():
-        sys.exit(f"{run}/finetune/{args.variant} holds no finished adapter (finetune.json)")
-    cfg = RunSettings.model_validate(json.loads((run / "config.json").read_text()))
+    folder = RunFolder(run)
+    if args.variant not in folder.finetune_records:
+        sys.exit(f"{folder.finetune(args.variant)} holds no finished adapter ({FINETUNE_JSON})")
+    cfg = RunSettings.model_validate(folder.config_record)
     benches = args.benchmarks.split(",") if args.benchmarks else [b for b in cfg.eval.benchmarks if b != "generic-kl"]
     limit = args.limit or cfg.eval.limit
     with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
@@ -85,7 +87,7 @@ def main() -> None:
         started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "keyheads", *cmd[1:]], check=True)
         seconds = time.perf_counter() - started
-        found = {b: compare(latest_by_key(cache / f"{b}.sqlite"), latest_by_key(run / "eval" / "cache" / f"{b}.sqlite"))
+        found = {b: compare(latest_by_key(cache / f"{b}.sqlite"), latest_by_key(folder.eval_cache / f"{b}.sqlite"))
                  for b in benches}
         acc = {b: accuracy(out, b) for b in benches}
 

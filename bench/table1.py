@@ -142,7 +142,7 @@ def main() -> None:
                     help="the eval stage did not finish: table the rows it did finish, and name the others")
     args = ap.parse_args()
     run = Path(args.run)
-    config = json.loads((run / "config.json").read_text())
+    config = RunFolder(run).config_record
     folder = RunFolder(run)
     runs, t, missing = folder.finetune_records, eval_table(folder), []
     if t is None and args.partial:
