@@ -26,6 +26,7 @@ from ..io import atomic_folder, read_json, restore_set_aside, write_json
 from ..log import logger
 from ..provenance import changed_settings, flatten
 from .config import FinetuneSettings
+from .protocol import Parallel
 
 
 def differing_keys(old: dict, new: dict) -> list[str]:
@@ -74,7 +75,7 @@ def _share(path: Path | None) -> Path:
 
 
 def save_checkpoint(folder: Path, record: dict, step: int, losses: list[float], tuned, optimizer, scheduler,
-                    parallel) -> None:
+                    parallel: Parallel) -> None:
     """Write the checkpoint of `step` (every process calls this; see the module doc for who writes what)."""
     parallel.barrier()
     state = _sharded_state(tuned, optimizer) if parallel.sharded else None

@@ -1,6 +1,6 @@
 """How the processes of a training run share the work: DDP (accelerate) or FSDP2 (torch's fully_shard).
 
-Both give `train` the same few verbs, so the loop reads the same either way:
+Both are a `Parallel` (protocol.py): `train` uses the same few members either way:
 - DDP: every process holds the whole model; accelerate wraps it and averages the trained gradients.
 - FSDP2: every decoder layer and the root are `fully_shard`ed over the processes. Frozen and trained
   parameters alike are split in 1/world shards (DTensors); a layer's whole weights exist only during
@@ -29,6 +29,7 @@ from ..errors import SettingError
 from ..models.loading import place
 from .config import FinetuneSettings
 from .model import Tuned, local
+from .protocol import Parallel
 
 
 def make_accelerator(cpu: bool) -> Accelerator:
@@ -44,8 +45,9 @@ class DDP:
     name = "ddp"
     sharded = False
 
-    def __init__(self, accelerator: Accelerator):
+    def __init__(self, accelerator: Accelerator, device: torch.device):
         self.acc = accelerator
+        self.device = device
         self.world, self.rank = accelerator.num_processes, accelerator.process_index
         self.is_main = accelerator.is_main_process
 
@@ -182,10 +184,10 @@ def check_setup(cfg: FinetuneSettings, device: str | None, world: int, section: 
 
 
 def make_parallel(mode: str, device: torch.device, compute_dtype: torch.dtype | None = None, offload: bool = False,
-                  accelerator: Accelerator | None = None) -> DDP | FSDP:
+                  accelerator: Accelerator | None = None) -> Parallel:
     check_offload(offload, mode, str(device))
     if mode == "fsdp":
         if accelerator is not None:
             raise ValueError("an Accelerator is for DDP; FSDP2 runs on torch's process group")
         return FSDP(device, compute_dtype, offload)
-    return DDP(accelerator or make_accelerator(device.type == "cpu"))
+    return DDP(accelerator or make_accelerator(device.type == "cpu"), device)

@@ -20,7 +20,7 @@ from .checkpoint import ResumeMismatch, describe_differences, differing_keys
 from .config import FinetuneSettings
 from .data import Example, examples_sha256, tokenize
 from .model import check_components, make_trainable
-from .parallel import FSDP, make_parallel
+from .parallel import make_parallel
 from .train import train
 
 
@@ -76,7 +76,7 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
                       "samples_per_second": result.samples_per_second, "final_loss": result.losses[-1],
                       "losses": result.losses, "wall_seconds": round(time.perf_counter() - t0, 3),
                       "processes": par.world, "parallel": par.name,
-                      "device": str(par.device if isinstance(par, FSDP) else model.device)},
+                      "device": str(par.device)},
             "versions": versions()}
     par.barrier()
     # Under FSDP2 every process gathers the shards (a collective); the main process writes them.

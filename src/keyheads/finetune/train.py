@@ -24,7 +24,8 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .config import FinetuneSettings
 from .data import Tokenized, collate, n_loss_tokens
 from .model import Tuned
-from .parallel import DDP, FSDP, check_batch_split, make_accelerator
+from .parallel import DDP, check_batch_split, make_accelerator
+from .protocol import Parallel
 
 
 def total_steps(cfg: FinetuneSettings, n_examples: int) -> int:
@@ -114,7 +115,7 @@ def make_scheduler(optimizer, cfg: FinetuneSettings, steps: int):
     return get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * steps), steps)
 
 
-def _checkpoint_due(cfg: FinetuneSettings, done: int, since_save: float, par: DDP | FSDP) -> bool:
+def _checkpoint_due(cfg: FinetuneSettings, done: int, since_save: float, par: Parallel) -> bool:
     if cfg.save_every and done % cfg.save_every == 0:
         return True
     if not cfg.save_minutes:
@@ -124,7 +125,7 @@ def _checkpoint_due(cfg: FinetuneSettings, done: int, since_save: float, par: DD
 
 
 def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneSettings, out: str | Path, meta: dict,
-          parallel: DDP | FSDP | None = None, progress: bool = True) -> TrainResult:
+          parallel: Parallel | None = None, progress: bool = True) -> TrainResult:
     """Train `tuned` on `data`; checkpoints into `out`/checkpoint and resumes from it.
 
     `meta` (base fingerprint, components, data hash, ...) is stored with every checkpoint; a resume
@@ -132,12 +133,12 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneSettings, out: str |
     """
     if not data:
         raise ValueError("no training examples")
-    par = parallel or DDP(make_accelerator(tuned.model.device.type == "cpu"))
+    par = parallel or DDP(make_accelerator(tuned.model.device.type == "cpu"), tuned.model.device)
     world, rank = par.world, par.rank
     check_batch_split(cfg.batch_size, world)
     out = Path(out)
     steps = total_steps(cfg, len(data))
-    device = par.device if isinstance(par, FSDP) else tuned.model.device
+    device = par.device
     module = par.prepare(tuned)
     optimizer = make_optimizer(tuned, cfg)  # after prepare: FSDP2 replaces the parameters with their shards
     scheduler = make_scheduler(optimizer, cfg, steps)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..effects import PAPER_THRESHOLD
 from ..numbers import human
 from ..runfolder import RunFolder
 from .markup import is_num, pct, points
@@ -30,7 +31,6 @@ from .stats import PairedTest, seed_free
 
 SINGLE_DRAW = "(single random draw)"
 
-KEY_EFFECT = -0.05      # the paper's key heads: relative logit change below -5%
 FEW_HEADS = 0.10        # "a few percent": at most 10% of all heads are key heads
 BEYOND_RANDOM = 0.05    # key-head knockout must cost 5 accuracy points more than random heads (and 2 std)
 TRANSFER_GAP = 0.10     # on other formats, key heads must cut 10 points of relative accuracy more than random
@@ -50,7 +50,7 @@ def few_key_heads(run: RunFolder) -> dict:
     if eff.get("metric") != "relative-logit":
         return _claim(claim, None, f"effects are in metric {eff.get('metric')!r}; the -5% rule needs relative-logit")
     values = [v for row in eff["heads"] for v in row]
-    below = sum(1 for v in values if is_num(v) and v < KEY_EFFECT)
+    below = sum(1 for v in values if is_num(v) and v < PAPER_THRESHOLD)
     share = below / len(values)
     best = min((v for v in values if is_num(v)), default=float("nan"))
     return _claim(claim, 0 < share <= FEW_HEADS,

@@ -1,21 +1,17 @@
 """What the stages wrote, read once into plain structures the sections and the findings share.
 
-Nothing here imports torch or the evaluation package: the report only reads files, and a run
-folder copied to a laptop must render there.
+Nothing here imports torch: the report only reads files, and a run folder copied to a laptop must
+render there. The benchmark names are keyheads.evaluation.config's, which loads without torch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..evaluation.config import CHOICE, DISPLAY, DRIFT
 from ..runfolder import RunFolder
 from .markup import is_num
 from .stats import Band, PairedTest, band, paired_sets, seed_free, seed_groups, with_holm
-
-GENERIC = ("mmlu", "csqa")  # the paper's generic tasks; every other benchmark but DRIFT is arithmetic
-DRIFT = "generic-kl"  # KL from the base row and perplexity on generic text, not an accuracy
-DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp": "SVAMP",
-           "mmlu": "MMLU", "csqa": "CSQA"}
 
 
 def display(benchmark: str) -> str:
@@ -76,7 +72,7 @@ class EvalTable:
         return next((r for r in self.rows if name is not None and r.run == name), None)
 
     def math(self) -> list[str]:
-        return [b for b in self.benchmarks if b not in GENERIC and b != DRIFT]
+        return [b for b in self.benchmarks if b not in CHOICE and b != DRIFT]
 
     def drift(self, row: EvalRow) -> dict | None:
         """The row's generic-kl summary ({"kl", "kl_ci95", "perplexity", ...}), when it was measured."""
@@ -84,7 +80,7 @@ class EvalTable:
         return s if isinstance(s, dict) and is_num(s.get("kl")) else None
 
     def generic(self) -> list[str]:
-        return [b for b in self.benchmarks if b in GENERIC]
+        return [b for b in self.benchmarks if b in CHOICE]
 
     def scored(self) -> list[str]:
         """The benchmarks scored right or wrong item by item: the math sets, then the generic ones."""
