@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field, field_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..errors import CounterfactualError, NothingCorrect, SettingError
+from ..log import logger
 from .alignment import SameLength, aligned
 from .arithmetic import draw_operands
 from .correct import format_scores, predict_correct, score_table
@@ -226,7 +227,7 @@ class Generator:
 
     _aligned = staticmethod(aligned)  # (tests call it here)
 
-    def task(self, task: str, log=print) -> list[Candidate]:
+    def task(self, task: str, log=logger.info) -> list[Candidate]:
         """config.n candidates for `task`, spread evenly over its templates."""
         templates = self.templates.for_task(task)
         if not templates:
@@ -264,8 +265,8 @@ class Generator:
 
 
 # ---- the whole job ------------------------------------------------------------------------------
-def pairs_for(model, config: PairSettings, template_files: list[str] | None = None, batch_size: int = 32, log=print,
-              progress: bool = True) -> list[Pair]:
+def pairs_for(model, config: PairSettings, template_files: list[str] | None = None, batch_size: int = 32,
+              log=logger.info, progress: bool = True) -> list[Pair]:
     """The pairs `config` asks for, from its task's templates (the built-in ones, or `template_files`),
     kept correct by `model` if config.keep_correct: the data step of `keyheads data` and of a run."""
     templates = load_templates(template_files or None)
@@ -280,7 +281,8 @@ def pairs_for(model, config: PairSettings, template_files: list[str] | None = No
 
 
 def make_pairs(templates: TemplateSet, tasks: list[str], config: PairSettings, tokenizer=None, model=None,
-               keep_correct: bool = False, batch_size: int = 32, log=print, progress: bool = True) -> list[Pair]:
+               keep_correct: bool = False, batch_size: int = 32, log=logger.info,
+               progress: bool = True) -> list[Pair]:
     """Generate config.n candidates per task; with keep_correct, keep only those `model` gets right.
 
     Raises NothingCorrect when the model gets none right (the accuracy per template is logged).
