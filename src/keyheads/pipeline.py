@@ -31,9 +31,11 @@ from .analysis.mlp_run import describe as describe_mlp
 from .analysis.mlp_run import run_mlp
 from .analysis.selection import ComponentChoice, HeadChoice
 from .components import Components
+from .config.base import take
 from .data.benchmarks import data_dir_from
 from .data.generate import pairs_for
 from .data.pairs import write_pairs
+from .data.trainset import SplitSettings
 from .errors import SettingError
 from .evaluation import EvalSettings, Variant, evaluate
 from .finetune import describe as describe_training
@@ -96,7 +98,7 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
                             [RunFolder.finetune_rel(variant)], train_variant, spread=True))
     if cfg.eval.benchmarks:
-        stages.append(Stage("eval", {**seeded, **section(cfg.eval), "split": cfg.resolved_eval_split(),
+        stages.append(Stage("eval", {**model_key, **section(cfg.eval), "split": cfg.resolved_eval_split(),
                                      "data_dir": cfg.data_dir},
                             [PAIRS, KEY_HEADS] + [RunFolder.finetune_rel(v) for v in cfg.variants], [RunFolder.EVAL],
                             lambda: _eval(cfg, run, get_model(), progress), keep=[RunFolder.EVAL_CACHE], spread=True))
@@ -292,11 +294,10 @@ def _eval(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> Non
             return model
         return _load(cfg, name)
 
-    evaluate(variants, EvalSettings(benchmarks=tuple(cfg.eval.benchmarks), data_dir=_data_dir(cfg),
-                                  limit=cfg.eval.limit, few_shot=cfg.eval.few_shot, split=cfg.resolved_eval_split(),
-                                  batch_size=cfg.batch_size,
-                                  seed=cfg.seed, cache_dir=str(run.eval_cache), progress=progress),
-             run.eval, loader=loader)
+    settings = take(cfg.eval, EvalSettings, split=cfg.resolved_eval_split(), heldout=SplitSettings(),
+                    data_dir=_data_dir(cfg), batch_size=cfg.batch_size, cache_dir=str(run.eval_cache),
+                    progress=progress, shard=None)
+    evaluate(variants, settings, run.eval, loader=loader)
 
 
 def _report(run: RunFolder) -> None:

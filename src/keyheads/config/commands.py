@@ -169,9 +169,8 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, MachineSettings):
         return v
 
     def eval_config(self, progress: bool) -> EvalSettings:
-        return EvalSettings(split=self.split, heldout=SplitSettings(self.heldout_seed, self.heldout_fraction),
-                          progress=progress, shard=check_shard(self.shard),
-                          **self.model_dump(include=set(_EvalFlags.model_fields)))
+        return take(self, EvalSettings, heldout=SplitSettings(self.heldout_seed, self.heldout_fraction),
+                    progress=progress, shard=check_shard(self.shard))
 
 
 _Recipe: Any = section_of("_Recipe", FinetuneSettings)
@@ -194,7 +193,7 @@ class FinetuneCommand(_Recipe, _Components, OutFolder, Works):
 
 
     def recipe(self) -> FinetuneSettings:
-        return FinetuneSettings(**self.model_dump(include=set(_Recipe.model_fields)))
+        return take(self, FinetuneSettings)
 
 
 class MergeCommand(OutFolder, MachineSettings):

@@ -13,7 +13,7 @@ from ..errors import SettingError
 from ..evaluation.config import EvalSettings
 from ..finetune.config import FinetuneSettings
 from ..finetune.data import check_train
-from .base import Count, section_of
+from .base import Count, section_of, take
 
 
 def check_template_ids(ids: list[str], files=None, key: str = "templates") -> list[str]:
@@ -42,10 +42,11 @@ class FinetuneSection(_Training):
         return check_train(v)
 
     def recipe(self, method: Literal["precise", "full", "lora"], seed: int) -> FinetuneSettings:
-        return FinetuneSettings(method=method, seed=seed, **self.model_dump(include=set(_Training.model_fields)))
+        return take(self, FinetuneSettings, method=method, seed=seed)
 
 
-_Eval: Any = section_of("_Eval", EvalSettings, include=("benchmarks", "limit", "few_shot"))
+# split takes "auto" in a run (below); the held-out split is the training set's own, never set apart from it
+_Eval: Any = section_of("_Eval", EvalSettings, exclude=(*EvalSettings.CALLER, "split", "heldout"))
 
 
 class EvalSection(_Eval):

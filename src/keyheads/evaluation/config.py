@@ -61,6 +61,10 @@ class EvalSettings:
         "that n processes sharing one cache split an evaluation; such a run "
         "writes no table")
 
+    # set by whoever calls the evaluation, not results: where the data is, speed, the cache, progress bars
+    # and the share of the work; a run passes its own and holds every other field in its `eval:` section
+    CALLER = ("data_dir", "batch_size", "cache_dir", "progress", "shard")
+
     @field_validator("benchmarks")
     @classmethod
     def _benchmarks(cls, v):
