@@ -20,14 +20,9 @@ from .analysis.attention_run import AttentionSettings
 from .analysis.knockout_run import KnockoutSettings
 from .analysis.mlp_run import MLPSettings
 from .config.base import (
-    MAX_MEMORY_DESCRIPTION,
-    OFFLOAD_DESCRIPTION,
     Count,
-    Device,
-    DType,
-    MaxMemory,
+    DeviceSettings,
     NonNegative,
-    OffloadFolder,
     Section,
     fields_of,
     is_bool_for_int,
@@ -50,16 +45,11 @@ from .settings import check_writable_dir
 VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?|full|lora")
 
 
-class RunSettings(Section):
+class RunSettings(DeviceSettings):
     """Settings of a full run."""
 
     model: str = Field("smollm2-135m", description="bundled name, local folder, .gguf or hub id")
     out: str = Field("runs/demo", description="the run folder")
-    device: Device = Field(None, description="cpu, cuda, cuda:N, mps or auto (default: a GPU when there "
-                                                    "is one)")
-    dtype: DType = Field(None, description="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
-    max_memory: MaxMemory = Field(None, description=MAX_MEMORY_DESCRIPTION)
-    offload_folder: OffloadFolder = Field(None, description=OFFLOAD_DESCRIPTION)
     seed: NonNegative = Field(0, description="seeds the pairs, the random orders, the random heads and the "
                                              "training order")
     data_dir: str | None = Field(None, description="benchmark folder (default $KEYHEADS_DATA)")

@@ -100,14 +100,19 @@ def is_bool_for_int(annotation: Any, value: Any) -> bool:
     return int in kinds and bool not in kinds
 
 
-class MachineSettings(Section):
-    """Where and how the model runs; shared by every model-loading command."""
+class DeviceSettings(Section):
+    """Where the model runs and in which dtype: every model-loading command's, and the run config's."""
 
     device: Device = Field(None, description=f"{DEVICE_HELP} (auto: shard over the GPUs with accelerate); "
                                                     "default: cuda if available, else cpu")
     dtype: DType = Field(None, description=f"{DTYPE_HELP}; default: float32 on CPU, bfloat16 on GPU")
     max_memory: MaxMemory = Field(None, description=MAX_MEMORY_DESCRIPTION)
     offload_folder: OffloadFolder = Field(None, description=OFFLOAD_DESCRIPTION)
+
+
+class MachineSettings(DeviceSettings):
+    """Where and how fast the model runs: every model-loading command's settings of the machine."""
+
     threads: Count | None = Field(None, description="CPU threads for torch (default: torch's; 1 is often "
                                                        "fastest when other jobs share the cores)")
 
