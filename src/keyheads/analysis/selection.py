@@ -107,6 +107,9 @@ class ComponentChoice(HeadChoice):
     or `random_heads` seeded random ones (the control); and whole MLPs, the `mlps` most negative by effect
     or explicit `mlp_layers`. The flags of `keyheads finetune`; a run's variants are read into one."""
 
+    threshold: float | None = Field(
+        default=None, description="heads: effect below this (with --effects; with neither this nor --top-k, "
+        "--effects ranks only the MLPs of --mlps)")
     random_heads: int | None = Field(default=None, ge=1, description="K seeded random heads (the control)")
     mlps: int | None = Field(default=None, ge=0, description="also the M MLPs with the most negative effect")
     mlp_layers: str | None = Field(default=None, description="also these whole MLP layers, e.g. 14,15")
