@@ -216,7 +216,7 @@ def test_every_process_works_on_the_spread_stages_and_only_the_main_one_on_the_r
         assert facts[0]["forwards"].get(name, 0) > 0 and facts[1]["forwards"].get(name, 0) > 0, name
     assert set(facts[1]["forwards"]) == SPREAD
     assert facts[0]["devices"] and {d for f in facts for d in f["devices"]} == {"cpu"}  # distributed.default_device()
-    assert proc.stderr.count("done; ran data, identify") == 1  # shown by the main process only
+    assert proc.stdout.count("done; ran data, identify") == 1  # printed by the main process only
 
 
 def test_a_failure_on_the_main_process_stops_every_process_with_a_message(runs):
@@ -244,7 +244,7 @@ def test_a_folder_of_two_processes_is_up_to_date_for_one(runs, tmp_path, capsys,
         capsys.readouterr()
         monkeypatch.setattr("keyheads.models.loading.load_model", lambda *a, **k: pytest.fail("a stage ran again"))
         assert main(argv(root / "run.yaml")) == 0
-        out = capsys.readouterr().err  # the run's progress notes are logged to stderr
+        out = capsys.readouterr().out  # `keyheads run` prints the run's progress
         assert "done; ran nothing" in out and out.count("] up to date") == len(STAGES)
     finally:
         shutil.rmtree(root / "run")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -92,8 +93,8 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
         extra = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
         inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []
 
-        def train_variant(v: str = variant) -> None:
-            _finetune(cfg, run, get_model(), v, progress)
+        def train_variant(v: str = variant) -> str:
+            return _finetune(cfg, run, get_model(), v, progress)
 
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
                             [RunFolder.finetune_rel(variant)], train_variant, spread=True))
@@ -126,7 +127,7 @@ def check_selection(names: list[str] | None, start: str | None, stages: list[Sta
 
 
 def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str | None = None,
-                 force: bool = False, progress: bool = True) -> Path:
+                 force: bool = False, progress: bool = True, say: Callable[[str], None] = logger.info) -> Path:
     """Run the stale stages of `cfg` (all, or those chosen by `stages` / `start`); returns report.html.
 
     Under a launcher every process calls it with the same `cfg` and gets the same answer."""
@@ -136,7 +137,8 @@ def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str |
     @cache
     def get_model():
         model = _load(cfg)
-        _say(str(model))
+        if distributed.is_main():
+            say(str(model))
         return model
 
     plan = build_stages(cfg, run, get_model, progress)
@@ -151,7 +153,7 @@ def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str |
         if get_model.cache_info().currsize:  # the main process loaded it
             _write_model_info(run, get_model())
 
-    runner = Runner(run.root, selected, force)
+    runner = Runner(run.root, selected, force, say=say)
     with _main_prints():
         distributed.on_main(begin, "writing config.json")
         for stage in plan:
@@ -159,14 +161,9 @@ def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str |
         if runner.ran:
             distributed.on_main(end, "writing model.json")
         report = run.report
-        _say(f"done; ran {', '.join(runner.ran) or 'nothing (every stage up to date)'}; report: {report}")
+        if distributed.is_main():
+            say(f"done; ran {', '.join(runner.ran) or 'nothing (every stage up to date)'}; report: {report}")
     return report
-
-
-def _say(text: str) -> None:
-    """A run's progress and its stages' summaries: logged by the main process (the command shows them)."""
-    if distributed.is_main():
-        logger.info("%s", text)
 
 
 def _load(cfg: RunSettings, name: str | None = None):
@@ -207,10 +204,10 @@ def _data(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> Non
     write_pairs(run.pairs, pairs_for(model, cfg.data, batch_size=cfg.batch_size, progress=progress))
 
 
-def _identify(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
+def _identify(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> str:
     effects, keys = identify(model, run.pairs, cfg.patch, run.identify, batch_size=cfg.batch_size,
                              progress=progress)
-    _say(describe_effects(effects, keys))
+    return describe_effects(effects, keys)
 
 
 def _key_heads(run: RunFolder) -> HeadChoice:
@@ -218,21 +215,21 @@ def _key_heads(run: RunFolder) -> HeadChoice:
     return HeadChoice.of(key_heads(run).heads, run.effects)
 
 
-def _knockout(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
+def _knockout(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> str:
     result = run_knockout(model, run.pairs, run.knockout, _key_heads(run), cfg.knockout, data_dir=_data_dir(cfg),
                           batch_size=cfg.batch_size, progress=progress)
-    _say(describe_knockout(result))
+    return describe_knockout(result)
 
 
-def _attention(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
+def _attention(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> str:
     result = run_attention(model, run.pairs, run.attention, _key_heads(run), cfg.attention,
                            batch_size=cfg.batch_size, progress=progress)
-    _say(describe_attention(result))
+    return describe_attention(result)
 
 
-def _mlp(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
+def _mlp(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> str:
     result = run_mlp(model, run.pairs, run.mlp, cfg.mlp, batch_size=cfg.batch_size, progress=progress)
-    _say(describe_mlp(result))
+    return describe_mlp(result)
 
 
 def _data_dir(cfg: RunSettings) -> str | None:
@@ -260,7 +257,7 @@ def variant_components(variant: str, folder: RunFolder | Path, model, cfg: RunSe
     return chosen
 
 
-def _finetune(cfg: RunSettings, run: RunFolder, model, variant: str, progress: bool = True) -> None:
+def _finetune(cfg: RunSettings, run: RunFolder, model, variant: str, progress: bool = True) -> str:
     method: Literal["precise", "full", "lora"] = (
         "precise" if variant.startswith(("precise", "random")) else "full" if variant == "full" else "lora")
     examples = load_examples(cfg.finetune.train, data_dir=_data_dir(cfg), seed=cfg.seed)
@@ -271,7 +268,7 @@ def _finetune(cfg: RunSettings, run: RunFolder, model, variant: str, progress: b
     private, where = models.load_placed(cfg.model, cfg.device, cfg.dtype, sharded=ft.parallel == "fsdp")
     info = finetune(private, examples, ft, run.finetune(variant), components, data_name=cfg.finetune.train,
                     progress=progress, device=where.run_on)
-    _say(describe_training(info))
+    return describe_training(info)
 
 
 def eval_labels(model: str, n_heads: int, finetune: list[str]) -> list[str]:

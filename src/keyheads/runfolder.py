@@ -83,6 +83,12 @@ class RunFolder:
     def __truediv__(self, rel: str) -> Path:
         return self.root / rel
 
+    def __fspath__(self) -> str:  # a RunFolder is the folder's path wherever a path is taken
+        return str(self.root)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
     # ---- paths ------------------------------------------------------------------------------------
     @property
     def config(self) -> Path:

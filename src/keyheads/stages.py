@@ -49,7 +49,8 @@ class Stage:
         inputs: run-relative files or folders written by earlier stages.
         owns: run-relative files or folders it writes; cleared before a re-run with another
             signature (except `keep`).
-        run: does the work; reads inputs and writes into what it owns.
+        run: does the work; reads inputs and writes into what it owns; may return a summary for people,
+            which the runner says (on the main process).
         keep: run-relative paths inside `owns` that survive clearing and are not outputs (a
             per-item cache keyed by its own settings).
         partial: the stage can run with some inputs missing (the report shows what exists).
@@ -159,10 +160,9 @@ class Runner:
             raise MissingFile(f"stage {stage.name} needs {', '.join(missing)} in {self.run}: run the stages "
                               "that write them first (drop --stages/--from)")
         started = distributed.on_main(lambda: self._prepare(stage, sig), where)
-        if stage.spread:
-            _spread(stage)
-        else:
-            distributed.on_main(stage.run, where)
+        summary = _spread(stage) if stage.spread else distributed.on_main(stage.run, where)
+        if isinstance(summary, str) and distributed.is_main():
+            self.say(summary)
         distributed.on_main(lambda: self._record(stage, sig, inputs, started), where)
         self.ran.append(stage.name)
         return True
@@ -206,12 +206,12 @@ class Runner:
         return time.perf_counter()
 
 
-def _spread(stage: Stage) -> None:
+def _spread(stage: Stage) -> object:
     """Every process runs the stage. One that fails says so and stops; its peers then fail in their
     next collective, or the launcher stops them (a peer may be inside a collective of the stage,
     where no message can reach it)."""
     try:
-        stage.run()
+        return stage.run()
     except BaseException as err:
         if distributed.world() > 1:
             logger.error("[%s] failed on process %d of %d: %s: %s", stage.name, distributed.rank(),
