@@ -103,7 +103,8 @@ def run_one(args) -> dict:
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     method = "precise" if args.one.startswith("precise") or args.one == "floor" else args.one
-    cfg = FinetuneSettings(method=method, batch_size=args.optimizer_batch_size, micro_batch_size=args.micro_batch_size,
+    cfg = FinetuneSettings(method=method, optimizer_batch_size=args.optimizer_batch_size,
+                           micro_batch_size=args.micro_batch_size,
                          max_steps=args.steps + args.warmup, save_every=0, lr=2e-5, max_length=10**6)
     out = {"case": args.one, "components": chosen.to_json(), "lowest_layer": chosen.lowest_layer(),
            "n_layers": model.n_layers}

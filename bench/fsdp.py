@@ -44,7 +44,7 @@ HEADS = [[layer, head] for layer in range(6, 30, 3) for head in (0, 3, 6, 8)]
 CASES = {"precise (32 heads)": ("precise", {"heads": HEADS, "mlps": [], "source": "bench"}),
          "precise + 3 MLPs": ("precise", {"heads": HEADS, "mlps": [20, 21, 22], "source": "bench"}),
          "LoRA r8": ("lora", None), "full": ("full", None)}
-RECIPE = dict(max_steps=6, save_every=0, batch_size=16, micro_batch_size=4, lr=1e-4)
+RECIPE = dict(max_steps=6, save_every=0, optimizer_batch_size=16, micro_batch_size=4, lr=1e-4)
 
 
 def launch(spec: dict, folder: Path, processes: int, check: bool = True) -> subprocess.CompletedProcess:
@@ -158,7 +158,7 @@ def _cache_folder() -> Path:
 def gpu_offload(root: Path) -> str:
     spec = {"random_init": "llama2-7b", "train": "arith:multidigit:64", "threads": 8, "out": str(root / "out"),
             "config": {"method": "full", "parallel": "fsdp", "offload": True, **dict(RECIPE, max_steps=4,
-                                                                                       batch_size=8)}}
+                                                                                       optimizer_batch_size=8)}}
     launch(spec, root, 1)
     r = ranks(root)[0]
     return (f"- Full SFT of a random LLaMA-2-7B shape, one GPU, FSDP2 + CPU offload, fp32 masters, bf16 compute: "

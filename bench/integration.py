@@ -95,7 +95,7 @@ def keyheads_side(location: str, key_heads: Path, out: Path) -> dict:
 
     model = load_model(location, device="cpu", dtype="float32")
     rows, _ = examples()
-    cfg = FinetuneSettings(**RECIPE, batch_size=BATCH, micro_batch_size=BATCH, max_steps=STEPS, save_every=0,
+    cfg = FinetuneSettings(**RECIPE, optimizer_batch_size=BATCH, micro_batch_size=BATCH, max_steps=STEPS, save_every=0,
                            save_minutes=0)
     # finetune.json keeps the sum of the step times; the loop's own TrainResult has each one
     results = []

@@ -318,7 +318,7 @@ def test_cli_run_flags_reach_the_sections(tmp_path, monkeypatch):
                  "--finetune.optimizer-batch-size", "32", "--knockout.limit", "null", "--knockout.k",
                  "7", "--variants", "precise,random@2", "--quiet"]) == 0
     cfg = seen["cfg"]
-    assert cfg.eval.benchmarks == ("arith-add", "arith-sub") and cfg.finetune.batch_size == 32
+    assert cfg.eval.benchmarks == ("arith-add", "arith-sub") and cfg.finetune.optimizer_batch_size == 32
     assert cfg.knockout.limit is None and cfg.knockout.k == 7 and cfg.variants == ["precise", "random@2"]
     assert seen["progress"] is False
 

@@ -56,7 +56,8 @@ def test_mmlu_letter_scores_agree_with_lm_eval_for_base_knockout_and_precise_ada
     write_tiny_benchmarks(data)
     pairs = write_rows(tmp_path / "pairs.jsonl", make_rows(8))
     examples = [Example(f"{a} + {b} = ", str(a + b)) for a in range(4) for b in range(3)]
-    finetune(tiny_model("llama"), examples, FinetuneSettings(max_steps=2, batch_size=4, micro_batch_size=2, lr=5e-2),
+    finetune(tiny_model("llama"), examples, FinetuneSettings(max_steps=2, optimizer_batch_size=4, micro_batch_size=2,
+                                                             lr=5e-2),
              tmp_path / "ft", Components(((1, 0), (2, 1)), ()), progress=False)
     cfg = EvalSettings(benchmarks=("mmlu",), data_dir=str(data))
     task = ChoiceTask("mmlu", cfg)

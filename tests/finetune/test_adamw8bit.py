@@ -12,7 +12,7 @@ from keyheads.testing import tiny_model
 from tests.helpers import Killed, kill_at_optimizer_step
 
 pytest.importorskip("bitsandbytes")
-CFG = FinetuneSettings(method="full", optimizer="adamw8bit", max_steps=4, save_every=2, batch_size=8,
+CFG = FinetuneSettings(method="full", optimizer="adamw8bit", max_steps=4, save_every=2, optimizer_batch_size=8,
                      micro_batch_size=4, lr=1e-3, warmup_ratio=0.0, weight_decay=0.0)
 
 

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # training runs, a LoRA one about 15 s
 
 # Two heads in layer 1 (sharing a K/V group where there are groups), one in layer 2, and MLP 2.
 COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))
-SETTINGS = dict(lr=1e-2, batch_size=8, micro_batch_size=4, max_steps=3, save_every=0)
+SETTINGS = dict(lr=1e-2, optimizer_batch_size=8, micro_batch_size=4, max_steps=3, save_every=0)
 SEED = 0
 PROMPTS = ["12 + 3 = ", "Q: 4 plus 19? A: 2", "7 + 7 = 1"]  # different lengths: left padding is exercised
 # How export_peft carries bias deltas: families whose targets all have biases use lora_bias; Qwen2 (biased

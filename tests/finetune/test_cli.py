@@ -108,7 +108,7 @@ def test_finetune_methods(tiny_folder, train_file, effects, tmp_path, capsys, ex
         assert record["components"]["mlps"] == mlps
     assert record["tuned_params"] == (record["total_params"] if tuned == "all" else tuned)
     assert record["train"]["steps"] == 2 and len(record["train"]["losses"]) == 2
-    assert record["data"]["n"] == 8 and record["config"]["batch_size"] == 4
+    assert record["data"]["n"] == 8 and record["config"]["optimizer_batch_size"] == 4
     assert (out / written).is_file()
     printed = capsys.readouterr().out
     assert f"{record['tuned_params']:,} tuned parameters of {record['total_params']:,}" in printed

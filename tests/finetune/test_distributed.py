@@ -21,8 +21,9 @@ from keyheads.testing import tiny_model
 COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))
 # The recipe (AdamW, clipping), and plain SGD without clipping: AdamW with clipping hardly sees the
 # scale of the gradient, SGD moves by it, so a wrongly scaled DDP loss shows there.
-RUNS = {"adamw": FinetuneSettings(max_steps=3, save_every=2, batch_size=8, micro_batch_size=2, lr=1e-2),
-        "sgd": FinetuneSettings(max_steps=3, save_every=2, batch_size=8, micro_batch_size=2, lr=0.5, optimizer="sgd",
+RUNS = {"adamw": FinetuneSettings(max_steps=3, save_every=2, optimizer_batch_size=8, micro_batch_size=2, lr=1e-2),
+        "sgd": FinetuneSettings(max_steps=3, save_every=2, optimizer_batch_size=8, micro_batch_size=2, lr=0.5,
+                                optimizer="sgd",
                               max_grad_norm=0.0, warmup_ratio=0.0)}
 WORKER = Path(__file__).with_name("ddp_worker.py")
 

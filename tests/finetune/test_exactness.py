@@ -72,7 +72,7 @@ def reference_train(model, data, cfg, components):
     mlp_names = {n for n in masks if f".{model.family.mlp}." in n}
     prefix = model.family.layers
     for step in range(steps):
-        batch = [data[i] for i in batch_indices(step, len(data), cfg.batch_size, cfg.seed)]
+        batch = [data[i] for i in batch_indices(step, len(data), cfg.optimizer_batch_size, cfg.seed)]
         tokens = n_loss_tokens(batch)
         for i in range(0, len(batch), cfg.micro_batch_size):
             inputs = collate(batch[i:i + cfg.micro_batch_size], model.tokenizer.pad_token_id, "cpu")
@@ -97,7 +97,7 @@ def reference_train(model, data, cfg, components):
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 @pytest.mark.parametrize("kv", ["group", "none"])
 def test_precise_equals_masked_full_training(family, kv, examples, tmp_path):
-    cfg = FinetuneSettings(lr=3e-3, batch_size=8, micro_batch_size=3, max_steps=6, warmup_ratio=0.2,
+    cfg = FinetuneSettings(lr=3e-3, optimizer_batch_size=8, micro_batch_size=3, max_steps=6, warmup_ratio=0.2,
                          weight_decay=0.1, max_grad_norm=0.5, kv=kv, save_every=0)
     ours = tiny_model(family, seed=1, dtype=torch.float64)  # so that 1e-6 measures the method, not rounding
     ref = copy.deepcopy(ours)

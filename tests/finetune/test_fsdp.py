@@ -25,7 +25,7 @@ WORKER = Path(__file__).with_name("fsdp_worker.py")
 HEADS = Components(((1, 0), (1, 1), (2, 3)), (2,), "test")  # heads and an MLP: precise + MLPs
 RANDOM = Components.random_heads(3, 3, 4, seed=1)  # heads only
 # Several steps with accumulation (8 samples over 2 processes in micro-batches of 2), clipping and the rescale.
-BASE = dict(max_steps=3, save_every=2, batch_size=8, micro_batch_size=2, lr=1e-2, max_grad_norm=0.5)
+BASE = dict(max_steps=3, save_every=2, optimizer_batch_size=8, micro_batch_size=2, lr=1e-2, max_grad_norm=0.5)
 # AdamW moves every element by about lr whatever its gradient's size, so an element whose exact gradient
 # is 0 follows the sign of float noise: GPT-NeoX's key bias (softmax ignores a constant added to every
 # score) and LoRA's factors in their first steps. No split of the batch (DDP's neither) reproduces that

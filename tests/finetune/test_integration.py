@@ -58,7 +58,7 @@ def model_folder(family: str, root: Path) -> Path:
 def keyheads_run(folder: Path, examples, out: Path, micro: int = BATCH):
     """`keyheads finetune` on the folder's model; returns the trained model."""
     model = load_model(str(folder), device="cpu")
-    cfg = FinetuneSettings(**RECIPE, batch_size=BATCH, micro_batch_size=micro, max_steps=STEPS, save_every=0,
+    cfg = FinetuneSettings(**RECIPE, optimizer_batch_size=BATCH, micro_batch_size=micro, max_steps=STEPS, save_every=0,
                            save_minutes=0)
     finetune(model, examples, cfg, out, COMPONENTS, progress=False)
     return model
@@ -185,7 +185,7 @@ def test_sft_trainer_gives_keyheads_deltas_and_a_keyheads_adapter(family, root, 
     for key in ("base_model", "base_fingerprint", "method", "components", "kv", "tuned_params"):
         assert meta[key] == kh_meta[key], key
     info = read_json(out / INFO)
-    assert info["config"]["lr"] == RECIPE["lr"] and info["config"]["batch_size"] == BATCH
+    assert info["config"]["lr"] == RECIPE["lr"] and info["config"]["optimizer_batch_size"] == BATCH
     assert info["train"]["steps"] == STEPS and len(info["train"]["losses"]) == STEPS
     loaded = load_finetuned(out, lambda name: load_model(name, device="cpu"))
     batch = loaded.encode(["12 + 3 = ", "Q: 4 plus 19? A: 2"])

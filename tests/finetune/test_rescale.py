@@ -25,7 +25,7 @@ def _run(examples, tmp_path, name, **settings):
     """Train precise deltas on a fresh float64 tiny model; return {delta key: (weight, bias)}."""
     model = tiny_model("qwen2", seed=2, dtype=torch.float64)  # Q/K/V biases: they are rescaled too
     data = tokenize(model.tokenizer, examples, 1024)
-    base = dict(lr=1e-2, batch_size=8, micro_batch_size=8, max_steps=4, warmup_ratio=0.0, weight_decay=0.0,
+    base = dict(lr=1e-2, optimizer_batch_size=8, micro_batch_size=8, max_steps=4, warmup_ratio=0.0, weight_decay=0.0,
                 max_grad_norm=0.0, save_every=0)
     cfg = FinetuneSettings(**{**base, **settings})
     tuned = precise(model, Components(HEADS, ()))

@@ -28,7 +28,7 @@ from tests.helpers import Killed, kill_at_optimizer_step
 pytestmark = pytest.mark.slow  # killed and resumed training runs, up to about 9 s each
 
 COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))
-CFG = FinetuneSettings(max_steps=6, save_every=2, batch_size=8, micro_batch_size=4, lr=1e-2)
+CFG = FinetuneSettings(max_steps=6, save_every=2, optimizer_batch_size=8, micro_batch_size=4, lr=1e-2)
 
 
 def trainable(model) -> dict[str, torch.Tensor]:
@@ -147,7 +147,8 @@ def test_stale_temporaries_do_not_block_saving(examples, uninterrupted, tmp_path
 @pytest.mark.parametrize("change, keys", [
     (dict(cfg=replace(CFG, lr=2e-2)), ["config.lr"]),
     (dict(components=Components(((1, 0), (2, 3)), (2,))), ["components.heads"]),
-    (dict(cfg=replace(CFG, batch_size=4, micro_batch_size=2)), ["config.batch_size", "config.micro_batch_size"]),
+    (dict(cfg=replace(CFG, optimizer_batch_size=4, micro_batch_size=2)),
+     ["config.optimizer_batch_size", "config.micro_batch_size"]),
 ])
 def test_resume_with_other_settings_is_refused(change, keys, examples, tmp_path, monkeypatch):
     out = tmp_path / "run"

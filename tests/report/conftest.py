@@ -106,7 +106,8 @@ def run_folder(tmp_path_factory, tiny_data):
         for name, (method, k, mlps) in FINETUNES.items():
             t = time.perf_counter()
             comps = Components.select(Effects.load(effects), top_k=k, n_mlps=mlps) if method == "precise" else None
-            cfg = FinetuneSettings(method=method, max_steps=2, batch_size=2, micro_batch_size=2, save_every=0, lr=1e-2)
+            cfg = FinetuneSettings(method=method, max_steps=2, optimizer_batch_size=2, micro_batch_size=2,
+                                   save_every=0, lr=1e-2)
             finetune(tiny_model("llama"), examples, cfg, out / "finetune" / name, comps, data_name="tiny",
                      progress=False)
             _record(out, f"finetune/{name}", time.perf_counter() - t, [f"finetune/{name}/finetune.json"],

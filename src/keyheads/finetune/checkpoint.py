@@ -104,6 +104,8 @@ def load_checkpoint(folder: Path, record: dict, tuned, optimizer, scheduler) -> 
     if not (folder / "record.json").is_file():
         return 0, []
     stored = read_json(folder / "record.json")
+    if isinstance(stored.get("config"), dict):  # read as settings: an older release's record compares by meaning
+        stored = {**stored, "config": FinetuneSettings.from_json(stored["config"]).to_json()}
     differ = differing_keys({k: v for k, v in stored.items() if k not in ("step", "losses", "processes")}, record)
     if differ:
         detail = describe_differences(stored, record, differ, "checkpoint")

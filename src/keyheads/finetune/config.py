@@ -1,8 +1,8 @@
 """Fine-tuning settings: the paper's recipe by default, Hugging Face Trainer defaults where it is silent.
 
 A pydantic dataclass: its fields and descriptions are the `keyheads finetune` flags and the
-`finetune:` section of a run config (keyheads.config composes them). `batch_size` is the optimizer
-batch; its flag and key are `optimizer_batch_size`, so that it is never mistaken for the forward
+`finetune:` section of a run config (keyheads.config composes them). The optimizer batch is
+`optimizer_batch_size` everywhere (field, flag and key), so that it is never mistaken for the forward
 batch that `--batch-size` sets in every other command.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ FINETUNE_METHODS = ("precise", "full", "lora")  # the values of FinetuneSettings
 KV_POLICIES = ("group", "none")
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid", populate_by_name=True))
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class FinetuneSettings:
     """How to train."""
 
@@ -28,8 +28,8 @@ class FinetuneSettings:
         "group", description="group trains a key/value head's rows of W_K and W_V when any query head of its group "
         "is trained; none trains W_Q rows and W_O columns only")
     lr: float = Field(2e-5, gt=0.0, description="peak learning rate (paper: 2e-5)")
-    batch_size: int = Field(128, ge=1, alias="optimizer_batch_size",
-                            description="samples per optimizer step over all processes (paper: 128)")
+    optimizer_batch_size: int = Field(128, ge=1, description="samples per optimizer step over all processes "
+                                                             "(paper: 128)")
     micro_batch_size: int = Field(8, ge=1, description="samples per forward pass in one process; gradients "
                                                        "accumulate up to optimizer_batch_size")
     epochs: float = Field(2.0, gt=0.0, description="passes over the data (paper: 2)")
@@ -73,7 +73,10 @@ class FinetuneSettings:
 
     @classmethod
     def from_json(cls, data: dict) -> FinetuneSettings:
+        """From a finetune.json or checkpoint record; a record written before the optimizer batch had its
+        one name says `batch_size`."""
         known = {f.name for f in fields(cls)}
+        data = {("optimizer_batch_size" if k == "batch_size" else k): v for k, v in data.items()}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     # Settings a resumed run may change without changing what it computes.

@@ -116,7 +116,8 @@ def settings_from_args(args, kv: str = "group", rescale: bool = True) -> Finetun
     saves = str(getattr(args.save_strategy, "value", args.save_strategy)) == "steps"
     return FinetuneSettings.from_json(dict(
         method="precise", kv=kv, lr=args.learning_rate,
-        batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps * max(args.world_size, 1),
+        optimizer_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps
+        * max(args.world_size, 1),
         micro_batch_size=args.per_device_train_batch_size, epochs=float(args.num_train_epochs),
         max_steps=args.max_steps if args.max_steps > 0 else None, warmup_ratio=warmup if warmup < 1 else 0.0,
         weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, rescale=rescale,

@@ -171,7 +171,7 @@ def check_offload(offload: bool, parallel: str, device: str, section: str | None
 def check_setup(cfg: FinetuneSettings, device: str | None, world: int, section: str | None = None) -> None:
     """What can be refused before any model loads; `section` names the settings as a run config does
     ("finetune": finetune.optimizer_batch_size), None as `keyheads finetune`'s flags."""
-    check_batch_split(cfg.batch_size, world, setting_name("optimizer_batch_size", section))
+    check_batch_split(cfg.optimizer_batch_size, world, setting_name("optimizer_batch_size", section))
     if device == "auto" and (cfg.parallel == "fsdp" or world > 1):
         raise SettingError("--device auto splits one model over the devices of one process, and accelerate does not "
                            "train such a model on several processes or under FSDP: leave --device out (each process "

@@ -45,7 +45,9 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
             "data": {"name": data_name, "sha256": examples_sha256(examples), "n": len(examples)}}
     if (out / INFO).is_file():
         done = read_json(out / INFO)
-        before = {"config": done.get("config", {}), **{k: done.get(k) for k in meta}}
+        # read as settings, so that a record of an older release compares by what it means
+        before = {"config": FinetuneSettings.from_json(done.get("config", {})).to_json(),
+                  **{k: done.get(k) for k in meta}}
         now = {"config": cfg.to_json(), **meta}
         differ = differing_keys(before, now)
         if differ:

@@ -29,7 +29,7 @@ from .protocol import Parallel
 
 
 def total_steps(cfg: FinetuneSettings, n_examples: int) -> int:
-    steps = math.ceil(cfg.epochs * n_examples / cfg.batch_size)
+    steps = math.ceil(cfg.epochs * n_examples / cfg.optimizer_batch_size)
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 
@@ -135,7 +135,7 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneSettings, out: str |
         raise ValueError("no training examples")
     par = parallel or DDP(make_accelerator(tuned.model.device.type == "cpu"), tuned.model.device)
     world, rank = par.world, par.rank
-    check_batch_split(cfg.batch_size, world)
+    check_batch_split(cfg.optimizer_batch_size, world)
     out = Path(out)
     steps = total_steps(cfg, len(data))
     device = par.device
@@ -157,7 +157,7 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneSettings, out: str |
     try:
         for step in range(start, steps):
             t0 = time.perf_counter()
-            batch = [data[i] for i in batch_indices(step, len(data), cfg.batch_size, cfg.seed)]
+            batch = [data[i] for i in batch_indices(step, len(data), cfg.optimizer_batch_size, cfg.seed)]
             tokens = n_loss_tokens(batch)
             mine = batch[rank::world]
             micro = [mine[i:i + cfg.micro_batch_size] for i in range(0, len(mine), cfg.micro_batch_size)]
