@@ -6,9 +6,9 @@ config validates, on a machine without them loaded.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .lazy import lazy_names
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -17,14 +17,4 @@ if TYPE_CHECKING:
 __all__ = ["HookedModel", "load_model", "__version__"]
 _LAZY = {"HookedModel": ".models", "load_model": ".models"}  # public name -> the module that defines it
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value  # once loaded, an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

@@ -9,9 +9,9 @@ report names benchmarks as the evaluation does; the names that run models load o
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..lazy import lazy_names
 from .config import ARITH, BENCHMARKS, CHOICE, DEFAULT_SHOTS, MATH, TABLE_BENCHMARKS, EvalSettings
 from .extract import extract_answer, numbers_match, wilson
 
@@ -26,14 +26,4 @@ __all__ = ["extract_answer", "numbers_match", "wilson", "evaluate", "evaluate_pr
 _LAZY = {"evaluate": ".runner", "evaluate_prepared": ".runner", "VARIANT_KINDS": ".variants",
          "Prepared": ".variants", "Variant": ".variants", "prepare": ".variants", "register_kind": ".variants"}
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value  # once loaded, an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)
