@@ -14,25 +14,30 @@ same examples, order, batches, schedule and seed:
   entry, so the bound is on each tensor's norm, and the key-bias entries (zero gradient) are left out.
 Dropping either half of the recipe (the H/h rescale, or the decay of W0 + delta) moves the deltas by 6e-3
 to 0.16 relative error, so these tests can fail: breaking either in integration.py fails all five.
+
+A Trainer killed in the middle of a step and resumed from its last checkpoint by a fresh Trainer gives the
+uninterrupted run's adapter bit for bit; the README's example runs, and `keyheads eval --adapter` takes what
+it wrote. Two processes under FSDP2: test_integration_fsdp.py.
 """
 import re
 from pathlib import Path
 
 import pytest
 import torch
+import trl  # requirements/trl.txt, which `make` installs: without TRL these tests fail, they are never skipped
+from transformers import TrainerCallback
 
 from keyheads.components import Components
 from keyheads.finetune import FinetuneSettings, apply_adapter, attach, finetune, load_finetuned
 from keyheads.finetune.adapter import ADAPTER, INFO, AdapterMismatch, read_adapter
 from keyheads.finetune.data import tokenize
+from keyheads.finetune.integration import handle_of
 from keyheads.finetune.layer import ATTR
 from keyheads.finetune.train import batch_indices
 from keyheads.io import read_json, write_json
 from keyheads.models.families import family_for
 from keyheads.models.loading import load_model
 from keyheads.testing import tiny_model
-
-trl = pytest.importorskip("trl")
 
 FAMILIES = ("llama", "gpt2")  # grouped K/V heads, and none (GPT-2's fused c_attn)
 # H/h = 4 in layer 0, 4/3 in layer 1 (not a power of two), 2 in layer 2; and MLP 1 trained whole.
@@ -41,6 +46,8 @@ STEPS, BATCH = 3, 4
 # A high learning rate, strong decay and clipping that acts on every step, so that each part of the recipe
 # moves the deltas visibly.
 RECIPE = dict(lr=1e-2, weight_decay=0.5, max_grad_norm=0.5, warmup_ratio=0.02, seed=0)
+
+pytestmark = pytest.mark.slow  # trainer runs, a few seconds each; the resume test about 15 s
 SFT_RTOL = 1e-5
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -64,9 +71,9 @@ def keyheads_run(folder: Path, examples, out: Path, micro: int = BATCH):
     return model
 
 
-def in_keyheads_order(examples):
-    """The examples the first STEPS batches of `keyheads finetune` take, in its order."""
-    return [examples[i] for step in range(STEPS) for i in batch_indices(step, len(examples), BATCH, RECIPE["seed"])]
+def in_keyheads_order(examples, steps: int = STEPS):
+    """The examples the first `steps` batches of `keyheads finetune` take, in its order."""
+    return [examples[i] for step in range(steps) for i in batch_indices(step, len(examples), BATCH, RECIPE["seed"])]
 
 
 def trainer_run(folder: Path, examples, out: Path, kind: str = "sft", micro: int = BATCH, rescale: bool = True,
@@ -211,6 +218,106 @@ def test_gradient_accumulation(root, examples, reference, tmp_path):
     assert max(errors.values()) < SFT_RTOL, errors
 
 
+class Killed(RuntimeError):
+    pass
+
+
+class Probe(TrainerCallback):
+    """Records the deltas (as parameters and as the adapter's tensors) and their AdamW state: at the end of
+    step `at`, and when training (re)starts; with `kill_at`, stops the run in the middle of the next step."""
+
+    def __init__(self, at: int, kill_at: int | None = None):
+        self.at, self.kill_at, self.seen = at, kill_at, {}
+
+    @staticmethod
+    def snapshot(model, optimizer) -> dict:
+        params = {n: p for n, p in model.named_parameters() if ATTR in n}
+        state = optimizer.state
+        return {"deltas": {n: p.detach().clone() for n, p in params.items()},
+                "adapter": {k: v.clone() for k, v in handle_of(model).tuned.adapter_tensors().items()},
+                "adam": {n: {k: v.clone() for k, v in state[p].items()} for n, p in params.items() if p in state}}
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self.seen["begin"] = self.snapshot(model, optimizer)
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if state.global_step == self.at:
+            self.seen["at"] = self.snapshot(model, optimizer)
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        if state.global_step == self.kill_at:  # in the middle of a step, after a checkpoint
+            raise Killed(f"killed during step {state.global_step + 1}")
+
+
+def same(a: dict, b: dict) -> bool:
+    assert a.keys() == b.keys(), sorted(a.keys() ^ b.keys())
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not differ, {k: (a[k].double() - b[k].double()).abs().max().item() for k in differ}
+    return True
+
+
+def test_a_killed_trainer_resumes_to_the_uninterrupted_result(root, examples, tmp_path):
+    """Trainer + callback with checkpoints every 2 steps (micro-batches of 2, accumulated to 4), killed in
+    the middle of step 3 and resumed by a fresh Trainer from checkpoint-2 with `train(resume_from_checkpoint=)`,
+    gives the uninterrupted run's adapter and losses bit for bit: float32 on the CPU, the same batches in the
+    same order, and the checkpoint restores exactly what the next steps read (the deltas as model parameters,
+    AdamW's moments and step count, the schedule)."""
+    from tests.finetune.trainer_worker import train
+
+    steps, every = 4, 2
+    folder = model_folder("llama", root)
+    from transformers import AutoTokenizer
+
+    rows = [{"input_ids": t.ids, "labels": [-100] * t.n_prompt + t.ids[t.n_prompt:]}
+            for t in tokenize(AutoTokenizer.from_pretrained(folder), in_keyheads_order(examples, steps), 1024)]
+
+    def args(out: Path) -> dict:
+        return dict(output_dir=str(out), per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                    max_steps=steps, learning_rate=RECIPE["lr"], weight_decay=RECIPE["weight_decay"],
+                    max_grad_norm=RECIPE["max_grad_norm"], warmup_steps=RECIPE["warmup_ratio"],
+                    lr_scheduler_type="linear", seed=RECIPE["seed"], train_sampling_strategy="sequential",
+                    logging_steps=1, save_strategy="steps", save_steps=every, use_cpu=True, disable_tqdm=True,
+                    report_to="none")
+
+    whole = Probe(at=every)
+    model, _, trainer = train(folder, COMPONENTS, rows, args(tmp_path / "whole"), tmp_path / "whole-adapter",
+                              callbacks=[whole])
+    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+
+    killed = tmp_path / "killed"
+    with pytest.raises(Killed, match="killed during step 3"):
+        train(folder, COMPONENTS, rows, args(killed), tmp_path / "killed-adapter", callbacks=[Probe(every, every)])
+    assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert not (tmp_path / "killed-adapter").exists()
+    checkpoint = killed / "checkpoint-2"
+    # The callback wrote the adapter of step 2 into the trainer's checkpoint: the deltas of step 2.
+    assert same(read_adapter(checkpoint)[0], whole.seen["at"]["adapter"])
+    assert read_json(checkpoint / INFO)["train"]["steps"] == every
+    at_2 = whole.seen["at"]["deltas"]
+    # The trainer's own checkpoint holds the deltas as model parameters (so resuming restores them).
+    from safetensors.torch import load_file
+
+    saved = {n: v for n, v in load_file(str(checkpoint / "model.safetensors")).items() if ATTR in n}
+    assert same(saved, at_2)
+
+    resumed = Probe(at=every)
+    model_r, _, trainer_r = train(folder, COMPONENTS, rows, args(killed), tmp_path / "resumed-adapter",
+                                  callbacks=[resumed], resume_from_checkpoint=str(checkpoint))
+    begin = resumed.seen["begin"]
+    assert same(begin["deltas"], at_2)  # the deltas of step 2, not the zeros attach made
+    assert begin["adam"].keys() == whole.seen["at"]["adam"].keys() and begin["adam"]
+    for name, state in whole.seen["at"]["adam"].items():  # AdamW's moments and step of step 2
+        assert same(begin["adam"][name], state), name
+    # Bit for bit the uninterrupted run: its adapter, its losses.
+    final, whole_final = read_adapter(tmp_path / "resumed-adapter")[0], read_adapter(tmp_path / "whole-adapter")[0]
+    assert any(v.abs().max() > 1e-3 for k, v in final.items() if k.endswith(".weight"))
+    assert same(final, whole_final)
+    assert [row["loss"] for row in trainer_r.state.log_history if "loss" in row] == losses
+    info = read_json(tmp_path / "resumed-adapter" / INFO)["train"]
+    assert info["steps"] == steps and info["steps_this_run"] == steps - every and info["losses"] == losses
+    assert read_json(killed / f"checkpoint-{steps}" / INFO)["train"]["steps"] == steps
+
+
 def readme_example() -> str:
     """The SFTTrainer example of README's "Improve: precise SFT" section."""
     section = README.read_text().split("## Improve: precise SFT", 1)[1].split("\n## ", 1)[0]
@@ -219,8 +326,9 @@ def readme_example() -> str:
     return blocks[0]
 
 
-def test_readme_example_runs(root, tmp_path, monkeypatch):
-    """The README's example, as a user runs it, on a tiny model folder and a key_heads.json of its heads."""
+def test_readme_example_runs(root, tmp_path, monkeypatch, shared_data):
+    """The README's example, as a user runs it, on a tiny model folder and a key_heads.json of its heads; then
+    `keyheads eval --adapter` on what it wrote (two problems of a benchmark, through the CLI's own main)."""
     code = readme_example()
     folder = model_folder("llama", root)
     heads = [{"layer": layer, "head": head} for layer in range(3) for head in range(4)][::-1]
@@ -237,3 +345,14 @@ def test_readme_example_runs(root, tmp_path, monkeypatch):
     assert meta["components"]["heads"] == heads[:8]
     loaded = load_finetuned(written[0], lambda name: load_model(name, device="cpu"))
     assert any(p.abs().max() > 0 for n, p in loaded.hf.named_parameters() if ATTR in n and n.endswith("weight"))
+
+    from keyheads.cli import main
+
+    out = tmp_path / "eval"
+    assert main(["eval", "--adapter", str(written[0]), "--device", "cpu", "--benchmarks", "addsub", "--limit", "2",
+                 "--few-shot", "0", "--max-new-tokens", "4", "--batch-size", "2", "--data-dir", str(shared_data),
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--quiet"]) == 0
+    rows = (out / "table.md").read_text().split("\n")
+    assert rows[2].startswith(f"| {folder} | - | - |")  # the adapter's base model is the reference row
+    cells = [c.strip() for c in rows[3].strip("|").split("|")]
+    assert cells[0] == f"{folder} + precise SFT" and cells[2] not in ("", "-")

@@ -9,16 +9,23 @@
 they act on, so every module keeps its name). The rest of the recipe goes in through the trainer's own
 extension points, each chosen because it acts where `keyheads finetune`'s loop (train.py) acts:
 
-- the H/h rescale: a gradient hook on each delta parameter multiplies its gradient by its layer's H/h
-  during backward, so the trainer's clipping sees the rescaled gradients, as in train.py (rescale, then
-  clip). With one micro-batch per step it is the same multiplication of the same numbers; with gradient
+- the H/h rescale: a gradient hook multiplies each delta tensor's gradient by its layer's H/h during
+  backward, so the trainer's clipping sees the rescaled gradients, as in train.py (rescale, then clip).
+  With one micro-batch per step it is the same multiplication of the same numbers; with gradient
   accumulation each micro-batch's part is scaled before the sum, which is equal up to rounding (exact when
-  H/h is a power of two).
+  H/h is a power of two). The hook is placed by a forward pre-hook of the delta module on the tensor the
+  delta computes with at that moment: FSDP2 (`fully_shard`, as accelerate applies it) replaces every
+  parameter by a new DTensor and computes with yet another, gathered, tensor, so a hook placed on the
+  parameters at `attach` would never run; the delta module itself stays.
 - the optimizer: `optimizer(args)` is train.py's `make_optimizer` (delta weights without AdamW's own decay,
-  the HF rule for whole MLPs), for `Trainer(optimizers=(..., None))`; the trainer builds its own schedule on it.
+  the HF rule for whole MLPs), for `Trainer(optimizers=(..., None))`; the trainer builds its own schedule on
+  it. The Trainer refuses a built optimizer under FSDP, so `optimizer_cls_and_kwargs(args)` gives the same
+  optimizer as the factory `Trainer(optimizer_cls_and_kwargs=...)` builds it from (accelerate then moves it
+  onto the sharded parameters); it works without FSDP too.
 - the weight decay of W0 + delta: a step pre-hook on that optimizer runs `Tuned.decay_deltas` with the
   learning rate the step is about to use, right before each optimizer step, as train.py does. A step the
-  trainer skips (fp16 overflow) decays nothing, since the hook runs only when the step does.
+  trainer skips (fp16 overflow) decays nothing, since the hook runs only when the step does. Under FSDP2
+  each process decays its own shard, against the same shard of W0.
 
 `save` (and the callback, at the end and at each of the trainer's checkpoints) writes the same
 `adapter.safetensors` + `finetune.json` as `keyheads finetune`, so `keyheads eval --adapter`, `keyheads
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +43,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.utils.weak import WeakIdKeyDictionary
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -49,7 +59,7 @@ from ..provenance import versions
 from .adapter import INFO, save_adapter
 from .config import FinetuneSettings
 from .layer import ATTR
-from .model import Tuned, precise
+from .model import Tuned, local, precise
 from .train import make_optimizer
 
 HANDLE = "_keyheads_precise_sft"  # where attach leaves its handle on the model, for save(model, ...)
@@ -96,6 +106,28 @@ def choose_components(model: HookedModel, heads: Components | str | Path, top_k:
 
 def _scaled(grad: torch.Tensor, scale: float) -> torch.Tensor:
     return grad * scale
+
+
+def _rescale_on_use(delta: nn.Module, args: Any, *, scale: float, hooked: WeakIdKeyDictionary) -> None:
+    """Forward pre-hook of a delta module: hook the gradient of the tensors it is about to compute with, once
+    per tensor. That is the parameter itself on one process or under DDP, and under FSDP2 the gathered
+    (unsharded) tensor FSDP2 computes with and keeps from step to step. Recomputation under gradient
+    checkpointing meets the tensors hooked already."""
+    for p in (delta.weight, delta.bias):
+        if p is not None and p.requires_grad and p not in hooked:
+            hooked[p] = p.register_hook(functools.partial(_scaled, scale=scale))
+
+
+def _shard_bases(tuned: Tuned) -> None:
+    """Under FSDP2 (a delta's weight is a DTensor shard), keep only this shard's entries of W0 in `base`, as
+    keyheads' own FSDP2 set-up does, so that `decay_deltas` decays each shard against its own W0. Every
+    process holds the whole of W0, so each cuts its own shard without talking to the others; the test (whole
+    shape) reads the same on every process until the cut."""
+    for delta in tuned.deltas.values():
+        weight = delta.weight
+        if isinstance(weight, DTensor) and delta.base.shape == weight.shape:
+            delta.base = distribute_tensor(delta.base.to(weight.device), weight.device_mesh, weight.placements,
+                                           src_data_rank=None).to_local().to(local(weight).device)
 
 
 def _rank() -> int:
@@ -154,6 +186,7 @@ class PreciseSFT:
     settings: FinetuneSettings | None = None
     trainer: dict = field(default_factory=dict)
     _hooks: list = field(default_factory=list, repr=False)
+    _grad_hooks: WeakIdKeyDictionary = field(default_factory=WeakIdKeyDictionary, repr=False)
 
     @property
     def model(self) -> nn.Module:
@@ -190,6 +223,12 @@ class PreciseSFT:
                                                                weight_decay=cfg.weight_decay))
         return optimizer
 
+    def optimizer_cls_and_kwargs(self, args) -> tuple[Callable[[], Callable[..., torch.optim.Optimizer]], dict]:
+        """`optimizer(args)` for `Trainer(optimizer_cls_and_kwargs=this)`, the way to give it under FSDP, where
+        the Trainer refuses `optimizers=`: the Trainer builds it on the model it trains (before accelerate
+        shards that model and moves the optimizer onto the shards). Works without FSDP too."""
+        return functools.partial(_OptimizerFactory, self, args), {}
+
     def callback(self, out_dir: str | Path, data_name: str = "") -> PreciseSFTCallback:
         """A TrainerCallback that writes the adapter into `out_dir` at the end of training, and into each of
         the trainer's own checkpoint folders."""
@@ -220,21 +259,49 @@ class PreciseSFT:
 
     def remove(self) -> None:
         """Take the deltas and hooks off again; the model is the base model it was."""
-        for hook in self._hooks:
+        for hook in [*self._hooks, *self._grad_hooks.values()]:
             hook.remove()
-        self._hooks = []
+        self._hooks, self._grad_hooks = [], WeakIdKeyDictionary()
         self.tuned.remove()
         self.model.__dict__.pop(HANDLE, None)
 
     def _hook_rescale(self) -> None:
         for key, scale in self.tuned.grad_scales().items():
-            for p in self.tuned.deltas[key].parameters():
-                self._hooks.append(p.register_hook(functools.partial(_scaled, scale=scale)))
+            self._hooks.append(self.tuned.deltas[key].register_forward_pre_hook(
+                functools.partial(_rescale_on_use, scale=scale, hooked=self._grad_hooks)))
+
+
+def _index_out_of_state_dict(delta: nn.Module) -> None:
+    """Keep a delta's `index` (which features it trains: structure, fixed by the components) out of the
+    model's state dict, as a non-persistent buffer like `base`. The trainer's checkpoints and
+    `save_pretrained` then hold only what trains; and accelerate's FSDP2 loading with
+    `cpu_ram_efficient_loading` (`accelerate launch --use_fsdp` turns it on) takes every state-dict entry for
+    a sharded parameter and fails on a plain buffer (huggingface/accelerate#3898). The adapter still
+    records the index (Tuned.adapter_tensors)."""
+    index = delta.index
+    delattr(delta, "index")
+    delta.register_buffer("index", index, persistent=False)
+
+
+class _OptimizerFactory:
+    """What `Trainer(optimizer_cls_and_kwargs=(factory, {}))` calls: the Trainer makes the factory, then calls
+    it with the model it trains; that must be the model `attach` changed."""
+
+    def __init__(self, handle: PreciseSFT, args):
+        self.handle, self.args = handle, args
+
+    def __call__(self, model: nn.Module, **kwargs) -> torch.optim.Optimizer:
+        trained = {id(p) for p in model.parameters() if p.requires_grad}
+        if trained != {id(p) for _, p in self.handle.tuned.named_trainable()}:
+            raise UserError("the Trainer trains another model than the one precise SFT was attached to "
+                            "(keyheads.finetune.attach)")
+        return self.handle.optimizer(self.args)
 
 
 def _decay(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any, *, tuned: Tuned, group: int,
            weight_decay: float) -> None:
     """Before each optimizer step, train.py's decay of W0 + delta at the learning rate of that step."""
+    _shard_bases(tuned)
     tuned.decay_deltas(optimizer.param_groups[group]["lr"], weight_decay)
 
 
@@ -277,6 +344,8 @@ def attach(model, heads: Components | str | Path, *, top_k: int | None = None,
     fingerprint = base_fingerprint(hooked)  # before the deltas join the state dict
     training = hooked.hf.training
     tuned = precise(hooked, components, kv)
+    for delta in tuned.deltas.values():
+        _index_out_of_state_dict(delta)
     hooked.hf.train(training)
     handle = PreciseSFT(tuned, fingerprint, rescale)
     if rescale:
