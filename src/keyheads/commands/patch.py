@@ -7,7 +7,7 @@ from .. import distributed
 from ..config.base import take
 from ..config.commands import PatchCommand
 from ..patching import PatchSettings
-from ..patching.identify import describe, identify
+from ..patching.identify_run import describe, identify
 from ..patching.run import clear_checkpoints
 from .flags import add_settings, settings
 from .models import load_from_args

@@ -1,10 +1,26 @@
-"""Identify: path patching (exact and fast), activation patching and attribution patching."""
+"""Identify: path patching (exact and fast), activation patching and attribution patching.
+
+The settings (`settings`: PatchSettings and the names of the methods and metrics) load without torch, so that
+the run config and the command settings validate without a model library; the names that run models load on
+first use (PEP 562).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from ..errors import BadSample
-from .heatmap import draw_heatmap
-from .identify import describe, identify
-from .metrics import METRICS
-from .run import PATCH_METHODS, PatchSettings, sweep
-from .samples import load_patch_samples
+from ..lazy import lazy_names
+from .settings import METRICS, PatchSettings
+
+if TYPE_CHECKING:
+    from .heatmap import draw_heatmap
+    from .identify_run import describe, identify
+    from .run import PATCH_METHODS, sweep
+    from .samples import load_patch_samples
 
 __all__ = ["PATCH_METHODS", "METRICS", "BadSample", "PatchSettings", "describe", "draw_heatmap", "identify",
            "load_patch_samples", "sweep"]
+_LAZY = {"draw_heatmap": ".heatmap", "describe": ".identify_run", "identify": ".identify_run",
+         "PATCH_METHODS": ".run", "sweep": ".run", "load_patch_samples": ".samples"}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

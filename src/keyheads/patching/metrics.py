@@ -3,16 +3,6 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import SettingError
-
-METRICS = ("relative-logit", "logit-diff", "prob")
-
-
-def check_metric(metric: str) -> str:
-    if metric not in METRICS:
-        raise SettingError("metric", metric, f"unknown metric: valid metrics are {', '.join(METRICS)}")
-    return metric
-
 
 def score(metric: str, patched: torch.Tensor, original: torch.Tensor) -> torch.Tensor:
     """Per-sample effect from patched and original values of the metric's quantity.

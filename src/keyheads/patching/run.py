@@ -16,67 +16,28 @@ import time
 from pathlib import Path
 
 import numpy as np
-from pydantic import ConfigDict, Field, field_validator
-from pydantic.dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from .. import distributed
 from ..effects import Effects
-from ..errors import ResumeMismatch, SettingError
+from ..errors import ResumeMismatch
 from ..io import atomic_write_bytes, file_sha256
 from ..log import logger
 from ..models.model import HookedModel
 from .activation import activation_patch_batch
 from .attribution import attribution_patch_batch
-from .metrics import check_metric
 from .naive import naive_path_patch_batch
 from .path import path_patch_batch
 from .results import aggregate
 from .samples import batches, load_patch_samples
+from .settings import PatchSettings, check_method, check_metric
 
-PATCH_METHODS = {
+PATCH_METHODS = {  # the code of each of settings.METHODS, in its order
     "path": path_patch_batch,
     "activation": activation_patch_batch,
     "attribution": attribution_patch_batch,
     "path-naive": naive_path_patch_batch,
 }
-
-
-def check_method(method: str) -> str:
-    if method not in PATCH_METHODS:
-        raise SettingError("method", method, f"unknown method: valid methods are {', '.join(PATCH_METHODS)}")
-    return method
-
-
-@dataclass(config=ConfigDict(extra="forbid"))
-class PatchSettings:
-    """What the effects and the key heads depend on: the flags of `keyheads patch` (with its files and
-    machine) and a run's `patch:` section, passed whole to `identify`."""
-
-    method: str = Field(
-        default="path", description="path (exact, fast), activation (total effect), attribution (gradient "
-        "estimate) or path-naive (one forward per sender; for checking)")
-    metric: str = Field(default="relative-logit", description="relative-logit (the paper's), logit-diff or prob")
-    limit: int | None = Field(default=None, ge=1, description="use the first N pairs (None: all)")
-    min_abs_logit: float = Field(
-        default=1e-2, description="relative-logit excludes samples whose original answer logit is "
-        "closer to zero (they are counted as n_excluded)")
-    first_token: bool = Field(default=False, description="accept multi-token answers and measure their first token")
-    top_k: int | None = Field(
-        default=None, ge=1, description="key heads: the K most negative (below threshold if given)")
-    threshold: float | None = Field(
-        default=None, description="key heads: effect below this (default -0.05, the paper's "
-        "-5%, unless top_k is given)")
-
-    @field_validator("method")
-    @classmethod
-    def _method(cls, v):
-        return check_method(v)
-
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, v):
-        return check_metric(v)
 
 
 def sweep(model: HookedModel, data: str | Path, config: PatchSettings, out: Path | None = None,

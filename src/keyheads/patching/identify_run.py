@@ -1,4 +1,7 @@
-"""The identify stage: sweep, then write effects.json, effects.csv, key_heads.json and the heatmap."""
+"""The identify step: sweep, then write effects.json, effects.csv, key_heads.json and the heatmap.
+
+The module is not named `identify`: keyheads.patching gives the function `identify` on first use, and a submodule
+of that name, once imported, would take the function's place in the package."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -14,7 +17,8 @@ from ..io import write_json
 from ..models.model import HookedModel
 from ..runfolder import KEY_HEADS_JSON
 from .heatmap import draw_heatmap
-from .run import PatchSettings, sweep
+from .run import sweep
+from .settings import PatchSettings
 
 
 def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: str | Path, *, batch_size: int = 16,

@@ -1,0 +1,57 @@
+"""The settings of the patching step: what the effects and the key heads depend on (PatchSettings), and the
+names of the methods and metrics. The patching code is in run.py, metrics.py and the method modules; the
+settings load without torch, so that keyheads.runconfig and keyheads.config.commands validate a config
+without a model library."""
+from __future__ import annotations
+
+from pydantic import ConfigDict, Field, field_validator
+from pydantic.dataclasses import dataclass
+
+from ..errors import SettingError
+
+# the patching methods, in the order of run.PATCH_METHODS (which maps each to its code)
+METHODS = ("path", "activation", "attribution", "path-naive")
+METRICS = ("relative-logit", "logit-diff", "prob")
+
+
+def check_metric(metric: str) -> str:
+    if metric not in METRICS:
+        raise SettingError("metric", metric, f"unknown metric: valid metrics are {', '.join(METRICS)}")
+    return metric
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise SettingError("method", method, f"unknown method: valid methods are {', '.join(METHODS)}")
+    return method
+
+
+@dataclass(config=ConfigDict(extra="forbid"))
+class PatchSettings:
+    """What the effects and the key heads depend on: the flags of `keyheads patch` (with its files and
+    machine) and a run's `patch:` section, passed whole to `identify`."""
+
+    method: str = Field(
+        default="path", description="path (exact, fast), activation (total effect), attribution (gradient "
+        "estimate) or path-naive (one forward per sender; for checking)")
+    metric: str = Field(default="relative-logit", description="relative-logit (the paper's), logit-diff or prob")
+    limit: int | None = Field(default=None, ge=1, description="use the first N pairs (None: all)")
+    min_abs_logit: float = Field(
+        default=1e-2, description="relative-logit excludes samples whose original answer logit is "
+        "closer to zero (they are counted as n_excluded)")
+    first_token: bool = Field(default=False, description="accept multi-token answers and measure their first token")
+    top_k: int | None = Field(
+        default=None, ge=1, description="key heads: the K most negative (below threshold if given)")
+    threshold: float | None = Field(
+        default=None, description="key heads: effect below this (default -0.05, the paper's "
+        "-5%, unless top_k is given)")
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v):
+        return check_method(v)
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v):
+        return check_metric(v)
