@@ -55,10 +55,11 @@ def _record(out: Path, stage: str, seconds: float, outputs: list[str], settings:
 
 @pytest.fixture(scope="session")
 def run_folder(tmp_path_factory, tiny_data):
-    from keyheads.analysis.attention_run import AttentionSettings, run_attention
-    from keyheads.analysis.knockout_run import KnockoutSettings, run_knockout
-    from keyheads.analysis.mlp_run import MLPSettings, run_mlp
+    from keyheads.analysis.attention_run import run_attention
+    from keyheads.analysis.knockout_run import run_knockout
+    from keyheads.analysis.mlp_run import run_mlp
     from keyheads.analysis.selection import HeadChoice
+    from keyheads.analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
     from keyheads.components import Components
     from keyheads.effects import Effects
     from keyheads.evaluation import EvalSettings, Variant, evaluate

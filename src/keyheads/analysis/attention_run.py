@@ -3,9 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
-from pydantic.dataclasses import dataclass as pydantic_dataclass
-
 from ..heads import Head
 from ..io import write_json
 from ..log import logger
@@ -14,22 +11,9 @@ from ..plotting import write_csv
 from ..runfolder import ATTENTION_JSON
 from . import attention as att
 from . import transfer as tr
-from .common import (
-    SETTINGS,
-    SUBSET,
-    AnalysisError,
-    load_samples,
-)
+from .common import AnalysisError, load_samples
 from .selection import HeadChoice, Notes, choose_heads
-
-
-@pydantic_dataclass(config=SETTINGS)
-class AttentionSettings:
-    """What the attention results depend on: the flags of `keyheads attention` (with its files, head choice and
-    machine) and a run's `attention:` section, passed whole to `run_attention`."""
-
-    limit: int | None = Field(default=1000, ge=1, description=SUBSET + "; the paper's 1000")
-    seed: int = Field(default=0, ge=0, description="picks the subset")
+from .settings import AttentionSettings
 
 
 def run_attention(model: HookedModel, pairs: str | Path, out: str | Path, heads: HeadChoice,

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from pydantic import ConfigDict
 
 from ..data import pairs as pairs_file
 from ..errors import AnalysisError
@@ -159,8 +158,3 @@ def alignment_warning(model: HookedModel, cf_prompts: Sequence[str]) -> str:
             "END-aligned per-position means mix different templates' tokens at the same offset "
             "(positions beyond the shortest are averaged over fewer prompts); pass --mean-mode global "
             "to use one mean over all positions instead")
-
-
-# a step's settings: an unknown key is an error
-SETTINGS = ConfigDict(extra="forbid")
-SUBSET = "reference prompts used, a seeded subset (None: all)"

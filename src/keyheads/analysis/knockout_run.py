@@ -7,10 +7,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field
-from pydantic.dataclasses import dataclass as pydantic_dataclass
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
@@ -26,8 +23,6 @@ from ..plotting import write_csv
 from ..runfolder import KNOCKOUT_JSON
 from . import transfer as tr
 from .common import (
-    SETTINGS,
-    SUBSET,
     AnalysisError,
     alignment_warning,
     all_heads,
@@ -38,31 +33,9 @@ from .common import (
 )
 from .knockout_curves import CurveSettings, knockout_curves, plot_curves, random_order, set_accuracies
 from .selection import HeadChoice, Notes, choose_heads
+from .settings import KnockoutSettings
 
 MEANS_PARTIAL = "knockout_means.partial.safetensors"
-
-
-@pydantic_dataclass(config=SETTINGS)
-class KnockoutSettings:
-    """What the knockout results depend on: the flags of `keyheads knockout` (with its files, head choice and
-    machine) and a run's `knockout:` section, passed whole to `run_knockout`."""
-
-    k: int = Field(default=20, ge=1, description="the curves knock out k = 0..K heads (capped at the head count)")
-    seeds: int = Field(default=5, ge=1, description="random-rank orderings of the curves")
-    seed: int = Field(
-        default=0, ge=0, description="picks the subset, the random-rank orderings, the control heads and the "
-        "transfer sets' prompts")
-    limit: int | None = Field(default=300, ge=1, description=SUBSET)
-    mean_mode: Literal["aligned", "global"] = Field(
-        default="aligned", description="means per END-aligned position, or one "
-        "mean over all positions")
-    transfer: bool = Field(default=True, description="the transfer table")
-    transfer_by: Literal["task", "template"] = Field(default="task", description="one transfer row per task or per "
-                                                                                 "template of transfer_data")
-    transfer_n: int | None = Field(default=100, ge=1, description="prompts per generated / benchmark transfer set "
-                                                                     "(None: all)")
-    transfer_control: bool = Field(default=True, description="also knock out as many random non-key heads on every "
-                                                             "transfer set (one more pass each)")
 
 
 @dataclass(frozen=True)

@@ -4,35 +4,16 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from pydantic import Field
-from pydantic.dataclasses import dataclass as pydantic_dataclass
-
 from ..io import write_json
 from ..log import logger
 from ..models.model import HookedModel
 from ..plotting import write_csv
 from ..runfolder import MLP_JSON
 from . import mlp as mlpmod
-from .common import (
-    SETTINGS,
-    SUBSET,
-    answer_token,
-    load_samples,
-)
+from .common import answer_token, load_samples
+from .settings import MLPSettings
 
 DEFAULT_CASE_PREFIX = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n"
-
-
-@pydantic_dataclass(config=SETTINGS)
-class MLPSettings:
-    """What the MLP results depend on: the flags of `keyheads mlp` (with its files and machine) and a run's
-    `mlp:` section, passed whole to `run_mlp`."""
-
-    limit: int | None = Field(default=1000, ge=1, description=SUBSET)
-    seed: int = Field(default=0, ge=0, description="picks the subset")
-    case: str | None = Field(default=None, description="prompt of the layer-by-layer case (figure 6c; default: "
-                                                  "'4 + 3 = ' after the data's own few-shot prefix)")
-    case_answer: str = Field(default="7", description="the case's answer")
 
 
 def case_prompt(samples) -> str:

@@ -1,8 +1,10 @@
 """Which heads a step works on (one settings type for every command, stage and variant), and the notes a
-run collects."""
+run collects. It loads without torch (a model appears only in annotations): the run config and the command
+settings use HeadChoice and ComponentChoice."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.dataclasses import dataclass
@@ -13,7 +15,9 @@ from ..errors import AnalysisError, SettingError
 from ..heads import Head, parse_heads, parse_layers
 from ..io import existing_file
 from ..log import logger
-from ..models.model import HookedModel
+
+if TYPE_CHECKING:
+    from ..models.model import HookedModel
 
 
 class Notes(list):

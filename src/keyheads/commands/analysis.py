@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from .. import distributed
-from ..analysis.attention_run import AttentionSettings, run_attention
 from ..analysis.attention_run import describe as describe_attention
-from ..analysis.knockout_run import KnockoutSettings, run_knockout
+from ..analysis.attention_run import run_attention
 from ..analysis.knockout_run import describe as describe_knockout
-from ..analysis.mlp_run import MLPSettings, run_mlp
+from ..analysis.knockout_run import run_knockout
 from ..analysis.mlp_run import describe as describe_mlp
+from ..analysis.mlp_run import run_mlp
 from ..analysis.selection import HeadChoice
+from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
 from ..config.base import take
 from ..config.commands import AttentionCommand, KnockoutCommand, MLPCommand
 from .flags import add_settings, settings
