@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from keyheads.data.correct import predict_correct, predict_next
-from keyheads.data.generate import CounterfactualError, Generator, PairSettings, make_pairs, parse_operands
+from keyheads.data.generate import CounterfactualError, Generator, make_pairs
 from keyheads.data.pairs import Pair, encode_with_offsets, read_pairs, verify_pair, write_pairs
+from keyheads.data.settings import PairSettings, parse_operands
 from keyheads.data.templates import TASKS, TemplateError, load_templates
 from keyheads.errors import NothingCorrect
 from keyheads.io import MalformedLine

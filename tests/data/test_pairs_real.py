@@ -6,8 +6,9 @@ import torch
 
 from keyheads.cli import main
 from keyheads.data.arithmetic import compute_answer, format_answer
-from keyheads.data.generate import Generator, PairSettings
+from keyheads.data.generate import Generator
 from keyheads.data.pairs import answer_token_id, read_pairs, verify_pair
+from keyheads.data.settings import PairSettings
 from keyheads.data.templates import TASKS, load_templates
 
 pytestmark = pytest.mark.real_model

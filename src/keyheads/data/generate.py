@@ -12,9 +12,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from pydantic import ConfigDict, Field, field_validator
-from pydantic.dataclasses import dataclass as pydantic_dataclass
-
 from ..errors import CounterfactualError, NothingCorrect, SettingError
 from ..log import logger
 from .alignment import SameLength, aligned
@@ -22,69 +19,8 @@ from .arithmetic import draw_operands
 from .correct import format_scores, predict_correct, score_table
 from .pairs import POSITION_KEYS, Pair, answer_continuation, encode_with_offsets, span_tokens
 from .render import Rendered, draw_fillers, left_context, render
-from .templates import OPERANDS, TASKS, Slot, Template, TemplateError, TemplateSet, load_templates, operator_pool
-
-
-# ---- configuration ------------------------------------------------------------------------------
-@pydantic_dataclass(config=ConfigDict(extra="forbid"))
-class PairSettings:
-    """How pairs are generated. Everything is deterministic given the seed; each template has its own
-    random stream, so adding a template or a task does not change the others' pairs. The fields and
-    descriptions are also flags of `keyheads data` and keys of a run's `data:` section."""
-
-    n: int = Field(default=100, ge=1, description="candidate pairs per task, spread evenly over its templates, before "
-                                          "keeping the correct ones")
-    few_shot: int = Field(default=0, ge=0, description="solved examples of the same template before each prompt, one a "
-                                               "line; reference and counterfactual share them")
-    shared_prefix: bool = Field(
-        default=False, description="draw the few-shot examples once per template, so that every "
-        "prompt of a template starts with the same text and analyses compute it once (a "
-        "question that repeats one of the examples is rejected)")
-    seed: int = Field(default=0, ge=0, description="picks operands, pool words and few-shot examples")
-    a_range: tuple[int, int] = Field(
-        default=(1, 9), description="operand A's range, both ends included (the paper: 1..9)")
-    b_range: tuple[int, int] = Field(default=(1, 9), description="operand B's range, both ends included")
-    allow_negative: bool = Field(default=False, description="subtraction may have a negative answer")
-    allow_fractions: bool = Field(
-        default=False, description="division may have a non-integer answer (up to two decimals)")
-    single_token_operands: bool = Field(
-        default=True, description="reject operands that span several tokens (the paper's "
-        "setting; turn off for multi-digit operands with digit-splitting tokenizers; "
-        "positions then point at the last token)")
-    single_token_answer: bool = Field(default=False, description="reject answers of more than one token ('12' with a "
-                                      "digit-splitting tokenizer); by default the first token counts, as in the paper")
-    counterfactual_tries: int = Field(
-        default=50, ge=1, description="counterfactual draws per sample before giving up on "
-        "alignment")
-    task: str = Field(default="addition", description=f"{', '.join(TASKS)} or all")
-    templates: list[str] = Field(default_factory=list, description="template ids to use, e.g. add-eq-1,add-eq-2 "
-                                                                   "(empty: all of the task's)")
-    keep_correct: bool = Field(
-        default=False, description="keep only the pairs whose answer the model predicts (argmax)")
-
-    @field_validator("task")
-    @classmethod
-    def _task(cls, v):
-        if v != "all" and v not in TASKS:
-            raise SettingError("task", v, f"must be one of {', '.join(TASKS)} or all")
-        return v
-
-
-def parse_operands(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
-    """"1-9" -> both operands in 1..9; "10-99,1-9" -> A in 10..99, B in 1..9."""
-    ranges = []
-    for part in text.split(","):
-        lo_text, _, hi_text = part.strip().partition("-")
-        try:
-            lo, hi = int(lo_text), int(hi_text or lo_text)
-        except ValueError:
-            raise ValueError(f"--operands {text!r}: expected LO-HI or LO-HI,LO-HI, e.g. 1-9") from None
-        if lo < 0 or hi < lo:
-            raise ValueError(f"--operands {text!r}: need 0 <= LO <= HI")
-        ranges.append((lo, hi))
-    if len(ranges) not in (1, 2):
-        raise ValueError(f"--operands {text!r}: give one range or two (A,B)")
-    return ranges[0], ranges[-1]
+from .settings import PairSettings
+from .templates import OPERANDS, Slot, Template, TemplateError, TemplateSet, load_templates, operator_pool
 
 
 # ---- generation ---------------------------------------------------------------------------------

@@ -1,0 +1,71 @@
+"""The settings of the data step: how `keyheads data` and a run's `data:` section generate pairs (PairSettings),
+and the --operands ranges. Generating is in generate.py; the settings load without torch, so that
+keyheads.runconfig and keyheads.config.commands validate a config without a model library."""
+from __future__ import annotations
+
+from pydantic import ConfigDict, Field, field_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from ..errors import SettingError
+from .templates import TASKS
+
+
+@pydantic_dataclass(config=ConfigDict(extra="forbid"))
+class PairSettings:
+    """How pairs are generated. Everything is deterministic given the seed; each template has its own
+    random stream, so adding a template or a task does not change the others' pairs. The fields and
+    descriptions are also flags of `keyheads data` and keys of a run's `data:` section."""
+
+    n: int = Field(default=100, ge=1, description="candidate pairs per task, spread evenly over its templates, before "
+                                          "keeping the correct ones")
+    few_shot: int = Field(default=0, ge=0, description="solved examples of the same template before each prompt, one a "
+                                               "line; reference and counterfactual share them")
+    shared_prefix: bool = Field(
+        default=False, description="draw the few-shot examples once per template, so that every "
+        "prompt of a template starts with the same text and analyses compute it once (a "
+        "question that repeats one of the examples is rejected)")
+    seed: int = Field(default=0, ge=0, description="picks operands, pool words and few-shot examples")
+    a_range: tuple[int, int] = Field(
+        default=(1, 9), description="operand A's range, both ends included (the paper: 1..9)")
+    b_range: tuple[int, int] = Field(default=(1, 9), description="operand B's range, both ends included")
+    allow_negative: bool = Field(default=False, description="subtraction may have a negative answer")
+    allow_fractions: bool = Field(
+        default=False, description="division may have a non-integer answer (up to two decimals)")
+    single_token_operands: bool = Field(
+        default=True, description="reject operands that span several tokens (the paper's "
+        "setting; turn off for multi-digit operands with digit-splitting tokenizers; "
+        "positions then point at the last token)")
+    single_token_answer: bool = Field(default=False, description="reject answers of more than one token ('12' with a "
+                                      "digit-splitting tokenizer); by default the first token counts, as in the paper")
+    counterfactual_tries: int = Field(
+        default=50, ge=1, description="counterfactual draws per sample before giving up on "
+        "alignment")
+    task: str = Field(default="addition", description=f"{', '.join(TASKS)} or all")
+    templates: list[str] = Field(default_factory=list, description="template ids to use, e.g. add-eq-1,add-eq-2 "
+                                                                   "(empty: all of the task's)")
+    keep_correct: bool = Field(
+        default=False, description="keep only the pairs whose answer the model predicts (argmax)")
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v):
+        if v != "all" and v not in TASKS:
+            raise SettingError("task", v, f"must be one of {', '.join(TASKS)} or all")
+        return v
+
+
+def parse_operands(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """"1-9" -> both operands in 1..9; "10-99,1-9" -> A in 10..99, B in 1..9."""
+    ranges = []
+    for part in text.split(","):
+        lo_text, _, hi_text = part.strip().partition("-")
+        try:
+            lo, hi = int(lo_text), int(hi_text or lo_text)
+        except ValueError:
+            raise ValueError(f"--operands {text!r}: expected LO-HI or LO-HI,LO-HI, e.g. 1-9") from None
+        if lo < 0 or hi < lo:
+            raise ValueError(f"--operands {text!r}: need 0 <= LO <= HI")
+        ranges.append((lo, hi))
+    if len(ranges) not in (1, 2):
+        raise ValueError(f"--operands {text!r}: give one range or two (A,B)")
+    return ranges[0], ranges[-1]
