@@ -3,15 +3,21 @@
 A pydantic dataclass: its fields and descriptions are the `keyheads finetune` flags and the
 `finetune:` section of a run config (keyheads.config composes them). The optimizer batch is
 `optimizer_batch_size` everywhere (field, flag and key), so that it is never mistaken for the forward
-batch that `--batch-size` sets in every other command.
+batch that `--batch-size` sets in every other command. With them, the check of a training-data spec
+(`check_train`), run before anything loads. The module loads without torch, as the run config and the
+command settings that use it do.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
+
+from ..data.arithmetic import ARITH_KINDS
+from ..errors import SettingError
 
 FINETUNE_METHODS = ("precise", "full", "lora")  # the values of FinetuneSettings.method
 KV_POLICIES = ("group", "none")
@@ -82,3 +88,30 @@ class FinetuneSettings:
     # Settings a resumed run may change without changing what it computes.
     # Offload moves the same numbers between memories: an offloaded run may resume without it, and back.
     RESUMABLE_CHANGES = ("save_every", "save_minutes", "offload")
+
+
+def check_arith_kinds(kinds: list[str], key: str, value: object) -> list[str]:
+    """The one check that arithmetic kinds are known (ARITH_KINDS); `key` and `value` name the setting."""
+    bad = [k for k in kinds if k not in ARITH_KINDS]
+    if bad:
+        raise SettingError(key, value, f"unknown arithmetic kind{'s' * (len(bad) > 1)} "
+                                       f"{', '.join(map(repr, bad))}; known: {', '.join(ARITH_KINDS)}")
+    return kinds
+
+
+def arith_spec(spec: str, key: str = "train") -> tuple[list[str], int]:
+    """'arith:KINDS[:N]' -> (kinds, N); unknown kinds or an N that is not an integer >= 1 are a SettingError."""
+    kinds_text, _, n_text = spec[len("arith:"):].partition(":")
+    kinds = check_arith_kinds([k.strip() for k in kinds_text.split(",")], key, spec)
+    if n_text and (not n_text.isdigit() or int(n_text) < 1):
+        raise SettingError(key, spec, "N must be an integer >= 1, as in arith:multidigit:2000")
+    return kinds, int(n_text) if n_text else 2000
+
+
+def check_train(spec: str, key: str = "train") -> str:
+    """The one check of a training-data spec, before anything loads: 'trainset', 'arith:KINDS[:N]' or a file."""
+    if spec.startswith("arith:"):
+        arith_spec(spec, key)
+    elif spec != "trainset" and not Path(spec).is_file():
+        raise SettingError(key, spec, "is neither a JSONL file, 'trainset' nor 'arith:KINDS[:N]'")
+    return spec

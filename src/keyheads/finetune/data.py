@@ -22,8 +22,9 @@ from ..data.benchmarks import data_dir_from
 from ..data.render import draw_fillers, render
 from ..data.templates import load_templates
 from ..data.trainset import build_trainset
-from ..errors import BadFile, SettingError, UserError
+from ..errors import BadFile, UserError
 from ..io import iter_jsonl
+from .config import arith_spec, check_arith_kinds, check_train
 
 
 @dataclass(frozen=True)
@@ -69,33 +70,6 @@ def arithmetic_examples(kind: str, n: int, seed: int = 0, template_ids: list[str
         values = {"A": a, "B": b, **draw_fillers(template, templates.pools, rng)}
         out.append(Example(render(template, values).text, answer + "\n"))
     return out
-
-
-def check_arith_kinds(kinds: list[str], key: str, value: object) -> list[str]:
-    """The one check that arithmetic kinds are known (ARITH_KINDS); `key` and `value` name the setting."""
-    bad = [k for k in kinds if k not in ARITH_KINDS]
-    if bad:
-        raise SettingError(key, value, f"unknown arithmetic kind{'s' * (len(bad) > 1)} "
-                                       f"{', '.join(map(repr, bad))}; known: {', '.join(ARITH_KINDS)}")
-    return kinds
-
-
-def arith_spec(spec: str, key: str = "train") -> tuple[list[str], int]:
-    """'arith:KINDS[:N]' -> (kinds, N); unknown kinds or an N that is not an integer >= 1 are a SettingError."""
-    kinds_text, _, n_text = spec[len("arith:"):].partition(":")
-    kinds = check_arith_kinds([k.strip() for k in kinds_text.split(",")], key, spec)
-    if n_text and (not n_text.isdigit() or int(n_text) < 1):
-        raise SettingError(key, spec, "N must be an integer >= 1, as in arith:multidigit:2000")
-    return kinds, int(n_text) if n_text else 2000
-
-
-def check_train(spec: str, key: str = "train") -> str:
-    """The one check of a training-data spec, before anything loads: 'trainset', 'arith:KINDS[:N]' or a file."""
-    if spec.startswith("arith:"):
-        arith_spec(spec, key)
-    elif spec != "trainset" and not Path(spec).is_file():
-        raise SettingError(key, spec, "is neither a JSONL file, 'trainset' nor 'arith:KINDS[:N]'")
-    return spec
 
 
 def load_examples(spec: str, data_dir: str | None = None, seed: int = 0) -> list[Example]:
