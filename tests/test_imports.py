@@ -3,9 +3,13 @@ run folder copied to a laptop renders there, and the package's version, settings
 without a model library.
 
 Each module is imported in a fresh interpreter, since this one has torch loaded already. keyheads.runconfig
-and keyheads.config.commands are not among them: they compose every step's settings, and each step's
-settings class lives beside its code (README "Architecture"), in modules that import torch.
+and keyheads.config.commands compose every step's settings: each step's settings class lives beside its code
+(README "Architecture") in a module of its own that loads without torch (analysis.settings, data.settings,
+patching.settings, finetune.config, evaluation.config), and the packages that hold them load their
+torch-bound names on first use (keyheads.lazy).
 """
+import importlib
+import pkgutil
 import subprocess
 import sys
 
@@ -20,6 +24,14 @@ TORCH_FREE = [
     "keyheads.config.base",  # the machine fields: torch only when a check of a GPU runs
     "keyheads.settings",
     "keyheads.evaluation.config",  # the benchmark names the report shows
+    "keyheads.runconfig",  # a run's config validates without a model library
+    "keyheads.config.commands",
+    "keyheads.analysis.settings",
+    "keyheads.analysis.selection",  # HeadChoice, ComponentChoice
+    "keyheads.data.settings",
+    "keyheads.patching.settings",
+    "keyheads.finetune.config",
+    "keyheads.models.bundled",  # DEFAULT_MODEL
 ]
 HEAVY = ("torch", "transformers")
 
@@ -31,3 +43,16 @@ def test_module_imports_without_torch(module):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [], f"import {module} loads {done.stdout.strip()}"
+
+
+# the packages whose public names load on first use (keyheads.lazy)
+LAZY_PACKAGES = ["keyheads", "keyheads.evaluation", "keyheads.finetune", "keyheads.models", "keyheads.patching"]
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_no_name_loaded_on_first_use_is_a_submodule(package):
+    """Importing a submodule binds its name in the package: a public function of the same name (the function
+    keyheads.patching.identify and a module patching/identify.py) would then be the module."""
+    module = importlib.import_module(package)
+    submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
+    assert not submodules & set(module.__all__)

@@ -16,9 +16,7 @@ from typing import Literal
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic.dataclasses import is_pydantic_dataclass
 
-from .analysis.attention_run import AttentionSettings
-from .analysis.knockout_run import KnockoutSettings
-from .analysis.mlp_run import MLPSettings
+from .analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
 from .config.base import (
     Count,
     DeviceSettings,
@@ -34,11 +32,11 @@ from .config.sections import (
     check_template_ids,
 )
 from .data.benchmarks import data_dir_from
-from .data.generate import PairSettings
+from .data.settings import PairSettings
 from .errors import BadFile, SettingError
 from .evaluation.config import ARITH
 from .io import read_yaml
-from .patching.run import PatchSettings
+from .patching.settings import PatchSettings
 from .settings import check_writable_dir
 
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs

@@ -7,20 +7,16 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
-from ..analysis.attention_run import AttentionSettings
-from ..analysis.knockout_run import KnockoutSettings
-from ..analysis.mlp_run import MLPSettings
 from ..analysis.selection import ComponentChoice, HeadChoice
-from ..data.generate import PairSettings, parse_operands
+from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
+from ..data.settings import PairSettings, parse_operands
 from ..data.trainset import SplitSettings
 from ..errors import SettingError
 from ..evaluation.config import EvalSettings
-from ..finetune.adapter import check_run_folder
-from ..finetune.config import FinetuneSettings
-from ..finetune.data import check_train
+from ..finetune.config import FinetuneSettings, check_train
 from ..io import existing_file
 from ..models import DEFAULT_MODEL
-from ..patching.run import PatchSettings
+from ..patching.settings import PatchSettings
 from ..settings import check_writable_dir, check_writable_file, parse_bytes
 from .base import Count, MachineSettings, NonNegative, Quiet, Section, section_of, take
 from .sections import check_template_ids
@@ -164,6 +160,10 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, MachineSettings):
     @field_validator("adapter")
     @classmethod
     def _adapters(cls, v):
+        # the adapter module imports torch (it reads a precise run's adapter as tensors): imported only when
+        # adapters are given, so that the command settings load without torch
+        from ..finetune.adapter import check_run_folder  # noqa: PLC0415
+
         for folder in v:
             check_run_folder(folder)
         return v

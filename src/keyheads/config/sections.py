@@ -11,8 +11,7 @@ from pydantic import Field, field_validator
 from ..data.templates import load_templates
 from ..errors import SettingError
 from ..evaluation.config import EvalSettings
-from ..finetune.config import FinetuneSettings
-from ..finetune.data import check_train
+from ..finetune.config import FinetuneSettings, check_train
 from .base import Count, section_of, take
 
 
