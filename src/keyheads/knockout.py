@@ -1,16 +1,34 @@
 """Mean ablation ("knockout"): replace chosen heads' and MLPs' outputs by their mean over
 counterfactual data, so that they carry no task information but stay in distribution.
 
-Means are kept position by position, aligned at END (the last prompt token): offset 1
-is END, offset 2 the token before, and so on. For the paper's data (one template,
-one-token operands) every counterfactual prompt has the same length and this is the
-plain per-position mean. An input longer than the counterfactual data, or a generation
-step, falls back to the mean over all positions ("global"); `Knockout.fallback_used`
-records whether that happened, so reports can say it.
+One definition serves the knockout curves, the transfer table, `keyheads eval --knockout` and the
+run's knockout row (mean "aligned", the default): means are kept position by position, aligned at
+END (the last prompt token): offset 1 is END, offset 2 the token before, and so on. A position the
+counterfactual prompts do not have (an input longer than they are, such as a few-shot block in front
+of a benchmark question) and every generated token get the mean over all positions instead;
+`Knockout.fallback_used` records whether that happened, so reports can say it.
+
+On the pair prompts themselves this is the plain per-position mean and nothing falls back: a
+reference prompt has its counterfactual's template and length (for the paper's data, one template
+and one-token operands, every counterfactual prompt has the same length), so each of its positions
+has an END-aligned mean, and its first answer token is read at END. The curves (analysis/passes.py)
+and the evaluator (evaluation/engine.py) both place the means from END, so a knockout row of the
+eval table and the curve at the same heads give the same first-token predictions on those prompts.
+
+The other mean, "global", is one mean over all positions (few-shot block included) at every
+position. It stays available under its own name (`mean_mode: global` of `keyheads knockout`,
+`knockout_mean: global` of `keyheads eval` and a run's `eval:`), and whatever uses it says so.
+
+Position by position needs to know where END is. A forward pass over whole prompts, right-aligned
+(left padding), has END last: the default. A pass whose positions all lie away from END (a shared
+few-shot prefix that stops before the aligned part, or a generation step) runs under
+`away_from_end()`, which gives every position the mean over all positions.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +37,28 @@ from tqdm.auto import tqdm
 from .components import Components
 from .heads import Head
 from .models.model import HookedModel
+
+MEANS = ("aligned", "global")  # the two means, by the names every command, file and table uses
+
+# set while a forward pass holds no position that is within the END-aligned part of a prompt
+_AWAY_FROM_END: ContextVar[bool] = ContextVar("knockout_away_from_end", default=False)
+
+
+@contextmanager
+def away_from_end() -> Iterator[None]:
+    """Forward passes inside get the mean over all positions at every position, in either mean: a
+    shared prefix that ends before the aligned part of every prompt, or generated tokens (after END)."""
+    token = _AWAY_FROM_END.set(True)
+    try:
+        yield
+    finally:
+        _AWAY_FROM_END.reset(token)
+
+
+def end_aligned_length(model: HookedModel, prompts: Sequence[str]) -> int:
+    """How many positions before END (END included) have an aligned mean: the longest counterfactual
+    prompt, in tokens as `compute_means` reads it."""
+    return max(len(model.encode([p]).input_ids[0]) for p in prompts)
 
 
 @dataclass
@@ -31,7 +71,7 @@ class Knockout:
         head_means: layer -> [max_len, n_heads, head_dim], END-aligned (row -1 is END).
         mlp_means: layer -> [max_len, d_model], END-aligned.
         head_global, mlp_global: layer -> mean over all positions, for the fallback.
-        mode: "aligned" (END-aligned per position, global beyond) or "global".
+        mode: "aligned" (END-aligned per position, global beyond and away from END) or "global".
         fallback_used: set when a position had no aligned mean and the global one was used.
     """
 
@@ -51,7 +91,7 @@ class Knockout:
 
     def _values(self, aligned: torch.Tensor, glob: torch.Tensor, length: int) -> torch.Tensor:
         """[length, ...] values for an input of `length` tokens, END-aligned."""
-        if self.mode == "global":
+        if self.mode == "global" or _AWAY_FROM_END.get():
             if length > 0:
                 self.fallback_used = True
             return glob.expand(length, *glob.shape)
@@ -106,7 +146,7 @@ class Knockout:
 def compute_means(model: HookedModel, prompts: Sequence[str], heads: Sequence[Head] = (), mlps: Sequence[int] = (),
                   batch_size: int = 16, mode: str = "aligned", progress: bool = True) -> Knockout:
     """Mean head outputs and MLP writes over `prompts` (the counterfactual prompts)."""
-    if mode not in ("aligned", "global"):
+    if mode not in MEANS:
         raise ValueError(f"unknown knockout mode {mode!r}: use 'aligned' or 'global'")
     if not prompts:
         raise ValueError("mean ablation needs at least one counterfactual prompt")
@@ -114,7 +154,7 @@ def compute_means(model: HookedModel, prompts: Sequence[str], heads: Sequence[He
     Components(tuple(heads), tuple(mlps)).check(model.n_layers, model.n_heads)
     head_layers = sorted({l for l, _ in heads})
     points = [f"{l}.head_out" for l in head_layers] + [f"{l}.mlp_write" for l in mlps]
-    max_len = max(len(model.encode([p]).input_ids[0]) for p in prompts)
+    max_len = end_aligned_length(model, prompts)
     sums: dict[str, torch.Tensor] = {}
     counts = torch.zeros(max_len, dtype=torch.float64)
     total = {}

@@ -271,18 +271,20 @@ def _finetune(cfg: RunSettings, run: RunFolder, model, variant: str, progress: b
     return describe_training(info)
 
 
-def eval_labels(model: str, n_heads: int, finetune: list[str]) -> list[str]:
-    """The eval stage's row labels: base, key-head knockout, then one per fine-tuning variant."""
-    return ([f"{model} (base)", f"{model} - {n_heads} key heads knocked out"]
+def eval_labels(model: str, n_heads: int, finetune: list[str], knockout_mean: str = "aligned") -> list[str]:
+    """The eval stage's row labels: base, key-head knockout (the global mean says so: the aligned one is
+    the knockout curves' own), then one per fine-tuning variant."""
+    return ([f"{model} (base)", f"{model} - {n_heads} key heads knocked out"
+             + (" (global mean)" if knockout_mean == "global" else "")]
             + [f"{model} + {v} SFT" for v in finetune])
 
 
 def _eval(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
     heads = key_heads(run).heads
-    labels = eval_labels(cfg.model, len(heads), cfg.variants)
+    labels = eval_labels(cfg.model, len(heads), cfg.variants, cfg.eval.knockout_mean)
     variants = [Variant.make("model", cfg.model, label=labels[0]),
                 Variant.make("knockout", cfg.model, label=labels[1], heads=[h.to_json() for h in heads],
-                              data=str(run.pairs))]
+                              data=str(run.pairs), mean=cfg.eval.knockout_mean)]
     variants += [Variant.make("adapter", str(run.finetune(v)), label=label)
                  for v, label in zip(cfg.variants, labels[2:])]
 

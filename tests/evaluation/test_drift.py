@@ -1,4 +1,5 @@
 """generic-kl: KL from the reference row and perplexity on MMLU/CSQA texts, against a direct computation."""
+import contextlib
 import copy
 import math
 
@@ -13,6 +14,7 @@ from keyheads.evaluation.drift import DriftTask, bootstrap, drift_items
 from keyheads.evaluation.runner import run_task
 from keyheads.evaluation.task_types import PairwiseTask
 from keyheads.evaluation.variants import prepare
+from keyheads.knockout import away_from_end
 from keyheads.models.model import HookedModel
 
 from tests.helpers import prepared
@@ -33,14 +35,15 @@ def perturbed(model, scale=0.05):
     return HookedModel(hf, model.tokenizer, name=model.name + "-tuned", source=model.source)
 
 
-def direct(ref_model, var_model, texts, var_edits=None):
-    """Mean KL(ref || var) per position and the variant's perplexity, one text at a time, by F.kl_div/cross_entropy."""
+def direct(ref_model, var_model, texts, var_edits=None, no_end=False):
+    """Mean KL(ref || var) per position and the variant's perplexity, one text at a time, by F.kl_div/cross_entropy
+    (no_end: a knockout's heads get the mean over all positions, a text having no END)."""
     kl = nll = positions = tokens = 0.0
     for text in texts:
         ids = torch.tensor([ref_model.tokenizer(text)["input_ids"]])
         with torch.no_grad():
             ref = ref_model.hf(input_ids=ids).logits[0].double().log_softmax(-1)
-            with var_model.hooks(edit=var_edits or {}):
+            with var_model.hooks(edit=var_edits or {}), away_from_end() if no_end else contextlib.nullcontext():
                 var = var_model.hf(input_ids=ids).logits[0].double().log_softmax(-1)
         kl += F.kl_div(var, ref, log_target=True, reduction="sum").item()
         nll += F.cross_entropy(var[:-1], ids[0, 1:], reduction="sum").item()
@@ -66,12 +69,14 @@ def test_kl_and_perplexity_match_a_direct_computation(tiny, tiny_data, tmp_path)
     assert "Generic KL" in table and f"{var['kl']:.4f}" in table
 
 
-def test_knockout_row_drifts_with_its_edits_and_the_reference_without(tiny, tiny_data, tmp_path, pairs_file):
-    ko = prepare(Variant.make("knockout", "tiny", label="ko", heads=[[1, 0], [2, 1]], data=str(pairs_file)),
-                 lambda name: tiny)
+@pytest.mark.parametrize("mean", ["aligned", "global"])
+def test_knockout_row_drifts_with_its_edits_and_the_reference_without(tiny, tiny_data, tmp_path, pairs_file, mean):
+    """A text scored at every position has no END: either mean gives the heads the mean over all positions."""
+    ko = prepare(Variant.make("knockout", "tiny", label="ko", heads=[[1, 0], [2, 1]], data=str(pairs_file),
+                              mean=mean), lambda name: tiny)
     rows = evaluate([prepared(tiny, label="base"), ko], cfg(tiny_data, tmp_path), tmp_path / "run")
     texts = [it.prompt for it in drift_items(cfg(tiny_data, tmp_path))]
-    kl, ppl = direct(tiny, tiny, texts, var_edits=ko.edits)
+    kl, ppl = direct(tiny, tiny, texts, var_edits=ko.edits, no_end=True)
     got = rows[1]["benchmarks"]["generic-kl"]
     assert got["kl"] == pytest.approx(kl, rel=1e-4) and kl > 0
     assert got["perplexity"] == pytest.approx(ppl, rel=1e-5)

@@ -9,6 +9,9 @@ row (the base model), so the base row reads KL 0.
 
 Per item the cache holds sums (KL over positions, negative log-likelihood over next tokens), so
 the summary is exact at any item count; 95% intervals come from a seeded bootstrap over items.
+
+A text read at every position has no END, so a knockout row gives its heads the mean over all
+positions here, whichever mean it uses for prompts (keyheads.knockout).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from scipy import stats
 
 from ..data.benchmarks import Record, load
 from ..errors import SettingError
+from ..knockout import away_from_end
 from .config import EvalSettings
 from .prompts import round_robin
 from .task_types import Item, PairwiseTask
@@ -46,7 +50,7 @@ def log_probs(prepared, ids: list[int]) -> torch.Tensor:
     """Next-token log-probabilities [T, vocab] in float32 at every position of one text."""
     model = prepared.model
     x = torch.tensor([ids], device=model.device)
-    with model.hooks(edit=prepared.edits):
+    with model.hooks(edit=prepared.edits), away_from_end():  # no END in a text scored at every position
         logits = model.hf(input_ids=x, use_cache=False).logits[0]
     return torch.log_softmax(logits.float(), dim=-1)
 

@@ -8,8 +8,11 @@ it were run on its own. The batch attends to one copy of the prefix (models.shar
 the cache holds only each row's own tokens, left-padded; the attention mask and position ids
 skip the padding.
 
-Hooks (a knockout) stay installed around these calls by the caller; they must not depend
-on the number of positions in a call (Knockout mode "global").
+Hooks (a knockout) stay installed around these calls by the caller. A knockout with the aligned
+mean treats the last tokens of a prompt position by position from END (keyheads.knockout): the
+suffix pass has END last in every row (left padding), the shared prefix leaves each row at least
+`PrefixKV.keep` tokens of its own and runs, as every generation step does, under
+`knockout.away_from_end()`, so a row gets the same means with or without a shared prefix.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..knockout import away_from_end
 from ..models import hf_internals
 from ..models.model import HookedModel
 from ..models.shared_prefix import SharedPrefix, attend_shared, supports
@@ -40,10 +44,12 @@ class PrefixKV:
         min_len: prefixes shorter than this are not worth caching.
         slack: reuse the stored prefix even when the batch shares up to `slack` more tokens
             (batches of sorted prompts often share a first word after the exemplars).
+        keep: the last tokens of every row that stay out of the prefix (at least 1): those the
+            hooks treat position by position from END (an aligned knockout's means).
     """
 
-    def __init__(self, model: HookedModel, min_len: int = 16, slack: int = 64):
-        self.model, self.min_len, self.slack = model, min_len, slack
+    def __init__(self, model: HookedModel, min_len: int = 16, slack: int = 64, keep: int = 1):
+        self.model, self.min_len, self.slack, self.keep = model, min_len, slack, max(1, keep)
         self.ids: list[int] | None = None
         self.shared: SharedPrefix | None = None
         # sliding-window or soft-capped attention cannot be split into prefix and rest
@@ -55,7 +61,7 @@ class PrefixKV:
         """-> (prefix length, its keys/values) or (0, None)."""
         if not self.enabled:
             return 0, None
-        lcp = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)  # every row keeps >= 1 token
+        lcp = min(common_prefix_len(rows), min(len(r) for r in rows) - self.keep)  # every row keeps its own end
         if lcp < self.min_len:
             return 0, None
         stored = self.ids
@@ -63,7 +69,8 @@ class PrefixKV:
             stored is not None and lcp - self.slack <= len(stored) <= lcp and list(rows[0][: len(stored)]) == stored
         ):
             ids = torch.tensor([list(rows[0][:lcp])], device=self.model.device)
-            cache = hf_internals.forward_last(self.model.hf, input_ids=ids, use_cache=True).past_key_values
+            with away_from_end():  # the prefix ends before the part of any row that is aligned at END
+                cache = hf_internals.forward_last(self.model.hf, input_ids=ids, use_cache=True).past_key_values
             stored = self.ids = list(rows[0][:lcp])
             self.shared = SharedPrefix.from_cache(cache)
             self.computed += 1
@@ -229,7 +236,7 @@ def generate_stream(model: HookedModel, rows: Sequence[Sequence[int]], max_new_t
             if not active:
                 break
         batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
-        with attend_shared(model, shared):
+        with attend_shared(model, shared), away_from_end():  # a generated token comes after END
             out = model.hf(input_ids=nxt[:, None], attention_mask=batch.mask, position_ids=batch.next_pos[:, None],
                            past_key_values=batch.cache, use_cache=True)
         nxt, batch.cache, batch.next_pos = out.logits[:, -1].argmax(-1), out.past_key_values, batch.next_pos + 1

@@ -14,6 +14,9 @@ installed for the adapter's lifetime, so every lm-eval task sees the edited mode
 
 or pass ``--plugins keyheads.evaluation.lm_eval_adapter`` (lm-eval versions with plugins) and
 ``--model keyheads``. Heads are separated by ";" because lm-eval splits model_args at commas.
+A knockout here uses the global mean (one mean over all positions; its label and info say so): lm-eval
+scores a context and its continuation in one pass and generates through transformers, so the
+position of END, from which the aligned mean of `keyheads eval` is placed, is not known to the hooks.
 Nothing here is imported by keyheads itself, so lm-eval stays optional.
 """
 from __future__ import annotations
@@ -44,8 +47,12 @@ def variant_from_args(model: str, knockout: str | None = None, knockout_mlps: st
     if knockout or knockout_mlps:
         heads = read_heads(knockout.replace(";", ",")) if knockout else []
         mlps = [int(m) for m in str(knockout_mlps or "").replace(";", ",").split(",") if m.strip()]
+        mean = options.pop("mean", "global")
+        if mean != "global":
+            raise SettingError("lm-eval knockouts use the global mean (the position of END is not known here): "
+                               "drop mean=, or use `keyheads eval --knockout` for the aligned one")
         return Variant.make(kind or "knockout", model, heads=[list(h) for h in heads], mlps=mlps,
-                            data=knockout_data, **options)
+                            data=knockout_data, mean="global", **options)
     return Variant.make(kind or "model", model, **options)
 
 

@@ -75,7 +75,7 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalSettings, cache: ResultCac
         bar = tqdm(total=len(pending), desc=f"{prepared.label} {task.name}", unit="q", disable=not cfg.progress,
                    dynamic_ncols=True)
         model = prepared.model  # built here, once an item needs it
-        prefix = PrefixKV(model)
+        prefix = PrefixKV(model, keep=prepared.end_window)
         right = done = 0
         with model.hooks(edit={} if pairwise else prepared.edits):
             # a continuous task takes a whole group and keeps cfg.batch_size of it in flight
@@ -161,6 +161,7 @@ def write_table(results: Sequence[dict], cfg: EvalSettings, out: str | Path) -> 
 def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str | Path,
              loader: Callable[[str], HookedModel] | None = None) -> list[dict]:
     """Evaluate each variant (the first is the reference for the Δ columns) and write the table.
+    A knockout variant whose options name no mean takes cfg.knockout_mean.
 
     Under several processes (accelerate launch, torchrun) every rank calls it with cfg.shard
     None: the items are split by rank, the main process writes the table and returns it;
@@ -184,6 +185,8 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str
     tasks: dict[str, Task] = {}
     results, ready = [], []
     for v in variants:
+        if isinstance(v, Variant) and v.kind == "knockout":  # the settings' mean where the row names none
+            v = v.with_defaults(mean=cfg.knockout_mean)
         prepared = v if isinstance(v, Prepared) else prepare(v, load_once)
         if isinstance(v, Variant):
             prepared.info.setdefault("variant", v.spec())

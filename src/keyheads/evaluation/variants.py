@@ -19,7 +19,7 @@ from ..errors import SettingError
 from ..finetune.adapter import load_finetuned, read_info
 from ..heads import heads_of
 from ..io import file_sha256
-from ..knockout import compute_means
+from ..knockout import MEANS, compute_means, end_aligned_length
 from ..models.fingerprint import short_sha, weights_fingerprint
 from ..models.loading import load_tokenizer
 from ..models.model import HookedModel
@@ -49,6 +49,10 @@ class Variant:
     def opt(self, key: str, default=None):
         return dict(self.options).get(key, default)
 
+    def with_defaults(self, **options) -> Variant:
+        """This variant with `options` added where it does not set them itself."""
+        return Variant.make(self.kind, self.model, self.label, **{**options, **dict(self.options)})
+
     def spec(self) -> dict:
         return {"kind": self.kind, "model": self.model, "options": dict(self.options)}
 
@@ -73,6 +77,8 @@ class Prepared:
         info: table extras ("train_speed", "tuned_params") and notes for the report.
         build: makes (model, edits): the HookedModel (possibly shared with other variants) and the
             hook edits to install around every forward pass (empty for a plain model).
+        end_window: how many last tokens of a prompt the edits treat position by position from END
+            (an aligned knockout's means); a shared few-shot prefix leaves them to each row.
     """
 
     fingerprint: str
@@ -81,6 +87,7 @@ class Prepared:
     build: Callable[[], tuple[HookedModel, dict]]
     info: dict = field(default_factory=dict)
     _built: tuple[HookedModel, dict] | None = field(default=None, repr=False)
+    end_window: int = 0
 
     @property
     def model(self) -> HookedModel:
@@ -136,8 +143,11 @@ def _plain(variant: Variant, loader: Loader) -> Prepared:
 def _knockout(variant: Variant, loader: Loader) -> Prepared:
     """Mean ablation of heads/MLPs; means over the counterfactual prompts of a pairs file.
 
-    Options: heads (list of [layer, head]), mlps (list of layers), data (pairs JSONL path).
-    The "global" mean is used at every position: generation feeds one token at a time.
+    Options: heads (list of [layer, head]), mlps (list of layers), data (pairs JSONL path), mean:
+    "aligned" (the default: the knockout curves' and the transfer table's mean, per END-aligned
+    position, the mean over all positions before those and for generated tokens) or "global" (one
+    mean over all positions); keyheads.knockout says why the aligned one is the curves' definition.
+    The mean is part of the fingerprint (so of every cache key), the info and a default label.
     """
     model = loader(variant.model)
     heads, mlps = heads_of(variant.opt("heads", [])), [int(m) for m in variant.opt("mlps", [])]
@@ -148,18 +158,24 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
     if not data:
         raise SettingError("knockout needs counterfactual prompts: pass --knockout-data PAIRS.jsonl "
                            "(one JSON object per line with reference, counterfactual, answer)")
+    mean = variant.opt("mean", "aligned")
+    if mean not in MEANS:
+        raise SettingError("knockout mean", mean, f"must be one of {', '.join(MEANS)}")
     prompts = read_counterfactuals(data)
+    window = end_aligned_length(model, prompts) if mean == "aligned" else 0
 
     def build() -> tuple[HookedModel, dict]:
-        ko = compute_means(model, prompts, heads=heads, mlps=mlps, mode="global", progress=False)
+        ko = compute_means(model, prompts, heads=heads, mlps=mlps, mode=mean, progress=False)
         return model, ko.edits()
 
+    # "mode" as earlier releases wrote it, which used the global mean: their cached items keep serving it
     spec = json.dumps({"heads": sorted(heads), "mlps": sorted(mlps), "data": file_sha256(Path(data)),
-                       "mode": "global"}, sort_keys=True)
+                       "mode": mean}, sort_keys=True)
     fp = short_sha(weights_fingerprint(model) + spec)
     info = {"knockout": {"heads": [h.to_json() for h in heads], "mlps": mlps, "pairs": str(data),
-                         "counterfactual_prompts": len(prompts), "mode": "global"}}
-    return Prepared(fp, variant.name, model.tokenizer, build, info)
+                         "counterfactual_prompts": len(prompts), "mean": mean, "aligned_positions": window}}
+    label = variant.label or f"{variant.model} [knockout{', global mean' if mean == 'global' else ''}]"
+    return Prepared(fp, label, model.tokenizer, build, info, end_window=window)
 
 
 def read_counterfactuals(path: str | Path) -> list[str]:

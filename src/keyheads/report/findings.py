@@ -73,7 +73,8 @@ def knockout_beyond_random(run: RunFolder) -> dict:
     gap = rand - after
     need = max(BEYOND_RANDOM, 2 * std)
     return _claim(claim, gap >= need,
-                  f"accuracy {pct(before)} -> {pct(after)} with the {n} key heads out, {pct(rand)} (std {pct(std)}) "
+                  f"accuracy {pct(before)} -> {pct(after)} with the {n} key heads out ({ko.get('mean_mode')} mean), "
+                  f"{pct(rand)} (std {pct(std)}) "
                   f"with {n} random heads out {_draws(draws)}: {100 * gap:.1f} points lower "
                   f"(rule: at least {100 * need:.1f})")
 
@@ -111,7 +112,8 @@ def transfer(run: RunFolder) -> dict:
     shown = "; ".join(f"{r['set']}: {pct(r['relative_change'])} vs random {pct(r['relative_change_random_heads'])}"
                       for r in rows)
     return _claim(claim, 2 * len(wins) > len(rows),
-                  f"relative accuracy change with key heads vs random heads out {SINGLE_DRAW} — {shown}. The key heads "
+                  f"relative accuracy change with key heads vs random heads out ({ko.get('mean_mode')} mean) "
+                  f"{SINGLE_DRAW} — {shown}. The key heads "
                   "cost at least "
                   f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets (rule: more than half)")
 
@@ -126,8 +128,9 @@ def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str,
     if g is None:
         return _claim(claim, None, "no generic benchmark accuracy for both rows")
     held = abs(g) <= GENERIC_KEPT and (m is None or m < g)
-    return _claim(claim, held, f"generic accuracy {points(g)} points, math {points(m)} points with the key heads out "
-                  f"(rule: generic within ±{100 * GENERIC_KEPT:.0f} points and math below it)"
+    mean = f" ({ko[0].mean} mean)" if ko[0].mean else ""
+    return _claim(claim, held, f"generic accuracy {points(g)} points, math {points(m)} points with the key heads "
+                  f"out{mean} (rule: generic within ±{100 * GENERIC_KEPT:.0f} points and math below it)"
                   + _items(pairs, [ko[0]], table.generic() + table.math()))
 
 

@@ -36,7 +36,8 @@ def _facts(run: RunFolder, items: list[dict]) -> list[str]:
                      + heads_text(keys.get("heads", [])[:12]))
     if isinstance(ko, dict) and ko.get("key_heads"):
         k = ko["key_heads"]
-        facts.append(f"knocking them out: accuracy {pct(k.get('accuracy_before'))} → {pct(k.get('accuracy_after'))} "
+        facts.append(f"knocking them out ({ko.get('mean_mode')} mean): accuracy {pct(k.get('accuracy_before'))} → "
+                     f"{pct(k.get('accuracy_after'))} "
                      f"({signed_pct(k.get('relative_change'))})")
     held = [f["held"] for f in items]
     facts.append(f"claims: {held.count(True)} held, {held.count(False)} not held, {held.count(None)} not tested")

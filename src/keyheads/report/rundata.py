@@ -38,6 +38,15 @@ def main_precise(runs: dict[str, dict]) -> str | None:
     return names[0] if names else None
 
 
+def knockout_mean(info: dict) -> str | None:
+    """The mean a knockout row of the eval table used, "aligned" or "global" (keyheads.knockout); None when
+    its results do not say. Files written before the mean had a name recorded "mode", always "global"."""
+    ko = info.get("knockout") or {}
+    options = (info.get("variant") or {}).get("options") or {}
+    mean = ko.get("mean") or ko.get("mode") or options.get("mean")
+    return str(mean) if mean else None
+
+
 def first_of(runs: dict[str, dict], method: str) -> str | None:
     return next((k for k, v in runs.items() if v.get("method") == method), None)
 
@@ -49,6 +58,11 @@ class EvalRow:
     benchmarks: dict[str, dict]                  # name -> {"accuracy", "ci95", "n", ...}
     run: str | None = None                       # the finetune/<run> folder of an adapter row
     info: dict = field(default_factory=dict)
+
+    @property
+    def mean(self) -> str | None:
+        """A knockout row's mean ("aligned" or "global"), when its results say."""
+        return knockout_mean(self.info) if self.kind == "knockout" else None
 
     def acc(self, benchmark: str) -> float | None:
         value = (self.benchmarks.get(benchmark) or {}).get("accuracy")

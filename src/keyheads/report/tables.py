@@ -50,7 +50,7 @@ def table1(t: EvalTable, runs: dict[str, dict]) -> Markup:
     rows = []
     for r in t.rows:
         info = runs.get(r.run) if r.run else None
-        kind = r.kind + (f" ({r.run})" if r.run else "")
+        kind = r.kind + (f" ({r.run})" if r.run else "") + (f" ({r.mean} mean)" if r.mean else "")
         row = [r.label, kind, _speed(info), _params(info)]
         for b in t.benchmarks:
             row += _acc(r, t.base, b)
@@ -77,7 +77,8 @@ def item_by_item(run: RunFolder, t: EvalTable) -> Markup:
         if r is t.base or not any((r.label, b) in pairs for b in benches):
             continue
         tests = [pairs.get((r.label, b)) for b in benches]
-        rows.append([r.label] + [cell(x.p_holm, x.cell()) if x else cell(None) for x in tests])
+        named = r.label if not r.mean or f"{r.mean} mean" in r.label else f"{r.label} ({r.mean} mean)"
+        rows.append([named] + [cell(x.p_holm, x.cell()) if x else cell(None) for x in tests])
     for name, seeds in seed_sets([r for r in t.rows if r is not t.base]):
         spreads = [delta_band(t, seeds, [b]) for b in benches]
         rows.append([f"{name}: {len(seeds)} seeds"] + [cell(s.mean, s.text()) if s else cell(None) for s in spreads])
