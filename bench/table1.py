@@ -119,7 +119,9 @@ def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, s
     never evaluated)."""
     from keyheads.pipeline import eval_labels, key_heads
 
-    labels = eval_labels(config["model"], len(key_heads(run).heads), config["variants"])
+    # a run from before eval.knockout_mean named no mean in its labels
+    labels = eval_labels(config["model"], len(key_heads(run).heads), config["variants"],
+                         config["eval"].get("knockout_mean", "aligned"))
     kinds = ["model", "knockout"] + ["adapter"] * len(config["variants"])
     names = [None, None] + list(config["variants"])
     rows, missing = [], []
@@ -177,7 +179,11 @@ def main() -> None:
     if missing:
         lines.append("- **incomplete**: the eval stage stopped before these rows: " + "; ".join(
             f"{label} (trained: {_trained(runs.get(name))})" for label, name in missing))
-    lines += ["", "**Table 1** (95% Wilson intervals; Δ in points from the base row)", ""]
+    # which mean the knockout row used: its results say; a run from before eval.knockout_mean used the global one
+    ko_mean = next((r.mean for r in table1 if r.mean), None) or config["eval"].get("knockout_mean", "global")
+    lines += ["", "**Table 1** (95% Wilson intervals; Δ in points from the base row"
+              + (f"; the knockout row used the {ko_mean} mean" if any(r.kind == "knockout" for r in table1) else "")
+              + ")", ""]
     lines += markdown_table(t, table1, runs)
     lines += ["", "**Table 2**: precise SFT by what it tunes", ""] + markdown_table(t, precise, runs)
     pairs, family = paired_table(folder, t)
