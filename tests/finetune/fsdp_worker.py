@@ -3,7 +3,8 @@
     python -m torch.distributed.run --standalone --nproc_per_node 2 fsdp_worker.py SPEC.json RESULTS
 
 SPEC.json holds the examples and a list of runs: {name, family, components (or null), config, out,
-crash_at (optional)}. For each run every process trains a fresh tiny model through `finetune` with
+crash_at (optional), folder (optional)}. For each run every process trains a fresh tiny model (or the one
+saved in `folder`, loaded as `keyheads finetune` loads it) through `finetune` with
 config.parallel "fsdp" into OUT and writes RESULTS/NAME/rank{r}.json: the losses, and the bytes of
 frozen parameters this process holds against the whole model's. With crash_at S, rank 1 (or rank 0
 when alone) raises while fetching step S's batch, and the launcher ends the run: a killed run.
@@ -22,6 +23,7 @@ def main(spec_path: str, results: str) -> None:
     from torch.distributed.tensor import DTensor
 
     import keyheads.finetune.train as train_mod
+    from keyheads import models
     from keyheads.components import Components
     from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.data import Example
@@ -36,7 +38,10 @@ def main(spec_path: str, results: str) -> None:
     for run in spec["runs"]:
         cfg = FinetuneSettings.from_json(run["config"])
         components = Components.from_json(run["components"]) if run["components"] else None
-        model = tiny_model(run["family"], seed=0)
+        if run.get("folder"):  # as `keyheads finetune --parallel fsdp` loads: no weights until sharded
+            model, _ = models.load_placed(run["folder"], "cpu", "float32", sharded=True)
+        else:
+            model = tiny_model(run["family"], seed=0)
         frozen_whole = sum(p.numel() * p.element_size() for p in model.hf.parameters())
         crash_at = run.get("crash_at")
 

@@ -1,5 +1,6 @@
 """FSDP2 on two CPU processes (gloo, torchrun) trains what one plain process trains, for every method,
-on a family with grouped K/V heads (llama) and one without (gpt_neox, fused QKV); each process
+on a family with grouped K/V heads (llama) and one without (gpt_neox, fused QKV), from a model folder whose
+weights each process reads only its own shards of, and from a model given whole in memory; each process
 holds about half the frozen weights; a run killed mid-way resumes, on two processes or on one, to the
 uninterrupted result; what it writes loads with plain transformers / PEFT."""
 import json
@@ -58,9 +59,20 @@ def launch(spec: dict, root: Path, name: str, processes: int = 2) -> subprocess.
                           text=True, timeout=240)
 
 
-def run_spec(name, family, method, components, cfg: FinetuneSettings, out: Path, crash_at=None) -> dict:
+def run_spec(name, family, method, components, cfg: FinetuneSettings, out: Path, crash_at=None,
+             folder: Path | None = None) -> dict:
     return {"name": name, "family": family, "components": components.to_json() if components else None,
-            "config": cfg.to_json(), "out": str(out), "crash_at": crash_at}
+            "config": cfg.to_json(), "out": str(out), "crash_at": crash_at, "folder": str(folder) if folder else None}
+
+
+def saved(family: str, root: Path) -> Path:
+    """The tiny model of `family` as a model folder (safetensors), as a user's model comes."""
+    folder = root / "models" / family
+    if not folder.is_dir():
+        model = tiny_model(family, seed=0)
+        model.hf.save_pretrained(folder)
+        model.tokenizer.save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -68,22 +80,28 @@ def fsdp(examples, tmp_path_factory):
     """Every method on both families, and a killed run resumed on two processes and on one."""
     root = tmp_path_factory.mktemp("fsdp")
     exs = [{"prompt": e.prompt, "completion": e.completion} for e in examples]
+    # every method on both families from a model folder: each process reads only its own shards (models.sharded)
     runs = [run_spec(f"{family}-{name}", family, method, comp, config(family, method=method, parallel="fsdp", **BASE),
-                     root / "out" / f"{family}-{name}")
+                     root / "out" / f"{family}-{name}", folder=saved(family, root))
             for family in FAMILIES for name, (method, comp) in RUNS.items()]
+    # and a model given whole, in memory (the Python API)
+    runs.append(run_spec("in-memory", "llama", "precise", HEADS, config(method="precise", parallel="fsdp", **BASE),
+                         root / "out" / "in-memory"))
     killed = config(method="precise", parallel="fsdp", **KILLED)
-    runs.append(run_spec("uninterrupted", "llama", "precise", HEADS, killed, root / "out" / "uninterrupted"))
+    llama = saved("llama", root)
+    runs.append(run_spec("uninterrupted", "llama", "precise", HEADS, killed, root / "out" / "uninterrupted",
+                         folder=llama))
     proc = launch({"examples": exs, "runs": runs}, root, "all")
     assert proc.returncode == 0, f"workers failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
 
-    kill = run_spec("killed", "llama", "precise", HEADS, killed, root / "out" / "killed", crash_at=3)
+    kill = run_spec("killed", "llama", "precise", HEADS, killed, root / "out" / "killed", crash_at=3, folder=llama)
     proc = launch({"examples": exs, "runs": [kill]}, root, "kill")
     assert proc.returncode != 0 and "simulated kill at step 3" in proc.stderr + proc.stdout
     shutil.copytree(root / "out" / "killed", root / "out" / "killed-on-one")
     shutil.copytree(root / "out" / "killed" / "checkpoint", root / "killed-checkpoint")  # gone once resumed runs end
     resumed = []
     for name, processes in (("killed", 2), ("killed-on-one", 1)):
-        spec = run_spec(name, "llama", "precise", HEADS, killed, root / "out" / name)
+        spec = run_spec(name, "llama", "precise", HEADS, killed, root / "out" / name, folder=llama)
         proc = launch({"examples": exs, "runs": [spec]}, root, f"resume-{name}", processes)
         assert proc.returncode == 0, f"resume failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
         resumed.append(proc.stdout + proc.stderr)
@@ -139,6 +157,15 @@ def test_two_fsdp_processes_train_what_one_plain_process_trains(fsdp, examples, 
         loaded = AutoModelForCausalLM.from_pretrained(out / "model")
         assert worst(dict(loaded.named_parameters()), trained(model)) < 1e-5
         assert worst(dict(loaded.named_parameters()), trained(tiny_model(family, seed=0))) > 1e-3
+
+
+def test_a_model_given_whole_trains_as_one_read_shard_by_shard(fsdp):
+    root, _ = fsdp
+    whole, read = facts(root, "in-memory"), facts(root, "llama-precise+mlp")
+    for a, b in zip(whole, read, strict=True):
+        assert a["losses"] == pytest.approx(b["losses"], abs=1e-6)
+    assert worst(load_file(str(root / "out" / "in-memory" / ADAPTER)),
+                 load_file(str(root / "out" / "llama-precise+mlp" / ADAPTER))) < 1e-6
 
 
 @pytest.mark.parametrize("family", FAMILIES)

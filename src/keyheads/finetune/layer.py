@@ -47,7 +47,10 @@ class _SliceDelta(nn.Module):
         device, dtype = module.weight.device, delta_dtype(module)
         d_in, d_out = in_out(module)
         self.layer = layer
-        self.register_buffer("index", torch.tensor(index, dtype=torch.long, device=device))
+        # On a model without its weights yet (meta, read after FSDP2 shards it: models.sharded) the weight and
+        # bias are zeros to be made and `base` is filled from the read weight, but the index must stay known.
+        where = "cpu" if device.type == "meta" else device
+        self.register_buffer("index", torch.tensor(index, dtype=torch.long, device=where))
         self.weight = nn.Parameter(torch.zeros(self.shape(len(index), d_in, d_out), device=device, dtype=dtype))
         has_bias = self.trains_bias and getattr(module, "bias", None) is not None
         self.bias = nn.Parameter(torch.zeros(len(index), device=device, dtype=dtype)) if has_bias else None

@@ -6,6 +6,7 @@ W0 + delta) and the tensors an adapter file stores.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -77,6 +78,7 @@ class Tuned:
     components: Components = field(default_factory=Components)
     deltas: dict[str, nn.Module] = field(default_factory=dict)
     kv: str = "group"
+    seed: int = 0  # LoRA's factors' (lora_factors)
 
     # ---- parameters --------------------------------------------------------------------------
     def named_trainable(self) -> list[tuple[str, nn.Parameter]]:
@@ -193,11 +195,30 @@ def lora(model: HookedModel, rank: int, alpha: float | None = None, seed: int = 
     except ImportError as err:
         raise MissingPackage("LoRA needs peft: pip install 'peft>=0.13' (or keyheads[finetune])") from err
     model.hf.requires_grad_(False)
-    torch.manual_seed(seed)
     config = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank, lora_dropout=0.0,
                         target_modules=attention_module_names(model), fan_in_fan_out=model.family.conv1d,
                         bias="none")
-    return Tuned(model, "lora", get_peft_model(model.hf, config))
+    module = get_peft_model(model.hf, config)
+    if not any(p.is_meta for p in module.parameters()):  # else FSDP.prepare sets them, once sharded
+        with torch.no_grad():
+            for name, value in lora_factors(module, seed).items():
+                module.get_parameter(name).copy_(value)
+    return Tuned(model, "lora", module, seed=seed)
+
+
+def lora_factors(module: nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """LoRA's starting factors, whole, from `seed` alone: A as PEFT draws it (Kaiming-uniform, a=sqrt(5)),
+    B zero. Drawn here in a fixed order with their own generator, so that a model loaded whole and one whose
+    weights are read after sharding (meta factors until then) start from the same values."""
+    generator = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, p in module.named_parameters():
+        if ".lora_A." in name:
+            out[name] = nn.init.kaiming_uniform_(torch.empty(p.shape, dtype=p.dtype), a=math.sqrt(5),
+                                                 generator=generator)
+        elif ".lora_B." in name:
+            out[name] = torch.zeros(p.shape, dtype=p.dtype)
+    return out
 
 
 def make_trainable(model: HookedModel, cfg: FinetuneSettings, components: Components | None = None) -> Tuned:

@@ -27,8 +27,10 @@ from torch.distributed.tensor import distribute_tensor
 from .. import distributed
 from ..errors import SettingError
 from ..models.loading import place
+from ..models.sharded import is_meta, materialize, read_own_shards
 from .config import FinetuneSettings
-from .model import Tuned, local
+from .layer import ATTR, is_conv1d
+from .model import Tuned, local, lora_factors, whole
 from .protocol import Parallel
 
 
@@ -109,11 +111,36 @@ class FSDP:
         for layer in tuned.model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=self.mp, offload_policy=policy)
         fully_shard(hf, mesh=mesh, mp_policy=self.mp, offload_policy=policy)
+        if any(is_meta(p) for p in tuned.module.parameters()):  # loaded without its weights: read them now
+            self._read_weights(tuned, mesh)
         for delta in tuned.deltas.values():
             # decay_deltas works shard by shard: keep only this shard's entries of W0, where the shard lives
             shard = distribute_tensor(delta.base.to(self.device), mesh, delta.weight.placements).to_local()
             delta.base = shard.to(local(delta.weight).device)
         return tuned.module
+
+    def _read_weights(self, tuned: Tuned, mesh) -> None:
+        """Each process reads its own shards of the model's weights (models.sharded) and makes what training
+        adds: zero deltas and their W0 entries, or LoRA's seeded factors."""
+        # CPU offload keeps the shards in host memory; FSDP2 moves a layer to the GPU for its own passes
+        empty = materialize(tuned.module, torch.device("cpu") if self.offload else self.device)
+        added = {name for name in empty if ATTR in name or ".lora_" in name}
+        root = next(name for name, m in tuned.module.named_modules() if m is tuned.model.hf)  # PEFT wraps it
+        prefix = f"{root}." if root else ""
+        read_own_shards(tuned.model.hf, tuned.model.source, {n.removeprefix(prefix) for n in empty - added})
+        factors = lora_factors(tuned.module, tuned.seed) if tuned.method == "lora" else {}
+        trained = dict(tuned.module.named_parameters())
+        with torch.no_grad():
+            for name in sorted(added & trained.keys()):
+                p = trained[name]
+                if name in factors:
+                    local(p).copy_(distribute_tensor(factors[name], mesh, p.placements).to_local())
+                else:  # a delta's weight or bias: zero at the start
+                    local(p).zero_()
+            for key, delta in tuned.deltas.items():  # W0's trained entries, one projection gathered at a time
+                projection = tuned.projection(key)
+                w0 = whole(projection.weight)
+                delta.base = delta.entries(w0.T if is_conv1d(projection) else w0).to(delta.weight.dtype)
 
     def micro_step(self, module: nn.Module, last: bool) -> AbstractContextManager:
         """Gradients are reduce-scattered after every micro-batch: FSDP keeps only the shard of a gradient,

@@ -13,6 +13,7 @@ from ..components import Components
 from ..io import read_json, write_json
 from ..log import logger
 from ..models.fingerprint import base_fingerprint
+from ..models.loading import place
 from ..models.model import HookedModel
 from ..provenance import versions
 from .adapter import INFO, save_adapter
@@ -67,8 +68,9 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
     data = tokenize(model.tokenizer, examples, cfg.max_length)
     total_params = sum(p.numel() for p in model.hf.parameters())
     tuned = make_trainable(model, cfg, components)
-    par = make_parallel(cfg.parallel, torch.device(device or model.device), compute_dtype or model.dtype,
-                        cfg.offload, accelerator)
+    if device is None:  # where the model is; a model whose weights are still to be read computes where place says
+        device = model.device if model.device.type != "meta" else place(sharded=True).run_on
+    par = make_parallel(cfg.parallel, torch.device(device), compute_dtype or model.dtype, cfg.offload, accelerator)
     t0 = time.perf_counter()
     result = train(tuned, data, cfg, out, meta, parallel=par, progress=progress)
     info = {**meta, "config": cfg.to_json(), "kv": cfg.kv if cfg.method == "precise" else None,

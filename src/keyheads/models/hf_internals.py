@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from transformers import AttentionInterface
 from transformers.cache_utils import DynamicLayer
+from transformers.conversion_mapping import get_model_conversion_mapping
+from transformers.core_model_loading import WeightRenaming, apply_renamings
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
@@ -278,3 +280,14 @@ def cache_tensors(cache) -> tuple[list, list]:
     keys = [getattr(layer, "keys", None) for layer in cache.layers]
     values = [getattr(layer, "values", None) for layer in cache.layers]
     return keys, values
+
+
+# ---- the names a model's tensors have in its weights files ------------------------------------
+
+def names_in_files(model: nn.Module, stored: set[str]) -> dict[str, str]:
+    """Model tensor name -> its name among `stored` (the files' names), by the renamings transformers applies
+    when it loads the files (GPT-NeoX's embed_out is the model's lm_head, legacy gamma/beta, ...). A name
+    that one of transformers' converting transforms (fused or split tensors) makes is absent."""
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    return {apply_renamings(key, renamings): key for key in stored}

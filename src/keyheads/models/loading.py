@@ -26,6 +26,7 @@ from ..settings import check_dtype, parse_max_memory
 from .bundled import BUNDLED, DEFAULT_MODEL
 from .families import family_for
 from .model import HookedModel
+from .sharded import has_safetensors, skeleton
 
 MANIFEST = "keyheads-manifest.json"
 
@@ -237,13 +238,29 @@ def load_placed(name_or_path: str, device: str | None = None, dtype: str | None 
                 sharded: bool = False) -> tuple[HookedModel, Placement]:
     """The one way every command and stage loads its model: placed by `place`, in `dtype` (default: as
     load_model chooses for where it computes: bfloat16 on a GPU, float32 on the CPU). Returns the model and
-    where it computes."""
+    where it computes. A model that FSDP2 will shard (`sharded`) comes without its weights when they are
+    safetensors files: FSDP2 shards it first, then each process reads only its own shards (finetune's FSDP)."""
     where = place(device, sharded)
     if dtype is None and where.load_on != where.run_on:  # loaded on the host to be sharded over GPUs
         dtype = "bfloat16"
+    if sharded:
+        kind, location = _resolve(name_or_path)
+        if kind == "folder" and has_safetensors(location):
+            return load_skeleton(name_or_path, location, dtype or "float32", where.run_on), where
+        logger.warning("%s is not a folder of safetensors files: every process loads the whole model before FSDP2 "
+                       "shards it (save it with save_pretrained to load only each process's shards)", name_or_path)
     model = load_model(name_or_path, device=where.load_on, dtype=dtype, max_memory=max_memory,
                        offload_folder=offload_folder)
     return model, where
+
+
+def load_skeleton(name: str, folder: str, dtype: str | torch.dtype, run_on: str) -> HookedModel:
+    """The model of `folder` without its weights (parameters on the meta device), for FSDP2 to shard
+    before each process reads its own shards (keyheads.models.sharded)."""
+    if isinstance(dtype, str):
+        dtype = getattr(torch, check_dtype(dtype, device=run_on))
+    family_for(AutoConfig.from_pretrained(folder).model_type)  # fail early, naming the supported families
+    return HookedModel(skeleton(folder, dtype), load_tokenizer(folder), name=name, source=folder)
 
 
 def _one_line(err: BaseException) -> str:

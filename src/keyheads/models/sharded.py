@@ -1,0 +1,87 @@
+"""A model that FSDP2 shards before any weight is read, so that no process ever holds the whole model.
+
+    model = skeleton(folder, dtype)           # modules only: every parameter on the meta device
+    ...                                        # make it trainable (deltas, LoRA factors), fully_shard it
+    restore = materialize(module, device)      # memory for this process's own shards only
+    read_own_shards(model.hf, folder)          # each process reads only its own slices of the files
+
+`keyheads finetune --parallel fsdp` and the run's fine-tuning stage load this way (models.load_placed with
+sharded=True). Buffers (the rotary tables) are computed as usual when the skeleton is built: they are small
+and not in the weights files. The reading is torch.distributed.checkpoint's Hugging Face reader, which reads
+each requested slice through safetensors' get_slice and copies it into the shard, converting the dtype: a
+process reads 1/world of every tensor, never a whole one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from accelerate import init_empty_weights
+from torch import nn
+from torch.distributed import checkpoint as dcp
+from torch.distributed.tensor import DTensor
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from ..errors import BadFile
+from .hf_internals import names_in_files
+
+PEFT_BASE = ".base_layer"  # PEFT's LoRA layers keep the wrapped projection under this name
+
+
+def has_safetensors(folder: str | Path) -> bool:
+    return Path(folder).is_dir() and any(Path(folder).glob("*.safetensors"))
+
+
+def skeleton(folder: str | Path, dtype: torch.dtype) -> nn.Module:
+    """The model of `folder` with its parameters on the meta device (no memory, no weight read) and its
+    buffers computed on the CPU."""
+    config = AutoConfig.from_pretrained(str(folder))
+    with init_empty_weights(include_buffers=False):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+def is_meta(tensor: torch.Tensor) -> bool:
+    return (tensor.to_local() if isinstance(tensor, DTensor) else tensor).device.type == "meta"
+
+
+def materialize(module: nn.Module, device: torch.device) -> set[str]:
+    """Give every meta tensor of a (sharded) module memory on `device`, uninitialised, and return their
+    names; the tensors that were real already (buffers, and anything made before sharding) keep their
+    values."""
+    tensors = [*module.named_parameters(), *module.named_buffers()]
+    empty = {name for name, t in tensors if is_meta(t)}
+    keep = {name: (t.to_local() if isinstance(t, DTensor) else t).detach().clone()
+            for name, t in [*module.named_parameters(), *module.named_buffers()] if not is_meta(t)}
+    module.to_empty(device=device)  # FSDP2's way: a sharded parameter gets its local shard only
+    with torch.no_grad():
+        for name, t in [*module.named_parameters(), *module.named_buffers()]:
+            if name in keep:
+                (t.to_local() if isinstance(t, DTensor) else t).copy_(keep[name])
+    return empty
+
+
+def without_peft(name: str) -> str:
+    """A tensor's name in the model that PEFT wrapped."""
+    return name.replace(PEFT_BASE, "")
+
+
+def read_own_shards(hf: nn.Module, folder: str | Path, names: set[str]) -> None:
+    """Fill the tensors `names` of `hf` (after materialize) from the safetensors files of `folder`; under
+    FSDP2 each process reads only the slices of its own shards. A tensor that the files do not have is an
+    error, except a tied unembedding (it is the embedding)."""
+    reader = dcp.HuggingFaceStorageReader(str(folder))
+    # transformers finds its renamings by the model's class, which fully_shard has replaced: ask a fresh skeleton
+    stored = names_in_files(skeleton(folder, torch.float32), set(reader.read_metadata().state_dict_metadata))
+    tied = {id(p) for p in [getattr(hf.get_input_embeddings(), "weight", None)] if p is not None}
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in hf.state_dict(keep_vars=True).items():
+        if name not in names:
+            continue
+        key = without_peft(name)
+        if key in stored:
+            state[stored[key]] = tensor.data if isinstance(tensor, nn.Parameter) else tensor
+        elif id(tensor) not in tied:
+            raise BadFile(f"{folder}: the weights files have no tensor {key!r}, which this model needs; they are "
+                          "not this model's, or transformers renames their keys on loading: train without "
+                          "--parallel fsdp, or save the model again with save_pretrained")
+    dcp.load(state, storage_reader=reader)
