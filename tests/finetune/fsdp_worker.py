@@ -3,19 +3,39 @@
     python -m torch.distributed.run --standalone --nproc_per_node 2 fsdp_worker.py SPEC.json RESULTS
 
 SPEC.json holds the examples and a list of runs: {name, family, components (or null), config, out,
-crash_at (optional), folder (optional)}. For each run every process trains a fresh tiny model (or the one
-saved in `folder`, loaded as `keyheads finetune` loads it) through `finetune` with
-config.parallel "fsdp" into OUT and writes RESULTS/NAME/rank{r}.json: the losses, and the bytes of
-frozen parameters this process holds against the whole model's. With crash_at S, rank 1 (or rank 0
-when alone) raises while fetching step S's batch, and the launcher ends the run: a killed run.
+crash_at, folder, whole, dtype (the last four optional)}. For each run every process trains a fresh tiny
+model (or the one saved in `folder`, loaded as `keyheads finetune` loads it, or loaded whole) through
+`finetune` with config.parallel "fsdp" into OUT and writes RESULTS/NAME/rank{r}.json: the losses, the bytes
+of frozen parameters this process holds against the whole model's, and the peak of its anonymous resident
+memory before loading and at the end (meaningful for the first run of a launch: a peak never falls). With
+crash_at S, rank 1 (or rank 0 when alone) raises while fetching step S's batch, and the launcher ends the
+run: a killed run.
 """
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
 
 torch.set_num_threads(1)
+ANON_PEAK = [0]
+
+
+def anonymous_bytes() -> int:
+    """This process's resident anonymous memory (what it allocated; not the weights files' pages it maps)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def watch_memory() -> None:
+    """The kernel keeps no peak of anonymous memory alone: sample it every millisecond."""
+    while True:
+        ANON_PEAK[0] = max(ANON_PEAK[0], anonymous_bytes())
+        time.sleep(0.001)
 
 
 def main(spec_path: str, results: str) -> None:
@@ -32,14 +52,21 @@ def main(spec_path: str, results: str) -> None:
     from keyheads.testing import tiny_model
 
     configure()  # the "resuming from ..." note on stderr
+    if Path("/proc/self/status").is_file():
+        ANON_PEAK[0] = anonymous_bytes()
+        threading.Thread(target=watch_memory, daemon=True).start()
     spec = json.loads(Path(spec_path).read_text())
     examples = [Example(**e) for e in spec["examples"]]
     real_batch = train_mod.batch_indices
     for run in spec["runs"]:
         cfg = FinetuneSettings.from_json(run["config"])
         components = Components.from_json(run["components"]) if run["components"] else None
-        if run.get("folder"):  # as `keyheads finetune --parallel fsdp` loads: no weights until sharded
-            model, _ = models.load_placed(run["folder"], "cpu", "float32", sharded=True)
+        anon_before = ANON_PEAK[0]  # the runtime, before any model
+        dtype = run.get("dtype", "float32")
+        if run.get("whole"):  # the model loaded whole by every process, then sharded (the way before models.sharded)
+            model, _ = models.load_placed(run["folder"], "cpu", dtype)
+        elif run.get("folder"):  # as `keyheads finetune --parallel fsdp` loads: no weights until sharded
+            model, _ = models.load_placed(run["folder"], "cpu", dtype, sharded=True)
         else:
             model = tiny_model(run["family"], seed=0)
         frozen_whole = sum(p.numel() * p.element_size() for p in model.hf.parameters())
@@ -61,7 +88,8 @@ def main(spec_path: str, results: str) -> None:
         facts = {"rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
                  "losses": info["train"]["losses"], "parallel": info["train"]["parallel"],
                  "frozen_bytes_here": frozen_here, "frozen_bytes_all": frozen_all, "model_bytes": frozen_whole,
-                 "sharded": all(isinstance(p, DTensor) for p in model.hf.parameters())}
+                 "sharded": all(isinstance(p, DTensor) for p in model.hf.parameters()),
+                 "anon_before_load": anon_before, "anon_peak": ANON_PEAK[0]}
         folder = Path(results) / run["name"]
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"rank{rank}.json").write_text(json.dumps(facts, indent=2))
