@@ -413,3 +413,46 @@ def cached(path, label=None) -> list[str]:
     rows = read_rows(path)
     return sorted(json.dumps({k: v for k, v in r.items() if k not in ("key", "variant")}, sort_keys=True)
                   for r in rows if label is None or r["variant"] == label)
+
+
+def test_the_finetune_stage_loads_as_keyheads_finetune_and_holds_no_analysis_model(run, tiny_data,  # noqa: F811
+                                                                                  monkeypatch):
+    """The run's training loads its model through the call `keyheads finetune` makes, with the same placement,
+    and the analysis model is let go first: a process never holds the model twice."""
+    import gc
+    import weakref
+
+    from keyheads import models
+    from keyheads.cli import main
+
+    monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
+    loads, alive_at_training = [], []
+    real = models.load_placed
+
+    def recorded(name, device=None, dtype=None, **kw):
+        gc.collect()
+        alive_at_training.append([ref() is not None for ref in loaded])
+        loads.append((name, device, dtype, kw.get("sharded", False)))
+        model, where = real(name, device, dtype, **kw)
+        loaded.append(weakref.ref(model))
+        return model, where
+
+    loaded: list = []
+    monkeypatch.setattr(models, "load_placed", recorded)
+    folder = run.parent / "model"  # a model folder, which FSDP2 training reads shard by shard
+    saved = tiny_model("llama")
+    saved.hf.save_pretrained(folder)
+    saved.tokenizer.save_pretrained(folder)
+    cfg = config(run, tiny_data, model=str(folder), eval=dict(benchmarks=[]), finetune=dict(parallel="fsdp"))
+    run_pipeline(cfg, stages=["data", "identify", "finetune"])
+    assert len(loads) == 2  # the analysis model, then the training copy
+    assert alive_at_training[1] == [False]  # the analysis model was gone when training loaded its copy
+    trained = json.loads((run / "finetune" / "precise" / "finetune.json").read_text())
+    assert trained["train"]["parallel"] == "fsdp" and len(trained["train"]["losses"]) == 2
+    # the same call `keyheads finetune --parallel fsdp` makes
+    seen = []
+    monkeypatch.setattr(models, "load_placed", lambda *a, **k: seen.append((*a, k.get("sharded"))) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        main(["finetune", "--model", cfg.model, "--parallel", "fsdp", "--train", cfg.finetune.train,
+              "--out", str(run.parent / "ft"), "--heads", "0.0"])
+    assert seen == [loads[1]]

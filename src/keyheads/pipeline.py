@@ -15,6 +15,7 @@ stages run on the main process while the rest wait, and only the main process wr
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Callable
 from functools import cache
@@ -62,9 +63,11 @@ def key_heads(folder: RunFolder | Path) -> Components:
     return Components.read_key_heads(RunFolder.of(folder).key_heads)
 
 
-def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress: bool = True) -> list[Stage]:
-    """Every stage of `cfg` in order; `get_model()` loads the model on first use. A stage's signature is
-    the settings its step is given, whole, and what the whole run shares (the model)."""
+def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress: bool = True,
+                 release_model: Callable[[], None] = lambda: None) -> list[Stage]:
+    """Every stage of `cfg` in order; `get_model()` loads the analysis model on first use and `release_model()`
+    lets it go. A stage's signature is the settings its step is given, whole, and what the whole run shares
+    (the model)."""
     run = RunFolder.of(folder)
     model_key = {"model": cfg.model, "dtype": cfg.dtype}
     seeded = {**model_key, "seed": cfg.seed}
@@ -94,7 +97,8 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
         inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []
 
         def train_variant(v: str = variant) -> str:
-            return _finetune(cfg, run, get_model(), v, progress)
+            release_model()  # training loads its own copy: the analysis model is not held beside it
+            return _finetune(cfg, run, v, progress)
 
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
                             [RunFolder.finetune_rel(variant)], train_variant, spread=True))
@@ -139,9 +143,14 @@ def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str |
         model = _load(cfg)
         if distributed.is_main():
             say(str(model))
+            _write_model_info(run, model)
         return model
 
-    plan = build_stages(cfg, run, get_model, progress)
+    def release_model() -> None:
+        get_model.cache_clear()
+        gc.collect()
+
+    plan = build_stages(cfg, run, get_model, progress, release_model)
     selected = check_selection(stages, start, plan)
     _check_processes(cfg, plan, selected)
 
@@ -149,17 +158,11 @@ def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str |
         run.root.mkdir(parents=True, exist_ok=True)
         write_json(run.config, cfg.to_json())  # the effective config, flags and defaults included
 
-    def end() -> None:
-        if get_model.cache_info().currsize:  # the main process loaded it
-            _write_model_info(run, get_model())
-
     runner = Runner(run.root, selected, force, say=say)
     with _main_prints():
         distributed.on_main(begin, "writing config.json")
         for stage in plan:
             runner(stage)
-        if runner.ran:
-            distributed.on_main(end, "writing model.json")
         report = run.report
         if distributed.is_main():
             say(f"done; ran {', '.join(runner.ran) or 'nothing (every stage up to date)'}; report: {report}")
@@ -257,16 +260,16 @@ def variant_components(variant: str, folder: RunFolder | Path, model, cfg: RunSe
     return chosen
 
 
-def _finetune(cfg: RunSettings, run: RunFolder, model, variant: str, progress: bool = True) -> str:
+def _finetune(cfg: RunSettings, run: RunFolder, variant: str, progress: bool = True) -> str:
     method: Literal["precise", "full", "lora"] = (
         "precise" if variant.startswith(("precise", "random")) else "full" if variant == "full" else "lora")
     examples = load_examples(cfg.finetune.train, data_dir=_data_dir(cfg), seed=cfg.seed)
     ft = cfg.finetune.recipe(method, cfg.seed)
-    components = variant_components(variant, run, model, cfg) if method == "precise" else None
     # training changes weights in place, so it gets its own copy of the model, loaded and placed as
-    # `keyheads finetune` places it (under FSDP2 on GPUs: into host memory, then sharded)
-    private, where = models.load_placed(cfg.model, cfg.device, cfg.dtype, sharded=ft.parallel == "fsdp")
-    info = finetune(private, examples, ft, run.finetune(variant), components, data_name=cfg.finetune.train,
+    # `keyheads finetune` places it (under FSDP2: no weights until sharded, then each process reads its own)
+    model, where = models.load_placed(cfg.model, cfg.device, cfg.dtype, sharded=ft.parallel == "fsdp")
+    components = variant_components(variant, run, model, cfg) if method == "precise" else None
+    info = finetune(model, examples, ft, run.finetune(variant), components, data_name=cfg.finetune.train,
                     progress=progress, device=where.run_on)
     return describe_training(info)
 
