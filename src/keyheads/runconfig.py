@@ -57,11 +57,15 @@ class RunSettings(DeviceSettings):
         "fine-tuning variants trained after the analysis: precise (the key heads), precise@K (the top K heads by "
         "effect), +mlp or +mlpM after either (also the top finetune.mlps or M MLPs), random or random@K (as "
         "many / K seeded random heads: the control), full, lora"))
-    data: PairSettings = Field(default_factory=lambda: PairSettings(n=300, few_shot=3, single_token_answer=True,
+    # the paper's data (its appendix A): zero-shot, answers scored by their first token (A and B in 1..9, so C
+    # spans one or two digits), only the pairs the model answers correctly
+    data: PairSettings = Field(default_factory=lambda: PairSettings(n=300, few_shot=0, single_token_answer=False,
                                                                 keep_correct=True),
-                             description="the prompt pairs (`keyheads data`)")
+                             description="the prompt pairs (`keyheads data`): by default the paper's, zero-shot, "
+                                         "each answer scored by its first token")
     patch: PatchSettings = Field(default_factory=lambda: PatchSettings(top_k=10),
-                               description="patching and the key heads (`keyheads patch`)")
+                               description="patching and the key heads (`keyheads patch`); first_token follows "
+                                           "the data unless given: on, unless data.single_token_answer")
     knockout: KnockoutSettings = Field(default_factory=KnockoutSettings, description="knockout curves and transfer "
                                                                                      "(`keyheads knockout`)")
     attention: AttentionSettings = Field(default_factory=lambda: AttentionSettings(limit=300),
@@ -110,6 +114,15 @@ class RunSettings(DeviceSettings):
                     out[name] = {**section, "seed": seed}
                 elif section is None:
                     out[name] = {**TypeAdapter(type(default)).dump_python(default, by_alias=True), "seed": seed}
+        # patching scores the answer as the data does: its first token unless the data keeps one-token answers
+        given_patch = values.get("patch")
+        if not (isinstance(given_patch, dict) and "first_token" in given_patch):
+            data, patch = out.get("data"), out.get("patch")
+            single = data.get("single_token_answer") if isinstance(data, dict) else cls.model_fields[
+                "data"].get_default(call_default_factory=True).single_token_answer
+            patch = patch if isinstance(patch, dict) else TypeAdapter(PatchSettings).dump_python(
+                cls.model_fields["patch"].get_default(call_default_factory=True), by_alias=True)
+            out["patch"] = {**patch, "first_token": not single}
         return out
 
     @field_validator("out")
@@ -139,6 +152,10 @@ class RunSettings(DeviceSettings):
     @model_validator(mode="after")
     def _together(self):
         check_template_ids(self.data.templates, key="data.templates")
+        if not self.data.single_token_answer and not self.patch.first_token:
+            raise SettingError("patch.first_token", False, "cannot measure the multi-token answers the data keeps "
+                                                           "(data.single_token_answer false): leave patch.first_token "
+                                                           "out, or set data.single_token_answer: true")
         folder = data_dir_from(self.data_dir or None)
         need = [b for b in self.eval.benchmarks if b not in ARITH]  # the built-in sets are the only ones without data
         if need and not folder:

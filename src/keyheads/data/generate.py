@@ -132,6 +132,9 @@ class Generator:
         positions = {}
         for key in POSITION_KEYS:
             toks = span_tokens(offsets, *spans[key])
+            if not toks:  # the tokenizer gave this span no token of its own (dropped or merged characters)
+                self.rejected[f"{key} has no token"] += 1
+                return None
             if key in OPERANDS and self.config.single_token_operands:
                 s, e = spans[key]
                 if len(toks) != 1 or text[offsets[toks[0]][0]:offsets[toks[0]][1]].strip() != text[s:e]:
