@@ -65,11 +65,15 @@ def run_spec(name, family, method, components, cfg: FinetuneSettings, out: Path,
             "config": cfg.to_json(), "out": str(out), "crash_at": crash_at, "folder": str(folder) if folder else None}
 
 
-def saved(family: str, root: Path) -> Path:
-    """The tiny model of `family` as a model folder (safetensors), as a user's model comes."""
-    folder = root / "models" / family
+def saved(family: str, root: Path, tied: bool = False) -> Path:
+    """The tiny model of `family` as a model folder (safetensors), as a user's model comes; `tied`: with its
+    unembedding tied to the embedding (the files then hold the embedding alone)."""
+    folder = root / "models" / (family + ("-tied" if tied else ""))
     if not folder.is_dir():
         model = tiny_model(family, seed=0)
+        if tied:
+            model.hf.config.tie_word_embeddings = True
+            model.hf.tie_weights()
         model.hf.save_pretrained(folder)
         model.tokenizer.save_pretrained(folder)
     return folder
@@ -84,6 +88,9 @@ def fsdp(examples, tmp_path_factory):
     runs = [run_spec(f"{family}-{name}", family, method, comp, config(family, method=method, parallel="fsdp", **BASE),
                      root / "out" / f"{family}-{name}", folder=saved(family, root))
             for family in FAMILIES for name, (method, comp) in RUNS.items()]
+    # a tied unembedding (SmolLM2, Qwen, Gemma): the files hold only the embedding
+    runs.append(run_spec("tied", "llama", "full", None, config(method="full", parallel="fsdp", **BASE),
+                         root / "out" / "tied", folder=saved("llama", root, tied=True)))
     # and a model given whole, in memory (the Python API)
     runs.append(run_spec("in-memory", "llama", "precise", HEADS, config(method="precise", parallel="fsdp", **BASE),
                          root / "out" / "in-memory"))
@@ -166,6 +173,20 @@ def test_a_model_given_whole_trains_as_one_read_shard_by_shard(fsdp):
         assert a["losses"] == pytest.approx(b["losses"], abs=1e-6)
     assert worst(load_file(str(root / "out" / "in-memory" / ADAPTER)),
                  load_file(str(root / "out" / "llama-precise+mlp" / ADAPTER))) < 1e-6
+
+
+def test_a_tied_model_read_shard_by_shard_trains_as_loaded_whole(fsdp, examples, tmp_path):
+    root, _ = fsdp
+    from keyheads import models
+
+    model, _ = models.load_placed(str(saved("llama", root, tied=True)), "cpu", "float32")
+    assert model.hf.get_output_embeddings().weight is model.hf.get_input_embeddings().weight
+    info = finetune(model, examples, config(method="full", **BASE), tmp_path / "one", progress=False)
+    for f in facts(root, "tied"):
+        assert f["losses"] == pytest.approx(info["train"]["losses"], abs=1e-5)
+    loaded = AutoModelForCausalLM.from_pretrained(root / "out" / "tied" / "model")
+    assert loaded.get_output_embeddings().weight is loaded.get_input_embeddings().weight
+    assert worst(dict(loaded.named_parameters()), trained(model)) < 1e-5
 
 
 @pytest.mark.parametrize("family", FAMILIES)

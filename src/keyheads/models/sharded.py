@@ -37,7 +37,9 @@ def skeleton(folder: str | Path, dtype: torch.dtype) -> nn.Module:
     buffers computed on the CPU."""
     config = AutoConfig.from_pretrained(str(folder))
     with init_empty_weights(include_buffers=False):
-        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.tie_weights()  # a tied unembedding is the embedding (from_pretrained ties it when it loads)
+    return model
 
 
 def is_meta(tensor: torch.Tensor) -> bool:
