@@ -1,0 +1,139 @@
+"""Peak host memory per process of precise SFT under FSDP2 on two CPU processes: the model read shard by shard
+(keyheads.models.sharded, what `keyheads finetune --parallel fsdp` does) against the same job with the model
+loaded whole by every process first (the way before it).
+
+    python bench/fsdp_memory.py --model qwen2.5-coder-1.5b --dtype bfloat16    # writes its RESULTS section
+
+Each way is one `torch.distributed.run` of two processes. A process samples its anonymous resident memory
+(RssAnon: what it allocated, not the weights files' pages it maps, which are page cache shared by the
+processes) every millisecond, from before the model loads to the end of one optimizer step, with glibc's
+malloc held to a fixed mmap threshold so that freed buffers leave; it also reports the kernel's peak of all
+its resident memory (VmHWM, mapped file pages included).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+HEADS = "19.11,23.9,22.0,17.4,18.11,16.7,22.3,16.8,15.4,20.8"  # the Qwen study's top 10 (any heads would do)
+TITLE = "FSDP2 on two CPU processes: peak host memory per process, model read shard by shard or loaded whole " \
+        "(bench/fsdp_memory.py)"
+
+
+def status(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def worker(args) -> None:
+    """One process: load as told, train one step of precise SFT, write this process's figures."""
+    import torch
+
+    torch.set_num_threads(1)
+    peak = [status("RssAnon")]
+
+    def watch() -> None:
+        while True:
+            peak[0] = max(peak[0], status("RssAnon"))
+            time.sleep(0.001)
+
+    threading.Thread(target=watch, daemon=True).start()
+    import torch.distributed as dist
+
+    from keyheads import models
+    from keyheads.components import Components
+    from keyheads.finetune import finetune
+    from keyheads.finetune.config import FinetuneSettings
+    from keyheads.finetune.data import Example
+
+    before = peak[0]
+    t0 = time.perf_counter()
+    model, where = models.load_placed(args.model, "cpu", args.dtype, sharded=not args.whole)
+    model_bytes = sum(p.numel() for p in model.hf.parameters()) * model.dtype.itemsize
+    # FSDP2's root unit (embedding, final norm, unembedding) is gathered whole for the forward: its share
+    root = {id(p): p.numel() for m in (model.hf.get_input_embeddings(), model.hf.get_output_embeddings())
+            for p in m.parameters()}
+    root_share = sum(root.values()) * model.dtype.itemsize / model_bytes
+    cfg = FinetuneSettings(method="precise", parallel="fsdp", max_steps=1, optimizer_batch_size=2,
+                           micro_batch_size=1, save_every=0)
+    examples = [Example(prompt=f"{a} + {b} = ", completion=str(a + b)) for a in range(2) for b in range(2)]
+    heads = Components.explicit(HEADS)
+    finetune(model, examples, cfg, Path(args.out) / ("whole" if args.whole else "shards"), heads, progress=False,
+             device=where.run_on)
+    rank = dist.get_rank()
+    facts = {"rank": rank, "model_bytes": model_bytes, "root_share": root_share, "anon_before": before,
+             "anon_peak": peak[0], "vm_hwm": status("VmHWM"), "seconds": round(time.perf_counter() - t0, 1)}
+    Path(args.out, f"{'whole' if args.whole else 'shards'}-rank{rank}.json").write_text(json.dumps(facts))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def launch(args, whole: bool) -> list[dict]:
+    shutil.rmtree(Path(args.out) / ("whole" if whole else "shards"), ignore_errors=True)  # train, not resume
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
+           "--worker", "--model", args.model, "--dtype", args.dtype, "--out", args.out] + (["--whole"] if whole else [])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", "TOKENIZERS_PARALLELISM": "false"}
+    subprocess.run(cmd, env=env, check=True)
+    name = "whole" if whole else "shards"
+    return [json.loads(Path(args.out, f"{name}-rank{r}.json").read_text()) for r in range(2)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--out", default="/tmp/keyheads-fsdp-memory")
+    parser.add_argument("--whole", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    runs = {"read shard by shard (now)": launch(args, whole=False), "loaded whole first (before)": launch(args, True)}
+    gib = 2 ** 30
+    model_bytes = runs["read shard by shard (now)"][0]["model_bytes"]
+    lines = [f"- date: {datetime.date.today()}; command: `python bench/fsdp_memory.py --model {args.model} "
+             f"--dtype {args.dtype}`",
+             f"- model: {args.model}, {model_bytes / gib:.2f} GiB of weights in {args.dtype} (read from float32 "
+             "safetensors); precise SFT of 10 heads, one optimizer step of 2 samples; 2 processes, gloo, CPU",
+             "", "| loading | process | peak anonymous memory above the runtime | as a share of the model | "
+             "peak resident (VmHWM) | seconds |", "|---|---|---|---|---|---|"]
+    for name, ranks in runs.items():
+        for f in ranks:
+            grew = f["anon_peak"] - f["anon_before"]
+            lines.append(f"| {name} | {f['rank']} | {grew / gib:.2f} GiB | {grew / model_bytes:.2f} | "
+                         f"{f['vm_hwm'] / gib:.2f} GiB | {f['seconds']} |")
+    root_share = runs["read shard by shard (now)"][0]["root_share"]
+    lines += ["", "- anonymous memory is what a process allocated; VmHWM also counts the weights files' pages it "
+              "mapped (page cache, shared by the processes and given back under pressure).",
+              f"- what the peak read shard by shard is made of: half the model (the process's shards), then, during "
+              f"the forward, FSDP2's root unit gathered whole: the embeddings are {root_share:.0%} of this model "
+              "(a 151,936-token vocabulary, tied), and on the CPU the gathered copy and gloo's all-gather buffer "
+              "exist together for a moment; then the layer computing and the one prefetched. At LLaMA-2-7B's "
+              "proportions (embeddings 4%) the same sum is about 0.6 of the model."]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        from results import write_section
+
+        write_section(TITLE, text)
+
+
+if __name__ == "__main__":
+    main()
