@@ -110,3 +110,29 @@ def test_holm_results_rewrites_only_the_item_cells_and_a_second_run_changes_noth
         holm_results.rewrite(OLD.replace("(p 0.031)", "(p 0.01)"))
     with pytest.raises(SystemExit):  # counts that do not match the accuracies either
         holm_results.rewrite(OLD.replace("+6 / -0 (p 0.031)", "+7 / -0 (p 0.016)"))
+
+
+def test_first_token_heads_compares_two_effects_files_as_a_direct_computation(tmp_path):
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    first_token_heads = importlib.import_module("first_token_heads")
+    rng = np.random.default_rng(0)
+    a = -rng.random((3, 4)) / 10
+    b = a + rng.normal(0, 0.02, (3, 4))
+    b[2, 1] = -0.5  # the largest effect of b, at 2.1
+    paths = []
+    for name, heads in (("a", a), ("b", b)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"metric": "relative-logit", "method": "path", "model": "m", "n_samples": 5,
+                                    "n_excluded": 0, "data_sha256": "", "heads": heads.tolist(), "mlps": [0.0] * 3}))
+        paths.append(path)
+    found = first_token_heads.compare(*paths, ks=(3, 12))
+    top = {k: [sorted(((l, h) for l in range(3) for h in range(4)), key=lambda lh: m[lh])[:k] for m in (a, b)]
+           for k in (3, 12)}
+    assert found["top"] == {k: tuple(v) for k, v in top.items()}
+    assert found["overlap"] == {3: len(set(top[3][0]) & set(top[3][1])), 12: 12}
+    rho, p = spearmanr(a.ravel(), b.ravel())
+    assert found["rho"] == pytest.approx(rho) and found["p"] == pytest.approx(p) and found["n_heads"] == 12
+    assert found["largest"][1] == ((2, 1), -0.5)
+    assert found["largest"][0] == (top[3][0][0], a[top[3][0][0]])

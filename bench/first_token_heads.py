@@ -1,0 +1,195 @@
+"""Key heads identified with first-token answers (the paper's data) against single-token answers only (the
+data of the earlier studies): do the same heads come out, and as strongly?
+
+With a tokenizer that splits digits, single-token answers keep only results below 10; with first-token
+answers, '12' is scored by its first token and the pairs span the paper's whole range. Both data sets are
+made with the data settings of configs/table1-smollm2.yaml (task all, n 120, 3-shot, shared prefix, kept
+correct, seed 0) and differ only in `--single-token-answer`; path patching on each keeps the top 32 heads
+(`--first-token` with the first-token data). The section compares the two effects.json files: the overlap
+of the top 10 and the top 32, the Spearman rank correlation of all head effects, and the largest effect
+(the most negative: effects.json stores the relative change of the answer logit, (patched - original) /
+original, as a fraction, so -0.05 is the paper's -5%).
+
+    python bench/first_token_heads.py [--model smollm2-135m] [--threads 2] [--out-root /root/kh-runs/first-token]
+
+Resumable: each step is skipped when its output exists (pairs.jsonl, then patch/effects.json), in
+OUT_ROOT/MODEL/{single-token,first-token}/.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import math
+import shlex
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from results import write_section  # noqa: E402
+
+from keyheads.effects import Effects  # noqa: E402
+
+TITLE = "Key heads with first-token answers against single-token answers (bench/first_token_heads.py)"
+# configs/table1-smollm2.yaml's data section, less the answer filter, which is what this compares
+DATA = ["--task", "all", "-n", "120", "--few-shot", "3", "--shared-prefix", "--keep-correct", "--seed", "0"]
+TOP_K = 32
+WAYS = {"single-token": (["--single-token-answer"], []),        # (data flags, patch flags)
+        "first-token": (["--no-single-token-answer"], ["--first-token"])}
+
+
+def commands(model: str, folder: Path, threads: int) -> dict[str, list[list[str]]]:
+    """way -> [the data command, the patch command], as run (with `keyheads` for the module)."""
+    out = {}
+    for way, (data_flags, patch_flags) in WAYS.items():
+        where = folder / way
+        out[way] = [
+            ["keyheads", "data", "--model", model, *DATA, *data_flags, "--threads", str(threads), "--quiet",
+             "--out", str(where / "pairs.jsonl")],
+            ["keyheads", "patch", "--model", model, "--data", str(where / "pairs.jsonl"), "--top-k", str(TOP_K),
+             *patch_flags, "--threads", str(threads), "--quiet", "--out", str(where / "patch")]]
+    return out
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def same_pairs(a: list[dict], b: list[dict]) -> int:
+    """How many pairs of `a` are in `b` too (same reference, counterfactual and answer)."""
+    key = lambda r: (r["reference"], r["counterfactual"], str(r["answer"]))  # noqa: E731
+    return len({key(r) for r in a} & {key(r) for r in b})
+
+
+def summary(found: dict, shared: int, n_first: int, past: dict[str, int]) -> str:
+    """What the comparison shows, in words chosen by the figures alone."""
+    (_, e_s), (_, e_f) = found["largest"]
+    k10, k32 = found["overlap"][10], found["overlap"][TOP_K]
+    text = (f"{shared} of the {n_first} first-token pairs are also in the single-token set (answers below 10, "
+            f"which both filters keep; with operands 1-9 that is all of subtraction and division). The top 10 "
+            f"share {k10} heads and the top {TOP_K} share {k32} (rho {found['rho']:.2f}); "
+            f"the largest effect is {100 * e_f:+.1f}% with first-token answers "
+            f"against {100 * e_s:+.1f}% with single-token ones. ")
+    if past["first-token"] == past["single-token"] == 0:
+        text += ("With first-token answers no head passes the paper's -5% either, so on this model the weak "
+                 "heads do not come from the single-token filter.")
+    elif past["first-token"] > past["single-token"]:
+        text += (f"With first-token answers {past['first-token']} heads pass the paper's -5%, against "
+                 f"{past['single-token']} with single-token answers: the filter weakened the effects.")
+    else:
+        text += (f"Heads past the paper's -5%: {past['first-token']} with first-token answers, "
+                 f"{past['single-token']} with single-token ones.")
+    return textwrap.fill(text, 110)
+
+
+def compare(a_path, b_path, ks=(10, 32)) -> dict:
+    """Two effects.json files of the same model: the top heads of each (most negative first), their overlap
+    at each k, the Spearman rank correlation of all head effects measured in both, the largest (most
+    negative) effect of each."""
+    from scipy.stats import spearmanr
+
+    a, b = Effects.load(a_path), Effects.load(b_path)
+    if len(a.heads) != len(b.heads) or any(len(x) != len(y) for x, y in zip(a.heads, b.heads)):
+        raise SystemExit(f"{a_path} and {b_path} are not for the same layers x heads")
+    ranked_a, ranked_b = a.ranked(), b.ranked()
+    pairs = [(a.effect(h), b.effect(h)) for h in ranked_a if not (math.isnan(a.effect(h)) or math.isnan(b.effect(h)))]
+    rho, p = spearmanr([x for x, _ in pairs], [y for _, y in pairs])
+    return {
+        "top": {k: ([tuple(h) for h in ranked_a[:k]], [tuple(h) for h in ranked_b[:k]]) for k in ks},
+        "overlap": {k: len(set(ranked_a[:k]) & set(ranked_b[:k])) for k in ks},
+        "rho": float(rho), "p": float(p), "n_heads": len(pairs),
+        "largest": ((tuple(ranked_a[0]), a.effect(ranked_a[0])), (tuple(ranked_b[0]), b.effect(ranked_b[0]))),
+        "n_samples": (a.n_samples, b.n_samples), "n_excluded": (a.n_excluded, b.n_excluded),
+    }
+
+
+def heads_text(heads, effects: Effects) -> str:
+    return ", ".join(f"{l}.{h} ({100 * effects.effect((l, h)):+.1f}%)" for l, h in heads)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out-root", default="/root/kh-runs/first-token")
+    args = ap.parse_args()
+    folder = Path(args.out_root) / args.model
+    keyheads = [sys.executable, "-m", "keyheads"]
+    timings = folder / "seconds.json"  # each step's wall time, kept for a re-run that reads the steps back
+    seconds = json.loads(timings.read_text()) if timings.exists() else {}
+    for way, (data_cmd, patch_cmd) in commands(args.model, folder, args.threads).items():
+        (folder / way).mkdir(parents=True, exist_ok=True)
+        steps = ((data_cmd, folder / way / "pairs.jsonl"), (patch_cmd, folder / way / "patch" / "effects.json"))
+        for cmd, done in steps:
+            if done.exists():
+                print(f"{done} exists: skipping {cmd[1]} ({way})", flush=True)
+                continue
+            print("running:", shlex.join(cmd), flush=True)
+            t0 = time.perf_counter()
+            subprocess.run(keyheads + cmd[1:], check=True, cwd=ROOT)
+            seconds[f"{way} {cmd[1]}"] = time.perf_counter() - t0
+            timings.write_text(json.dumps(seconds, indent=1))
+
+    single, first = (folder / w / "patch" / "effects.json" for w in WAYS)
+    found = compare(single, first)
+    eff = {w: Effects.load(folder / w / "patch" / "effects.json") for w in WAYS}
+    rows = {w: read_rows(folder / w / "pairs.jsonl") for w in WAYS}
+    counts = {w: collections.Counter(r["task"] for r in rows[w]) for w in WAYS}
+    past = {w: sum(v < -0.05 for r in eff[w].heads for v in r) for w in WAYS}
+    tasks = sorted(set(counts["single-token"]) | set(counts["first-token"]))
+    table = ["| | " + " | ".join(tasks) + " | all | samples patched (excluded) |",
+             "|---|" + "---:|" * (len(tasks) + 2)]
+    for i, w in enumerate(WAYS):
+        table.append(f"| {w} | " + " | ".join(str(counts[w][t]) for t in tasks) +
+                     f" | {sum(counts[w].values())} | {found['n_samples'][i]} ({found['n_excluded'][i]}) |")
+    (h_s, e_s), (h_f, e_f) = found["largest"]
+    timing = ", ".join(f"{step} {s / 60:.1f} min" for step, s in seconds.items()) or "no step timed"
+    cmds = "\n".join(f"    {shlex.join(c)}" for pair in commands(args.model, folder, args.threads).values()
+                     for c in pair)
+    k10, k32 = found["overlap"][10], found["overlap"][TOP_K]
+    body = f"""Measured {datetime.date.today().isoformat()} on {args.model}, fp32 on CPU, {args.threads} threads
+(wall time: {timing}), with
+
+    python bench/first_token_heads.py --model {args.model} --threads {args.threads}
+
+which runs (skipping a step whose output exists):
+
+{cmds}
+
+Data: configs/table1-smollm2.yaml's data settings (task all, n 120 candidates per task, 3-shot, shared
+prefix, kept when the model's argmax is the answer's first token, seed 0); the two sets differ only in the
+answer filter. Path patching: the exact path method, relative-logit metric; effects.json stores each
+head's mean relative change of the answer logit as a fraction, negative when patching the head lowers the
+logit, so the largest effect is the most negative (printed here in percent).
+
+Pairs kept, per task:
+
+{chr(10).join(table)}
+
+Top 10 heads, most negative first (layer.head, effect):
+
+- single-token answers: {heads_text(found['top'][10][0], eff['single-token'])}
+- first-token answers: {heads_text(found['top'][10][1], eff['first-token'])}
+
+| | single-token | first-token |
+|---|---:|---:|
+| largest effect (most negative) | {100 * e_s:+.1f}% ({h_s[0]}.{h_s[1]}) | {100 * e_f:+.1f}% ({h_f[0]}.{h_f[1]}) |
+| heads past the paper's -5% | {past['single-token']} | {past['first-token']} |
+
+- Overlap of the top 10: {k10} of 10; of the top {TOP_K}: {k32} of {TOP_K}.
+- Spearman rank correlation of the {found['n_heads']} head effects: rho {found['rho']:.3f} (p {found['p']:.2g}).
+
+{summary(found, same_pairs(rows['first-token'], rows['single-token']), len(rows['first-token']), past)}"""
+    write_section(TITLE, body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
