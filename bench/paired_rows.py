@@ -41,5 +41,11 @@ def compare(eval_dir: Path) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: python bench/paired_rows.py EVAL_FOLDER")
     print(compare(Path(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()

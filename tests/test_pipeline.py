@@ -252,7 +252,8 @@ def test_invalid_settings_are_named_before_anything_runs(values, named, tmp_path
 
 def test_a_section_given_in_part_keeps_the_run_defaults(tmp_path):
     cfg = RunSettings.make(out=str(tmp_path / "r"), eval={"benchmarks": []}, data={"task": "all"})
-    assert (cfg.data.task, cfg.data.n, cfg.data.few_shot) == ("all", 300, 3)
+    assert (cfg.data.task, cfg.data.n, cfg.data.few_shot) == ("all", 300, 0)
+    assert (cfg.data.single_token_answer, cfg.data.keep_correct, cfg.patch.first_token) == (False, True, True)
     assert cfg.patch.top_k == 10 and cfg.knockout.limit == cfg.attention.limit == cfg.mlp.limit == 300
     assert cfg.eval.limit == 50 and cfg.eval.split == "auto"
 

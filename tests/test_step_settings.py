@@ -23,8 +23,9 @@ from keyheads.models import Placement
 from keyheads.runconfig import RunSettings, merge_settings
 
 VARIANTS = ["precise", "precise+mlp", "full", "lora"]
+# single-token answers, so that patch.first_token can take either value (first-token data needs it on)
 BASE = dict(model="tiny", variants=VARIANTS, finetune=dict(train="arith:multidigit:8"),
-            eval=dict(benchmarks=["arith-add"]), patch=dict(top_k=3))
+            eval=dict(benchmarks=["arith-add"]), patch=dict(top_k=3), data=dict(single_token_answer=True))
 
 # a value the generic rule below cannot make (a valid string of a particular form)
 OTHER = {
