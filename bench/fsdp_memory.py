@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,16 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from keyheads.testing.memory import AnonymousPeak, status  # noqa: E402
+
 HEADS = "19.11,23.9,22.0,17.4,18.11,16.7,22.3,16.8,15.4,20.8"  # the Qwen study's top 10 (any heads would do)
 TITLE = "FSDP2 on two CPU processes: peak host memory per process, model read shard by shard or loaded whole " \
         "(bench/fsdp_memory.py)"
-
-
-def status(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 def worker(args) -> None:
@@ -44,14 +38,7 @@ def worker(args) -> None:
     import torch
 
     torch.set_num_threads(1)
-    peak = [status("RssAnon")]
-
-    def watch() -> None:
-        while True:
-            peak[0] = max(peak[0], status("RssAnon"))
-            time.sleep(0.001)
-
-    threading.Thread(target=watch, daemon=True).start()
+    memory = AnonymousPeak()
     import torch.distributed as dist
 
     from keyheads import models
@@ -60,7 +47,7 @@ def worker(args) -> None:
     from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.data import Example
 
-    before = peak[0]
+    before = memory.peak
     t0 = time.perf_counter()
     model, where = models.load_placed(args.model, "cpu", args.dtype, sharded=not args.whole)
     model_bytes = sum(p.numel() for p in model.hf.parameters()) * model.dtype.itemsize
@@ -76,7 +63,7 @@ def worker(args) -> None:
              device=where.run_on)
     rank = dist.get_rank()
     facts = {"rank": rank, "model_bytes": model_bytes, "root_share": root_share, "anon_before": before,
-             "anon_peak": peak[0], "vm_hwm": status("VmHWM"), "seconds": round(time.perf_counter() - t0, 1)}
+             "anon_peak": memory.peak, "vm_hwm": status("VmHWM"), "seconds": round(time.perf_counter() - t0, 1)}
     Path(args.out, f"{'whole' if args.whole else 'shards'}-rank{rank}.json").write_text(json.dumps(facts))
     dist.barrier()
     dist.destroy_process_group()

@@ -13,31 +13,11 @@ run: a killed run.
 """
 import json
 import sys
-import threading
-import time
 from pathlib import Path
 
 import torch
 
 torch.set_num_threads(1)
-ANON_PEAK = [0]
-
-
-def anonymous_bytes() -> int:
-    """This process's resident anonymous memory (what it allocated; not the weights files' pages it maps)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def watch_memory() -> None:
-    """The kernel keeps no peak of anonymous memory alone: sample it every millisecond."""
-    while True:
-        ANON_PEAK[0] = max(ANON_PEAK[0], anonymous_bytes())
-        time.sleep(0.001)
-
-
 def main(spec_path: str, results: str) -> None:
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
@@ -50,18 +30,17 @@ def main(spec_path: str, results: str) -> None:
     from keyheads.finetune.run import finetune
     from keyheads.log import configure
     from keyheads.testing import tiny_model
+    from keyheads.testing.memory import STATUS, AnonymousPeak
 
     configure()  # the "resuming from ..." note on stderr
-    if Path("/proc/self/status").is_file():
-        ANON_PEAK[0] = anonymous_bytes()
-        threading.Thread(target=watch_memory, daemon=True).start()
+    memory = AnonymousPeak() if STATUS.is_file() else None
     spec = json.loads(Path(spec_path).read_text())
     examples = [Example(**e) for e in spec["examples"]]
     real_batch = train_mod.batch_indices
     for run in spec["runs"]:
         cfg = FinetuneSettings.from_json(run["config"])
         components = Components.from_json(run["components"]) if run["components"] else None
-        anon_before = ANON_PEAK[0]  # the runtime, before any model
+        anon_before = memory.peak if memory else 0  # the runtime, before any model
         dtype = run.get("dtype", "float32")
         if run.get("whole"):  # the model loaded whole by every process, then sharded (the way before models.sharded)
             model, _ = models.load_placed(run["folder"], "cpu", dtype)
@@ -89,7 +68,7 @@ def main(spec_path: str, results: str) -> None:
                  "losses": info["train"]["losses"], "parallel": info["train"]["parallel"],
                  "frozen_bytes_here": frozen_here, "frozen_bytes_all": frozen_all, "model_bytes": frozen_whole,
                  "sharded": all(isinstance(p, DTensor) for p in model.hf.parameters()),
-                 "anon_before_load": anon_before, "anon_peak": ANON_PEAK[0]}
+                 "anon_before_load": anon_before, "anon_peak": memory.peak if memory else 0}
         folder = Path(results) / run["name"]
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"rank{rank}.json").write_text(json.dumps(facts, indent=2))
