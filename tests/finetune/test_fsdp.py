@@ -217,3 +217,17 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(fsdp, examples, tmp_pa
     # the checkpoint of step 2 was sharded: one file per process; the finished runs keep none
     assert len(list((root / "killed-checkpoint" / "shards").glob("*.distcp"))) == 2
     assert not any((root / "out" / name / "checkpoint").exists() for name in ("killed", "killed-on-one"))
+
+
+def test_a_truncated_weights_file_read_shard_by_shard_is_named(tmp_path):
+    """The weights read after sharding come from the files: a file cut short is a one-line BadFile."""
+    from keyheads.errors import BadFile
+    from keyheads.models.sharded import materialize, read_own_shards, skeleton
+
+    folder = saved("llama", tmp_path)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    model = skeleton(folder, torch.float32)
+    empty = materialize(model, torch.device("cpu"))
+    with pytest.raises(BadFile, match="its weights cannot be read.*truncated"):
+        read_own_shards(model, folder, empty)

@@ -26,7 +26,7 @@ from ..settings import check_dtype, parse_max_memory
 from .bundled import BUNDLED, DEFAULT_MODEL
 from .families import family_for
 from .model import HookedModel
-from .sharded import has_safetensors, skeleton
+from .sharded import has_safetensors, skeleton, unreadable
 
 MANIFEST = "keyheads-manifest.json"
 
@@ -207,8 +207,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
         if kind == "hub":
             raise
         # a weights file cut short by a copy or a full disk, or another model's
-        raise BadFile(f"{location}: its weights cannot be read ({_one_line(err)}); a file is truncated or not "
-                      "this model's: copy the model folder again") from None
+        raise unreadable(location, err) from None
     if device != "auto":
         hf = hf.to(device)
     return HookedModel(hf, load_tokenizer(location), name=name_or_path, source=location)

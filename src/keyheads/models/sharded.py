@@ -17,8 +17,10 @@ from pathlib import Path
 
 import torch
 from accelerate import init_empty_weights
+from safetensors import SafetensorError
 from torch import nn
 from torch.distributed import checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -73,7 +75,11 @@ def read_own_shards(hf: nn.Module, folder: str | Path, names: set[str]) -> None:
     error, except a tied unembedding (it is the embedding)."""
     reader = dcp.HuggingFaceStorageReader(str(folder))
     # transformers finds its renamings by the model's class, which fully_shard has replaced: ask a fresh skeleton
-    stored = names_in_files(skeleton(folder, torch.float32), set(reader.read_metadata().state_dict_metadata))
+    try:
+        files = set(reader.read_metadata().state_dict_metadata)
+    except (SafetensorError, OSError) as err:
+        raise unreadable(folder, err) from None
+    stored = names_in_files(skeleton(folder, torch.float32), files)
     tied = {id(p) for p in [getattr(hf.get_input_embeddings(), "weight", None)] if p is not None}
     state: dict[str, torch.Tensor] = {}
     for name, tensor in hf.state_dict(keep_vars=True).items():
@@ -86,4 +92,13 @@ def read_own_shards(hf: nn.Module, folder: str | Path, names: set[str]) -> None:
             raise BadFile(f"{folder}: the weights files have no tensor {key!r}, which this model needs; they are "
                           "not this model's, or transformers renames their keys on loading: train without "
                           "--parallel fsdp, or save the model again with save_pretrained")
-    dcp.load(state, storage_reader=reader)
+    try:
+        dcp.load(state, storage_reader=reader)
+    except (CheckpointException, SafetensorError, OSError) as err:  # dcp wraps a reader's error in its own
+        raise unreadable(folder, err) from None
+
+
+def unreadable(folder: str | Path, err: BaseException) -> BadFile:
+    """The error for a weights file cut short by a copy or a full disk, or another model's."""
+    return BadFile(f"{folder}: its weights cannot be read ({' '.join(str(err).split())}); a file is truncated or "
+                   "not this model's: copy the model folder again")
