@@ -11,5 +11,5 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl pydantic==2.14.3 pydantic_core==2.50.4 pydantic-settings==2.16.3 annotated-types typing-inspection \
     python-dotenv transformers==5.23.0 tokenizers==0.23.3 huggingface_hub==2.4.0 accelerate==1.15.0 \
-    safetensors==0.8.0 peft==0.21.2
+    safetensors==0.8.0 peft==0.21.2 gguf==0.19.0
 du -sh .whl

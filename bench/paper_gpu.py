@@ -1,0 +1,309 @@
+"""The paper config (configs/paper-llama2-7b.yaml) end to end on one GPU, on a randomly initialised model of
+LLaMA-2-7B's shape in bf16: each stage's time and peak GPU memory, with `keyheads plan`'s estimate beside it.
+
+No weights travel: the model is built on the GPU machine from its config (seed 0) and saved as safetensors,
+so loading, FSDP2's sharded read and every stage run as they would on the real model. The tokenizer is
+SmolLM2's (LLaMA-2's is not at hand offline), so the vocabulary is 49,152 rows instead of 32,000 (6.88B
+parameters instead of 6.74B). A random model answers nothing correctly, so the data stage keeps every pair
+(--no-data.keep-correct); only sizes are cut (flags in SIZES), every setting of the protocol is the config's.
+
+    python bench/paper_gpu.py prepare              # here: tokenizer, benchmark files, wheels into .gpu/
+    python bench/paper_gpu.py run --out DIR        # on the GPU machine (carry .gpu): writes DIR/*.json*
+    python bench/paper_gpu.py report DIR           # here: the RESULTS section from DIR
+
+`run` goes in phases, each a `keyheads run` of the same run folder under torchrun (one process, FSDP2 as the
+config says): A every stage with table 1's adapters except full SFT, B full SFT added (the planner puts it
+at the GPU's edge), C table 2's head counts added. A phase starts only if its estimate fits the time left,
+and every stage's figures are appended to DIR/stages.jsonl as it ends, so a cut-off run keeps what finished.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PREPARED = ROOT / ".gpu"
+CONFIG = ROOT / "configs" / "paper-llama2-7b.yaml"
+SHAPES = {  # LlamaConfig fields; vocab_size is the tokenizer's
+    "llama-2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                       num_key_value_heads=32),
+    "tiny": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=16,
+                 num_key_value_heads=16),  # the same script on a CPU, to check it before GPU time is spent
+}
+BENCHMARK_FILES = ["gsm8k/train.jsonl", "gsm8k/test.jsonl", "addsub/AddSub.json", "singleeq/questions.json",
+                   "svamp/SVAMP.json", "mmlu", "csqa/dev_rand_split.jsonl",
+                   "csqa/train_rand_split.jsonl"]
+MICRO_BATCH, BATCH = 2, 32  # the planner halves full SFT's micro-batch to 2 on one 139 GiB GPU; the config's batch
+SIZES = ["--data.n", "64", "--no-data.keep-correct", "--knockout.seeds", "3", "--knockout.limit", "64",
+         "--knockout.transfer-n", "32", "--attention.limit", "64", "--mlp.limit", "64", "--finetune.max-steps", "1",
+         "--finetune.micro-batch-size", str(MICRO_BATCH), "--eval.limit", "4", "--eval.max-new-tokens", "64",
+         "--batch-size", str(BATCH)]
+PHASES = [  # (name, variants, seconds it is expected to take on an H100/H200)
+    ("A", "precise@32,lora,random@32,precise@32+mlp3", 240),
+    ("B", "precise@32,lora,random@32,precise@32+mlp3,full", 90),
+    ("C", "precise@32,full,lora,random@32,precise@8,precise@16,precise@48,precise@64,precise@32+mlp3", 150),
+]
+
+
+def prepare() -> None:
+    """Everything the GPU machine lacks, into .gpu/ (git-ignored; carry it)."""
+    shutil.rmtree(PREPARED, ignore_errors=True)
+    (PREPARED / "tokenizer").mkdir(parents=True)
+    cache = Path(os.environ.get("KEYHEADS_CACHE", Path.home() / ".cache" / "keyheads")) / "models" / "smollm2-135m"
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if (cache / name).is_file():
+            shutil.copy(cache / name, PREPARED / "tokenizer" / name)
+    data = ROOT.parent / "shared" / "data" / "benchmarks"
+    for rel in BENCHMARK_FILES:
+        src, dst = data / rel, PREPARED / "benchmarks" / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    subprocess.run(["bash", str(ROOT / "bench" / "gpu_wheels.sh")], check=True)
+    shutil.move(ROOT / ".whl", PREPARED / "whl")
+    print(subprocess.run(["du", "-sh", str(PREPARED)], capture_output=True, text=True).stdout.strip())
+
+
+def build_model(shape: str, folder: Path, device: str) -> dict:
+    """A random model of `shape` with the prepared tokenizer, saved as bf16 safetensors -> what was used."""
+    import torch
+    import transformers
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    start = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(PREPARED / "tokenizer")
+    config = LlamaConfig(**SHAPES[shape], vocab_size=len(tok), max_position_embeddings=4096,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, dtype="bfloat16")
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    torch.set_default_dtype(torch.float32)
+    model.save_pretrained(folder, max_shard_size="5GB")
+    tok.save_pretrained(folder)
+    used = {"build_seconds": round(time.perf_counter() - start, 1), "torch": torch.__version__,
+            "transformers": transformers.__version__, "params": sum(p.numel() for p in model.parameters())}
+    if torch.cuda.is_available():
+        used.update(gpu=torch.cuda.get_device_name(0), gpu_bytes=torch.cuda.get_device_properties(0).total_memory)
+    return used
+
+
+class PeakSampler(threading.Thread):
+    """The GPU's memory in use (NVML: what nvidia-smi shows, CUDA context and allocator reserve included),
+    sampled every 50 ms; `window()` -> the peak since the last call."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak, self.handle = 0, None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.handle, self.nvml = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml
+        except Exception:  # noqa: BLE001 - no NVML (a CPU check): no device figure
+            pass
+
+    def run(self) -> None:
+        while self.handle is not None:
+            self.peak = max(self.peak, self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used)
+            time.sleep(0.05)
+
+    def window(self) -> int | None:
+        peak, self.peak = self.peak, 0
+        return peak if self.handle is not None else None
+
+
+def worker(out: Path, phase: str, args: list[str]) -> int:
+    """One `keyheads run` in this process, every stage's time and peak memory appended to out/stages.jsonl."""
+    import torch
+
+    from keyheads import cli
+    from keyheads.stages import Runner
+
+    sampler = PeakSampler()
+    sampler.start()
+    cuda = torch.cuda.is_available()
+    plain = Runner.__call__
+
+    def measured(self, stage) -> bool:
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        sampler.window()
+        start = time.perf_counter()
+        ran = plain(self, stage)
+        if ran:
+            if cuda:
+                torch.cuda.synchronize()
+            row = {"phase": phase, "stage": stage.name, "seconds": round(time.perf_counter() - start, 2),
+                   "allocated_peak": torch.cuda.max_memory_allocated() if cuda else None,
+                   "reserved_peak": torch.cuda.max_memory_reserved() if cuda else None,
+                   "device_peak": sampler.window()}
+            with open(out / "stages.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+        return ran
+
+    Runner.__call__ = measured
+    return cli.main(args)
+
+
+def run(out: Path, shape: str, device: str, budget: float) -> None:
+    deadline = time.monotonic() + budget
+    out.mkdir(parents=True, exist_ok=True)
+    model = Path("/tmp/paper-gpu-model")
+    shutil.rmtree(model, ignore_errors=True)
+    # built in a process of its own, so that this one holds no CUDA context or cached blocks beside the stages
+    built = subprocess.run([sys.executable, __file__, "build", str(model), shape, device], capture_output=True,
+                           text=True)
+    if built.returncode != 0:
+        raise SystemExit(f"building the model failed:\n{built.stderr[-4000:]}")
+    meta = {"shape": shape, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **json.loads(built.stdout.splitlines()[-1]), "sizes": SIZES, "phases": {}}
+    gib = (meta.get("gpu_bytes") or 80 * 2**30) / 2**30
+    kh = [sys.executable, "-m", "keyheads"]
+    plan = subprocess.run([*kh, "plan", "--model", str(model), "--gpus", "1", "--gpu-memory", f"{gib:.1f}GiB",
+                           "--micro-batch-size", str(MICRO_BATCH), "--batch-size", str(BATCH), "--json"],
+                          capture_output=True, text=True)
+    (out / "plan.json").write_text(plan.stdout or plan.stderr)
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    for phase, variants, expected in PHASES:
+        left = deadline - time.monotonic()
+        if left < expected:
+            meta["phases"][phase] = f"not started: {left:.0f} s left, {expected} s expected"
+            print(f"phase {phase}: {meta['phases'][phase]}", flush=True)
+            continue
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+               str(Path(__file__).resolve()), "worker", str(out), phase, "--",
+               "run", str(CONFIG), "--model", str(model), "--out", "/tmp/paper-gpu-run",
+               "--data-dir", str(PREPARED / "benchmarks"), "--device", device, "--dtype", "bfloat16",
+               "--variants", variants, *SIZES, *(["--threads", "2"] if device == "cpu" else [])]
+        start = time.monotonic()
+        print(f"phase {phase}: {variants}", flush=True)
+        try:
+            rc = subprocess.run(cmd, timeout=max(deadline - time.monotonic(), 1)).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timed out"
+        meta["phases"][phase] = {"variants": variants, "seconds": round(time.monotonic() - start, 1), "rc": rc}
+        (out / "meta.json").write_text(json.dumps(meta, indent=1))
+        if rc != 0:
+            break
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    for name in ("config.json",):
+        if (Path("/tmp/paper-gpu-run") / name).is_file():
+            shutil.copy(Path("/tmp/paper-gpu-run") / name, out / f"run-{name}")
+
+
+PLAN_ROW = {  # stage (or its prefix) -> the planner's entry
+    "identify": "patch", "knockout": "knockout", "attention": "attention", "mlp": "mlp", "eval": "eval/generate",
+    "finetune/full": "finetune full", "finetune/lora": "finetune lora",
+    "finetune/precise@32+mlp3": "finetune precise+mlp", "finetune/": "finetune precise",
+}
+
+
+def planned_bytes(plan: dict, stage: str) -> int | None:
+    key = next((v for k, v in PLAN_ROW.items() if stage == k or (k.endswith("/") and stage.startswith(k))), None)
+    mode = "fsdp" if key and key.startswith("finetune") else "gpu"
+    for row in plan.get("stages", []):
+        for option in row["options"] if row["stage"] == key else []:
+            if option["mode"] == mode:
+                return option["memory"]["gpu"]
+    return None
+
+
+def planned(plan: dict, stage: str) -> str:
+    """The planner's GPU bytes for `stage` in the mode the run uses (FSDP2 training, analyses on one GPU)."""
+    key = next((v for k, v in PLAN_ROW.items() if stage == k or (k.endswith("/") and stage.startswith(k))), None)
+    mode = "fsdp" if key and key.startswith("finetune") else "gpu"
+    for row in plan.get("stages", []):
+        for option in row["options"] if row["stage"] == key else []:
+            if option["mode"] == mode:
+                fits = "" if option["fits"] else ", does not fit"
+                return f"{option['memory']['gpu'] / 2**30:.1f} ({mode}, batch {option.get('micro_batch', '?')}{fits})"
+    return "-"
+
+
+def report(folder: Path) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from results import write_section
+
+    meta = json.loads((folder / "meta.json").read_text())
+    rows = [json.loads(line) for line in (folder / "stages.jsonl").read_text().splitlines() if line.strip()]
+    try:
+        plan = json.loads((folder / "plan.json").read_text())
+    except ValueError:
+        plan = {}
+    gib = lambda b: "-" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
+    table = ["| phase | stage | seconds | peak allocated GiB | peak reserved GiB | device peak GiB (NVML) "
+             "| planner GiB/GPU |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    table += [f"| {r['phase']} | {r['stage']} | {r['seconds']:.1f} | {gib(r['allocated_peak'])} | "
+              f"{gib(r['reserved_peak'])} | {gib(r['device_peak'])} | {planned(plan, r['stage'])} |" for r in rows]
+    phases = "\n".join(f"- phase {k}: " + (v if isinstance(v, str) else
+                        f"variants {v['variants']}; {v['seconds']:.0f} s; " + ("finished" if v["rc"] == 0 else
+                        "stopped at the time limit" if v["rc"] == "timed out" else f"failed (exit {v['rc']})"))
+                        for k, v in meta["phases"].items())
+    ran = {r["stage"] for r in rows}
+    not_run = [f"phase {k}" for k, _, _ in PHASES if k not in meta["phases"]]
+    over = [f"{r['stage']} {(r['allocated_peak'] - b) / 2**30:+.1f} GiB ({r['allocated_peak'] / b - 1:+.0%})"
+            for r in rows if (b := planned_bytes(plan, r["stage"])) and r["allocated_peak"] and r["allocated_peak"] > b]
+    reading = (f"Stages that ran: {len(ran)}. " + (f"Not started ({', '.join(not_run)}): the device time ran out. "
+               if not_run else "") + "Torch's allocated peak above the planner's bytes: "
+               + ("; ".join(over) if over else "none") + ".")
+    body = f"""Measured {meta['started'][:10]} on one {meta.get('gpu', '?')} (torch {meta.get('torch', '?')},
+transformers
+{meta.get('transformers', '?')}): `configs/paper-llama2-7b.yaml` under torchrun (one process, FSDP2 as the config says),
+on a randomly initialised LLaMA-2-7B shape in bf16 with SmolLM2's tokenizer (vocabulary 49,152 instead of 32,000),
+built and saved as safetensors on the GPU machine in {meta['build_seconds']} s. Sizes cut by flags, every other setting
+the config's: `{' '.join(meta['sizes'])}`. Peak allocated/reserved are torch's counters reset at each stage's
+start; the device peak is NVML's memory in use (CUDA context and the allocator's cache of earlier stages included).
+The planner's column is `keyheads plan --gpus 1 --micro-batch-size {MICRO_BATCH} --batch-size {BATCH}` for the
+GPU's memory, in the mode the run used (training: FSDP2; analyses: the model on the one GPU); its analysis figures
+assume prompts of 256 tokens, its training figures samples of 512.
+
+{phases}
+
+{reading}
+
+{chr(10).join(table)}
+
+Command: `python bench/paper_gpu.py prepare` here, then on the GPU machine (carrying `.gpu`)
+`python bench/paper_gpu.py run --out DIR`, then `python bench/paper_gpu.py report DIR`."""
+    write_section("The paper config end to end on one GPU (bench/paper_gpu.py)", body)
+    print("\n".join(table))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "build":  # build FOLDER SHAPE DEVICE, in its own process
+        print(json.dumps(build_model(sys.argv[3], Path(sys.argv[2]), sys.argv[4])))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":  # under torchrun: worker OUT PHASE -- keyheads args
+        out, phase, rest = Path(sys.argv[2]), sys.argv[3], sys.argv[5:]
+        sys.path.insert(0, str(ROOT / "src"))
+        raise SystemExit(worker(out, phase, rest))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    sub.add_parser("prepare")
+    r = sub.add_parser("run")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--shape", choices=sorted(SHAPES), default="llama-2-7b")
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--budget", type=float, default=480, help="seconds the phases may take in all")
+    p = sub.add_parser("report")
+    p.add_argument("folder", type=Path)
+    a = ap.parse_args()
+    if a.what == "prepare":
+        prepare()
+    elif a.what == "run":
+        run(a.out, a.shape, a.device, a.budget)
+    else:
+        report(a.folder)
+
+
+if __name__ == "__main__":
+    main()
