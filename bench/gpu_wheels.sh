@@ -11,5 +11,7 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl pydantic==2.14.3 pydantic_core==2.50.4 pydantic-settings==2.16.3 annotated-types typing-inspection \
     python-dotenv transformers==5.23.0 tokenizers==0.23.3 huggingface_hub==2.4.0 accelerate==1.15.0 \
-    safetensors==0.8.0 peft==0.21.2 gguf==0.19.0
+    safetensors==0.8.0 peft==0.21.2 gguf==0.19.0 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 \
+    typing_extensions==4.16.0 click==8.5.1 hf-xet==1.8.0 regex==2026.11.19 typer==0.29.2 anyio==4.16.0 filelock==4.3.1 \
+    fsspec==2026.9.0
 du -sh .whl

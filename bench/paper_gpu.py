@@ -229,8 +229,20 @@ def planned(plan: dict, stage: str) -> str:
     return "-"
 
 
+def replanned(plan: dict) -> dict:
+    """The plan the planner of this checkout makes for the recorded shape, machine and workload."""
+    from keyheads.commands.plan import to_json
+    from keyheads.planning.planner import Machine, Workload, make_plan
+    from keyheads.planning.shape import ModelShape
+
+    if "shape" not in plan:
+        return {}
+    return to_json(make_plan(ModelShape(**plan["shape"]), Machine(**plan["machine"]), Workload(**plan["workload"])))
+
+
 def report(folder: Path) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "src"))
     from results import write_section
 
     meta = json.loads((folder / "meta.json").read_text())
@@ -239,11 +251,13 @@ def report(folder: Path) -> None:
         plan = json.loads((folder / "plan.json").read_text())
     except ValueError:
         plan = {}
+    today = replanned(plan)
     gib = lambda b: "-" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
     table = ["| phase | stage | seconds | peak allocated GiB | peak reserved GiB | device peak GiB (NVML) "
-             "| planner GiB/GPU |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+             "| planner GiB/GPU then | planner today |", "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
     table += [f"| {r['phase']} | {r['stage']} | {r['seconds']:.1f} | {gib(r['allocated_peak'])} | "
-              f"{gib(r['reserved_peak'])} | {gib(r['device_peak'])} | {planned(plan, r['stage'])} |" for r in rows]
+              f"{gib(r['reserved_peak'])} | {gib(r['device_peak'])} | {planned(plan, r['stage'])} | "
+              f"{planned(today, r['stage'])} |" for r in rows]
     phases = "\n".join(f"- phase {k}: " + (v if isinstance(v, str) else
                         f"variants {v['variants']}; {v['seconds']:.0f} s; " + ("finished" if v["rc"] == 0 else
                         "stopped at the time limit" if v["rc"] == "timed out" else f"failed (exit {v['rc']})"))
@@ -252,9 +266,12 @@ def report(folder: Path) -> None:
     not_run = [f"phase {k}" for k, _, _ in PHASES if k not in meta["phases"]]
     over = [f"{r['stage']} {(r['allocated_peak'] - b) / 2**30:+.1f} GiB ({r['allocated_peak'] / b - 1:+.0%})"
             for r in rows if (b := planned_bytes(plan, r["stage"])) and r["allocated_peak"] and r["allocated_peak"] > b]
+    over_today = [r["stage"] for r in rows if (b := planned_bytes(today, r["stage"])) and r["allocated_peak"]
+                  and r["allocated_peak"] > b]
     reading = (f"Stages that ran: {len(ran)}. " + (f"Not started ({', '.join(not_run)}): the device time ran out. "
-               if not_run else "") + "Torch's allocated peak above the planner's bytes: "
-               + ("; ".join(over) if over else "none") + ".")
+               if not_run else "") + "Torch's allocated peak above the planner's bytes when the run was made: "
+               + ("; ".join(over) if over else "none") + "; above today's planner (this checkout, same shape, "
+               "machine and workload): " + (", ".join(over_today) if over_today else "none") + ".")
     body = f"""Measured {meta['started'][:10]} on one {meta.get('gpu', '?')} (torch {meta.get('torch', '?')},
 transformers
 {meta.get('transformers', '?')}): `configs/paper-llama2-7b.yaml` under torchrun (one process, FSDP2 as the config says),

@@ -18,6 +18,11 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 TRAINED_WEIGHT = FP32   # trained tensors: fp32 master weights under bf16 compute (issue 21; layer.delta_dtype)
 TRAINED_GRAD = FP32     # a gradient has its parameter's dtype
 ADAMW_STATE = 2 * FP32  # torch.optim.AdamW: exp_avg and exp_avg_sq, each in the parameter's dtype
+# torch.optim.AdamW's step on a GPU (foreach, its default there) computes sqrt(exp_avg_sq) for a whole parameter
+# group at once: one fp32 copy of the trained weights for the length of the step. Measured on a random LLaMA-2-7B
+# shape under FSDP2 on one H200: full SFT peaked at 128.2 GiB allocated, 17.1 GiB above the plan without it
+# (bench/RESULTS.md, "The paper config end to end on one GPU"). Activations are freed by then.
+ADAMW_STEP = FP32
 DELTA_BASE = FP32       # precise SFT: a delta's fp32 copy of W0's trained entries (buffer `base`, finetune/layer.py)
 DDP_BUCKETS = FP32      # DDP over >1 process: a flat copy of the gradients in its buckets (gradient_as_bucket_view
 #                         is off in finetune.train.make_accelerator)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import costs
-from .costs import ADAMW_STATE, DDP_BUCKETS, DELTA_BASE, FP32, TRAINED_GRAD, TRAINED_WEIGHT, GiB
+from .costs import ADAMW_STATE, ADAMW_STEP, DDP_BUCKETS, DELTA_BASE, FP32, TRAINED_GRAD, TRAINED_WEIGHT, GiB
 from .shape import ModelShape
 
 TRAINING_VARIANTS = ("precise", "precise+mlp", "lora", "full")  # the fine-tuning runs a plan covers
@@ -54,12 +54,13 @@ class Memory:
     optimizer: int = 0    # AdamW state
     gathered: int = 0     # FSDP2's unsharded layers and gradients
     activations: int = 0
+    step: int = 0         # AdamW's temporaries during the optimizer step, when activations and gathered are freed
     host: int = 0         # per node: what offload puts in host memory
 
     @property
     def gpu(self) -> int:
-        return (self.frozen + self.trained + self.working + self.buffers + self.grads + self.optimizer + self.gathered
-                + self.activations)
+        held = self.frozen + self.trained + self.working + self.buffers + self.grads + self.optimizer
+        return held + max(self.gathered + self.activations, self.step)
 
 
 @dataclass(frozen=True)
@@ -113,17 +114,19 @@ def _train_memory(shape: ModelShape, method: str, w: Workload, mode: str, world:
     per_token += costs.transient_train(shape, b)
     activations = per_token * micro * w.seq_len
     states = (TRAINED_WEIGHT * t, TRAINED_GRAD * t, ADAMW_STATE * t)
+    step = ADAMW_STEP * max(deltas, t - deltas)  # one param group at a time: the deltas apart from whole weights
     if mode == "ddp":
         buckets = DDP_BUCKETS * t if world > 1 else 0
         return Memory(frozen=b * frozen, trained=states[0], working=b * t, buffers=DELTA_BASE * deltas,
-                      grads=states[1] + buckets, optimizer=states[2], activations=activations)
+                      grads=states[1] + buckets, optimizer=states[2], activations=activations, step=step)
     trained_layer = t // shape.n_layers if method != "full" else shape.layer_params
     gathered: float = b * (shape.root_params + costs.FSDP_GATHERED_LAYERS * shape.layer_params)
     gathered += costs.FSDP_GRAD_LAYERS * FP32 * trained_layer
     shards = (b * frozen / world, states[0] / world, states[1] / world, states[2] / world)
     if mode == "fsdp":
         return Memory(frozen=int(shards[0]), trained=int(shards[1]), buffers=DELTA_BASE * deltas,
-                      grads=int(shards[2]), optimizer=int(shards[3]), gathered=int(gathered), activations=activations)
+                      grads=int(shards[2]), optimizer=int(shards[3]), gathered=int(gathered), activations=activations,
+                      step=step // world)
     return Memory(buffers=DELTA_BASE * deltas, gathered=int(gathered), activations=activations,
                   host=int(sum(shards) * gpus))
 
