@@ -16,14 +16,27 @@ from ..errors import CounterfactualError, NothingCorrect, SettingError
 from ..log import logger
 from .alignment import SameLength, aligned
 from .arithmetic import draw_operands
-from .correct import format_scores, predict_correct, score_table
+from .correct import TemplateScore, format_scores, predict_correct, score_table
 from .pairs import POSITION_KEYS, Pair, answer_continuation, encode_with_offsets, span_tokens
 from .render import Rendered, draw_fillers, left_context, render
-from .settings import PairSettings
+from .settings import ALL, PairSettings, parse_tasks
 from .templates import OPERANDS, Slot, Template, TemplateError, TemplateSet, load_templates, operator_pool
 
 
 # ---- generation ---------------------------------------------------------------------------------
+def prompt_end(tokenizer, prefix: str, text: str, answer: str) -> tuple[str, tuple[int, str, int]] | None:
+    """Where the prompt `prefix + text` (the text before the answer) ends: with the space before the answer
+    when the tokenizer gives that space a token of its own (then the next token is the digit), else before
+    it. -> (the part of `text` kept, answer_continuation's (token, full text, count)); None when the answer
+    does not start a token of its own either way."""
+    stems = [text, text.rstrip(" ")] if text.endswith(" ") else [text]
+    for stem in stems:
+        found = answer_continuation(tokenizer, prefix + stem, answer)
+        if found is not None and found[1] == prefix + text + answer:
+            return stem, found
+    return None
+
+
 @dataclass
 class Candidate:
     """A generated pair plus what the correctness check needs."""
@@ -90,17 +103,11 @@ class Generator:
             prefix = self.few_shot_prefix(template, rng, (a, b))
         ref = render(template, values)
 
-        # Where the prompt ends: with the space before the answer when the tokenizer gives that
-        # space a token of its own (then the next token is the digit), else before it.
-        stems = [ref.text, ref.text.rstrip(" ")] if ref.text.endswith(" ") else [ref.text]
-        natural = prefix + ref.text + answer
-        for stem in stems:
-            found = answer_continuation(self.tokenizer, prefix + stem, answer)
-            if found is not None and found[1] == natural:
-                break
-        else:
+        end = prompt_end(self.tokenizer, prefix, ref.text, answer)
+        if end is None:
             self.rejected["answer does not start a token of its own"] += 1
             return None
+        stem, found = end
         if self.config.single_token_answer and found[2] != 1:
             self.rejected["answer is several tokens"] += 1
             return None
@@ -206,12 +213,12 @@ class Generator:
 # ---- the whole job ------------------------------------------------------------------------------
 def pairs_for(model, config: PairSettings, template_files: list[str] | None = None, batch_size: int = 32,
               log=logger.info, progress: bool = True) -> list[Pair]:
-    """The pairs `config` asks for, from its task's templates (the built-in ones, or `template_files`),
+    """The pairs `config` asks for, from its tasks' templates (the built-in ones, or `template_files`),
     kept correct by `model` if config.keep_correct: the data step of `keyheads data` and of a run."""
     templates = load_templates(template_files or None)
     if config.templates:
         templates.templates = [t for t in templates.templates if t.id in config.templates]
-    tasks = templates.tasks if config.task == "all" else [config.task]
+    tasks = templates.tasks if config.task == ALL else parse_tasks(config.task)
     for task in tasks:
         if not templates.for_task(task):
             raise SettingError(f"task {task}: no {task} templates among those selected ({', '.join(config.templates)})")
@@ -231,23 +238,30 @@ def make_pairs(templates: TemplateSet, tasks: list[str], config: PairSettings, t
     kept: list[Pair] = []
     all_scores: list = []
     for task in tasks:
-        t0 = time.perf_counter()
         log(f"{task}: generating {config.n} candidates")
         gen.rejected.clear()
         candidates = gen.task(task, log=log)
         if not keep_correct:
             kept.extend(c.pair for c in candidates)
             continue
-        ok = predict_correct(model, candidates, batch_size, desc=task, progress=progress)
-        scores = score_table(candidates, ok)
+        right, scores = correct_ones(model, task, candidates, batch_size, log, progress)
         all_scores.extend(scores)
-        log(f"{task}: accuracy per template ({time.perf_counter() - t0:.0f} s)\n{format_scores(scores)}")
-        if not any(ok):
-            log(f"{task}: the model got nothing right; no {task} pairs")
-        kept.extend(c.pair for c, good in zip(candidates, ok) if good)
+        kept.extend(right)
     if keep_correct and not kept:  # the accuracy per template was logged above, task by task
         total = sum(score.total for score in all_scores)
         raise NothingCorrect(f"the model predicted none of the {total} prompts correctly (accuracy per template "
                              "above), so --keep-correct keeps nothing: give examples first (--few-shot 3), or "
                              "leave out --keep-correct")
     return kept
+
+
+def correct_ones(model, name: str, candidates: list[Candidate], batch_size: int = 32, log=logger.info,
+                 progress: bool = True) -> tuple[list[Pair], list[TemplateScore]]:
+    """The pairs of `candidates` whose answer `model` predicts, and the accuracy per template (logged)."""
+    t0 = time.perf_counter()
+    ok = predict_correct(model, candidates, batch_size, desc=name, progress=progress)
+    scores = score_table(candidates, ok)
+    log(f"{name}: accuracy per template ({time.perf_counter() - t0:.0f} s)\n{format_scores(scores)}")
+    if not any(ok):
+        log(f"{name}: the model got nothing right; no {name} pairs")
+    return [c.pair for c, good in zip(candidates, ok) if good], scores

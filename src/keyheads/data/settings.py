@@ -9,6 +9,8 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from ..errors import SettingError
 from .templates import TASKS
 
+ALL = "all"  # every task of the loaded templates
+
 
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
 class PairSettings:
@@ -40,7 +42,8 @@ class PairSettings:
     counterfactual_tries: int = Field(
         default=50, ge=1, description="counterfactual draws per sample before giving up on "
         "alignment")
-    task: str = Field(default="addition", description=f"{', '.join(TASKS)} or all")
+    task: str = Field(default="addition", description=f"one of {', '.join(TASKS)}, several with commas "
+                                                    "(addition,division), or all (every template's task)")
     templates: list[str] = Field(default_factory=list, description="template ids to use, e.g. add-eq-1,add-eq-2 "
                                                                    "(empty: all of the task's)")
     keep_correct: bool = Field(
@@ -49,9 +52,20 @@ class PairSettings:
     @field_validator("task")
     @classmethod
     def _task(cls, v):
-        if v != "all" and v not in TASKS:
-            raise SettingError("task", v, f"must be one of {', '.join(TASKS)} or all")
-        return v
+        return v if v == ALL else ",".join(parse_tasks(v))
+
+
+def parse_tasks(text: str) -> list[str]:
+    """"addition, division" -> ["addition", "division"]: the tasks a `task` setting names ("all" is not
+    a list: it takes the tasks of whichever templates are loaded). A SettingError names a task that is not one."""
+    tasks = [t.strip() for t in text.split(",")]
+    valid = f"valid tasks: {', '.join(TASKS)}, several with commas, or {ALL} alone"
+    bad = [t for t in tasks if t not in TASKS]
+    if bad:
+        raise SettingError("task", text, f"unknown task {', '.join(map(repr, bad))}; {valid}")
+    if len(set(tasks)) != len(tasks):
+        raise SettingError("task", text, f"a task is named twice; {valid}")
+    return tasks
 
 
 def parse_operands(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
