@@ -6,6 +6,7 @@ one the run's own evaluation cached under the same key (the key hashes the adapt
 prompt and the settings, so equal keys mean the same question asked of the same weights).
 
     python bench/reproduce_row.py runs/study-qwen1.5b --variant precise@10 --limit 20 [--no-write]
+    python bench/reproduce_row.py --adapter RUN/full --eval RUN/eval/full   # a `keyheads eval --adapter` folder
 
 generic-kl is left out by default: it compares against the base row, which --no-base skips.
 """
@@ -50,44 +51,67 @@ def accuracy(out: Path, bench: str) -> float | None:
     return json.loads(found[0].read_text()).get("accuracy") if found else None
 
 
-def eval_command(run: Path, cfg: RunSettings, variant: str, benches: list[str], limit: int, cache: Path,
-                 out: Path, threads: int | None) -> list[str]:
-    cmd = ["keyheads", "eval", "--adapter", str(RunFolder(run).finetune(variant)), "--no-base",
-           "--benchmarks", ",".join(benches), "--limit", str(limit), "--cache-dir", str(cache),
-           "--out", str(out), "--split", cfg.resolved_eval_split()]
-    for flag, value in (("--data-dir", cfg.data_dir), ("--dtype", cfg.dtype), ("--device", cfg.device),
-                        ("--batch-size", cfg.batch_size), ("--few-shot", cfg.eval.few_shot),
-                        ("--seed", cfg.seed), ("--threads", threads)):
+def eval_command(adapter: Path, settings: dict, benches: list[str], limit: int, cache: Path, out: Path,
+                 threads: int | None) -> list[str]:
+    """`keyheads eval` of the adapter alone with `settings` (the evaluation's: split, data, batch, seed...)."""
+    cmd = ["keyheads", "eval", "--adapter", str(adapter), "--no-base", "--benchmarks", ",".join(benches),
+           "--limit", str(limit), "--cache-dir", str(cache), "--out", str(out)]
+    for flag, value in (("--split", settings.get("split")), ("--data-dir", settings.get("data_dir")),
+                        ("--dtype", settings.get("dtype")), ("--device", settings.get("device")),
+                        ("--batch-size", settings.get("batch_size")), ("--few-shot", settings.get("few_shot")),
+                        ("--seed", settings.get("seed")), ("--threads", threads)):
         if value is not None:
             cmd += [flag, str(value)]
     return cmd
 
 
+def from_run(run: Path, variant: str) -> tuple[Path, dict, list[str], int | None, Path, str]:
+    """A run's variant: (adapter, eval settings, benchmarks, limit, the run's eval cache, the section's title)."""
+    folder = RunFolder(run)
+    if variant not in folder.finetune_records:
+        sys.exit(f"{folder.finetune(variant)} holds no finished adapter ({FINETUNE_JSON})")
+    cfg = RunSettings.model_validate(folder.config_record)
+    settings = {"split": cfg.resolved_eval_split(), "data_dir": cfg.data_dir, "dtype": cfg.dtype, "device": cfg.device,
+                "batch_size": cfg.batch_size, "few_shot": cfg.eval.few_shot, "seed": cfg.seed}
+    return (folder.finetune(variant), settings, cfg.eval.benchmarks, cfg.eval.limit, folder.eval_cache,
+            f"{cfg.model} {variant} ({run.name})")
+
+
+def from_eval(adapter: Path, eval_dir: Path) -> tuple[Path, dict, list[str], int | None, Path, str]:
+    """An adapter evaluated by `keyheads eval --adapter` into eval_dir: the same, from its results.json."""
+    settings = json.loads((eval_dir / "results.json").read_text())["config"]
+    record = json.loads((adapter / FINETUNE_JSON).read_text())
+    return (adapter, settings, settings["benchmarks"], settings["limit"], Path(settings["cache_dir"]),
+            f"{record.get('base_model', '?')} {adapter.name} ({eval_dir})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", help="a `keyheads run` folder whose eval stage has evaluated VARIANT")
-    ap.add_argument("--variant", required=True, help="a folder under RUN/finetune, e.g. precise@10")
-    ap.add_argument("--benchmarks", help="comma-separated (default: the run's, without generic-kl)")
-    ap.add_argument("--limit", type=int, help="first N items of each (default: the run's eval.limit)")
+    ap.add_argument("run", nargs="?", help="a `keyheads run` folder whose eval stage has evaluated VARIANT")
+    ap.add_argument("--variant", help="a folder under RUN/finetune, e.g. precise@10")
+    ap.add_argument("--adapter", type=Path, help="instead of RUN: a `keyheads finetune` folder ...")
+    ap.add_argument("--eval", type=Path, help="... and the `keyheads eval --adapter` folder that evaluated it")
+    ap.add_argument("--benchmarks", help="comma-separated (default: the evaluation's, without generic-kl)")
+    ap.add_argument("--limit", type=int, help="first N items of each (default: the evaluation's limit)")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
+    if (args.run is None) == (args.adapter is None) or bool(args.variant) != bool(args.run) \
+            or bool(args.adapter) != bool(args.eval):
+        ap.error("give RUN --variant VARIANT, or --adapter DIR --eval DIR")
 
-    run = Path(args.run)
-    folder = RunFolder(run)
-    if args.variant not in folder.finetune_records:
-        sys.exit(f"{folder.finetune(args.variant)} holds no finished adapter ({FINETUNE_JSON})")
-    cfg = RunSettings.model_validate(folder.config_record)
-    benches = args.benchmarks.split(",") if args.benchmarks else [b for b in cfg.eval.benchmarks if b != "generic-kl"]
-    limit = args.limit or cfg.eval.limit
+    adapter, settings, evaluated, run_limit, run_cache, title = (
+        from_run(Path(args.run), args.variant) if args.run else from_eval(args.adapter, args.eval))
+    benches = args.benchmarks.split(",") if args.benchmarks else [b for b in evaluated if b != "generic-kl"]
+    limit = args.limit or run_limit
     with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
         cache, out = Path(tmp) / "cache", Path(tmp) / "out"
-        cmd = eval_command(run, cfg, args.variant, benches, limit, cache, out, args.threads)
+        cmd = eval_command(adapter, settings, benches, limit, cache, out, args.threads)
         print("$", shlex.join(cmd), flush=True)
         started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "keyheads", *cmd[1:]], check=True)
         seconds = time.perf_counter() - started
-        found = {b: compare(latest_by_key(cache / f"{b}.sqlite"), latest_by_key(folder.eval_cache / f"{b}.sqlite"))
+        found = {b: compare(latest_by_key(cache / f"{b}.sqlite"), latest_by_key(run_cache / f"{b}.sqlite"))
                  for b in benches}
         acc = {b: accuracy(out, b) for b in benches}
 
@@ -100,7 +124,8 @@ def main() -> None:
     items = sum(c["items"] for c in found.values())
     differ = {b: c["differ"] for b, c in found.items() if c["differ"]}
     shown = shlex.join(cmd).replace(tmp, "EMPTY_DIR")  # the temporary folder's name means nothing later
-    again = f"python bench/reproduce_row.py {args.run} --variant {args.variant} --limit {limit}" + (
+    source = f"{args.run} --variant {args.variant}" if args.run else f"--adapter {args.adapter} --eval {args.eval}"
+    again = f"python bench/reproduce_row.py {source} --limit {limit}" + (
         f" --benchmarks {args.benchmarks}" if args.benchmarks else "")
     body = "\n".join([
         f"- date: {datetime.date.today()}; `{shown}` ({seconds:.0f} s), compared by `{again}`",
@@ -112,7 +137,7 @@ def main() -> None:
     ])
     print(body)
     if not args.no_write:
-        write_section(f"Reproducing a row from its adapter: {cfg.model} {args.variant} ({run.name})", body)
+        write_section(f"Reproducing a row from its adapter: {title}", body)
 
 
 if __name__ == "__main__":

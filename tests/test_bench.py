@@ -50,6 +50,25 @@ def test_reproduce_row_matches_rows_by_key_and_names_the_items_that_differ(tmp_p
     assert latest(tmp_path / "missing.sqlite") == {}
 
 
+def test_reproduce_row_from_an_eval_folder_repeats_its_settings(tmp_path):
+    reproduce = importlib.import_module("reproduce_row")
+    adapter, evaluated = tmp_path / "full", tmp_path / "eval"
+    adapter.mkdir()
+    evaluated.mkdir()
+    (adapter / "finetune.json").write_text(json.dumps({"base_model": "qwen2.5-coder-1.5b"}))
+    config = {"benchmarks": ["arith-mul", "generic-kl"], "data_dir": "/data", "limit": 50, "batch_size": 16,
+              "few_shot": None, "seed": 3, "split": "full", "cache_dir": str(tmp_path / "cache")}
+    (evaluated / "results.json").write_text(json.dumps({"config": config, "variants": []}))
+    got_adapter, settings, benches, limit, cache, title = reproduce.from_eval(adapter, evaluated)
+    assert (got_adapter, benches, limit, cache) == (adapter, ["arith-mul", "generic-kl"], 50, tmp_path / "cache")
+    assert "qwen2.5-coder-1.5b full" in title
+    cmd = reproduce.eval_command(adapter, settings, ["arith-mul"], 50, tmp_path / "fresh", tmp_path / "out", 2)
+    flags = dict(zip(cmd[3::2], cmd[4::2]))
+    assert {k: flags[k] for k in ("--split", "--data-dir", "--batch-size", "--seed", "--threads")} == {
+        "--split": "full", "--data-dir": "/data", "--batch-size": "16", "--seed": "3", "--threads": "2"}
+    assert "--few-shot" not in flags and cmd[:4] == ["keyheads", "eval", "--adapter", str(adapter)]
+
+
 def test_table1_tests_every_row_against_the_base_item_by_item_with_holm_over_the_table(tmp_path):
     from keyheads.report.rundata import eval_table
     from keyheads.report.stats import holm
