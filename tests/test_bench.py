@@ -155,3 +155,41 @@ def test_first_token_heads_compares_two_effects_files_as_a_direct_computation(tm
     assert found["rho"] == pytest.approx(rho) and found["p"] == pytest.approx(p) and found["n_heads"] == 12
     assert found["largest"][1] == ((2, 1), -0.5)
     assert found["largest"][0] == (top[3][0][0], a[top[3][0][0]])
+
+
+def seed_folder(root, control_wrong: dict, n: int = 50, kl: float = 0.05):
+    """A `keyheads eval` folder: the base row, then one seed of a control, with per-item wrong ids."""
+    base_wrong = {"gsm8k": range(0, 26), "mmlu": range(0, 20)}
+    rows = {"m": base_wrong, "m - 10 heads knocked out": control_wrong}
+    for label, sets in rows.items():
+        folder = root / label.replace(" ", "_")
+        folder.mkdir(parents=True)
+        for bench, ids in sets.items():
+            (folder / f"{bench}.wrong.jsonl").write_text("".join(json.dumps({"id": f"q{i}"}) + "\n" for i in ids))
+            (folder / f"{bench}.json").write_text(json.dumps({"n": n, "correct": n - len(ids),
+                                                              "accuracy": 1 - len(ids) / n}))
+        (folder / "generic-kl.json").write_text(json.dumps({"kl": 0.0 if label == "m" else kl, "n": n}))
+        (folder / "summary.json").write_text("{}")
+    (root / "results.json").write_text(json.dumps({"variants": [{"label": k} for k in rows]}))
+    return root
+
+
+def test_seed_band_is_the_mean_and_range_over_seeds_with_each_measured_seed_tested_against_the_base(tmp_path):
+    from keyheads.report.stats import holm, mcnemar_p
+
+    band = importlib.import_module("seed_band")
+    one = seed_folder(tmp_path / "s1", {"gsm8k": range(0, 36), "mmlu": range(0, 20)}, kl=0.04)  # gsm8k -20 points
+    two = seed_folder(tmp_path / "s2", {"gsm8k": range(4, 26), "mmlu": range(0, 24)}, kl=0.06)  # +8, -8
+    seeds, tests, base = {"seed 0": {"gsm8k": 50.0, "mmlu": 60.0, "generic-kl": 0.05}}, {}, {}
+    for label, folder in (("seed 1", one), ("seed 2", two)):
+        base, seeds[label], tests[label] = band.measured(folder)
+    assert base == {"gsm8k": 48.0, "mmlu": 60.0}
+    assert seeds["seed 1"] == {"gsm8k": 28.0, "mmlu": 60.0, "generic-kl": 0.04}
+    out = band.table(seeds, base, tests)
+    gsm8k = next(line for line in out.splitlines() if line.startswith("| gsm8k"))
+    assert "| 50 | 28 | 56 |" in gsm8k  # the recorded seed, then the measured ones
+    assert "-3.3 [-20, +8] (3 seeds)" in gsm8k  # (2 - 20 + 8) / 3 and the range
+    p = [mcnemar_p(0, 10), mcnemar_p(0, 0), mcnemar_p(4, 0), mcnemar_p(0, 4)]  # s1 gsm8k, s1 mmlu, s2 gsm8k, s2 mmlu
+    assert "+0 / -10, Δ -20.0" in gsm8k and f"(Holm {band.fmt_p(holm(p)[0])})" in gsm8k
+    assert "| generic KL from base | 0 | 0.050 | 0.040 | 0.060 | 0.050 [0.040, 0.060] |" in out
+    assert band.parse_recorded("seed 0: gsm8k=38,kl=0.041") == ("seed 0", {"gsm8k": 38.0, "generic-kl": 0.041})

@@ -1,0 +1,123 @@
+"""A random control over several seeds, as a band: each seed's accuracy per set, the mean and range of its
+change from the base row, and each measured seed item by item against the base (exact McNemar, Newcombe 95%
+interval, Holm over every test of the table).
+
+Each FOLDER is a `keyheads eval` output whose first row is the base model and whose last row is one seed
+of the control (a knockout of random heads, or an adapter trained on random heads). A seed measured before
+and no longer on disk can be given with --recorded as its accuracies in points, out of the same items; it
+enters the band, not the item-by-item tests.
+
+    python bench/seed_band.py --title TITLE --recorded "seed 0: arith-mul=50,gsm8k=38,kl=0.041" \
+        "seed 1=RUN/seed1" "seed 2=RUN/seed2" [--no-write]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from paired_rows import wrong_ids  # noqa: E402
+from results import write_section  # noqa: E402
+
+from keyheads.report.stats import band, fmt_p, paired_sets, with_holm  # noqa: E402
+
+KL = "generic-kl"
+
+
+def row_folders(eval_dir: Path) -> tuple[Path, Path]:
+    """(base row's folder, the control's folder): the first and last rows of the evaluation."""
+    labels = [v["label"] for v in json.loads((eval_dir / "results.json").read_text())["variants"]]
+    return eval_dir / labels[0].replace(" ", "_"), eval_dir / labels[-1].replace(" ", "_")
+
+
+def measured(eval_dir: Path) -> tuple[dict[str, float], dict[str, float], dict]:
+    """(base accuracies, control accuracies, paired tests) in points (KL as itself) for one seed's folder."""
+    base_dir, row_dir = row_folders(eval_dir)
+    base, row, tests = {}, {}, {}
+    for path in sorted(row_dir.glob("*.json")):
+        summary = json.loads(path.read_text())
+        if path.name == "summary.json":
+            continue
+        name = path.stem
+        if name == KL:
+            row[KL] = summary["kl"]
+            continue
+        base[name] = round(100 * json.loads((base_dir / path.name).read_text())["accuracy"], 6)
+        row[name] = round(100 * summary["accuracy"], 6)
+        tests[name] = paired_sets(wrong_ids(base_dir, name), wrong_ids(row_dir, name), summary["n"])
+    return base, row, tests
+
+
+def parse_recorded(text: str) -> tuple[str, dict[str, float]]:
+    """"seed 0: arith-mul=50,kl=0.041" -> ("seed 0", {"arith-mul": 50.0, "generic-kl": 0.041})."""
+    label, _, values = text.partition(":")
+    out = {}
+    for part in values.split(","):
+        key, _, value = part.strip().partition("=")
+        out[KL if key == "kl" else key] = float(value)
+    return label.strip(), out
+
+
+def table(seeds: dict[str, dict[str, float]], base: dict[str, float], tests: dict[str, dict]) -> str:
+    names = list(seeds)
+    sets = [b for b in base]
+    holm = with_holm({(s, b): t for s, by in tests.items() for b, t in by.items()})
+    head = ["set", "base", *names, "change from base: mean [range]", *(f"{s} item by item" for s in tests)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b in sets:
+        values = [seeds[s].get(b) for s in names]
+        spread = band([v - base[b] for v in values if v is not None])
+        cells = [b, f"{base[b]:.0f}", *("-" if v is None else f"{v:.0f}" for v in values),
+                 f"{spread.mean:+.1f} [{spread.low:+.0f}, {spread.high:+.0f}] ({spread.count} seeds)"]
+        for s in tests:
+            t = holm.get((s, b))
+            cells.append("-" if t is None else f"+{t.gained} / -{t.lost}, Δ {100 * t.delta:+.1f} "
+                         f"[{100 * t.ci[0]:+.1f}, {100 * t.ci[1]:+.1f}], p {fmt_p(t.p)} (Holm {fmt_p(t.p_holm)})")
+        lines.append("| " + " | ".join(cells) + " |")
+    kls = [seeds[s].get(KL) for s in names]
+    if any(k is not None for k in kls):
+        spread = band([k for k in kls if k is not None])
+        lines.append("| " + " | ".join(["generic KL from base", "0", *("-" if k is None else f"{k:.3f}" for k in kls),
+                                         f"{spread.mean:.3f} [{spread.low:.3f}, {spread.high:.3f}]",
+                                         *("" for _ in tests)]) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("seeds", nargs="+", help="LABEL=EVAL_FOLDER, one per measured seed")
+    ap.add_argument("--recorded", action="append", default=[], help="'LABEL: set=points,...,kl=VALUE'")
+    ap.add_argument("--title", required=True, help="the RESULTS section's title")
+    ap.add_argument("--command", default="", help="the command that made the folders, for the section")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+
+    seeds: dict[str, dict[str, float]] = {}
+    tests: dict[str, dict] = {}
+    base: dict[str, float] = {}
+    for text in args.recorded:
+        label, values = parse_recorded(text)
+        seeds[label] = values
+    for spec in args.seeds:
+        label, _, folder = spec.partition("=")
+        got_base, row, paired = measured(Path(folder))
+        if base and got_base != base:
+            sys.exit(f"{folder}: its base row differs from the other folders' ({got_base} vs {base})")
+        base, seeds[label], tests[label] = got_base, row, paired
+    body = table(dict(sorted(seeds.items())), base, tests)
+    notes = ("Δ is the change in points with its 95% interval for paired proportions (Newcombe's method 10); Holm's "
+             "correction is over every item-by-item test of this table; a seed given as recorded enters the band "
+             "only.")
+    text = "\n\n".join(x for x in (args.command and f"Command: {args.command}", body, notes) if x)
+    print(text)
+    if not args.no_write:
+        write_section(args.title, text)
+
+
+if __name__ == "__main__":
+    main()
