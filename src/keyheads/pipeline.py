@@ -1,7 +1,7 @@
 """The whole study on one model, stage by stage, into one run folder:
 
-    pairs.jsonl -> identify/ (effects, key heads) -> knockout/, attention/, mlp/, finetune/<variant>/
-    -> eval/ -> report.html
+    pairs.jsonl -> identify/ (effects, key heads) -> identify/<set>/ (also_identify: the same on more pairs)
+    -> knockout/, attention/, mlp/, finetune/<variant>/ -> eval/ -> report.html
 
 Each stage reads what the previous ones wrote (the key heads only from identify/key_heads.json)
 and records what it did in stages/<name>.json; `keyheads.stages` re-runs exactly the stages
@@ -18,6 +18,7 @@ import contextlib
 import gc
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -35,10 +36,13 @@ from .analysis.selection import ComponentChoice, HeadChoice
 from .components import Components
 from .config.base import take
 from .data.benchmarks import data_dir_from
+from .data.benchmarks import load as load_benchmark
 from .data.generate import pairs_for
-from .data.pairs import write_pairs
+from .data.pairs import Pair, write_pairs
+from .data.templates import TASKS
 from .data.trainset import SplitSettings
-from .errors import SettingError
+from .data.wordproblems import word_problem_pairs
+from .errors import NothingCorrect, SettingError
 from .evaluation import EvalSettings, Variant, evaluate
 from .finetune import describe as describe_training
 from .finetune import finetune, load_examples
@@ -50,7 +54,7 @@ from .models.fingerprint import base_fingerprint
 from .patching import describe as describe_effects
 from .patching import identify
 from .report.html import write_html_report
-from .runconfig import VARIANT, RunSettings
+from .runconfig import ALSO_IDENTIFY, VARIANT, WORD_PROBLEMS, RunSettings
 from .runfolder import RunFolder
 from .stages import Runner, Stage
 
@@ -78,7 +82,10 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
         Stage("data", {**model_key, **section(cfg.data)}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
         Stage("identify", {**model_key, **section(cfg.patch)}, [PAIRS], [RunFolder.IDENTIFY],
               lambda: _identify(cfg, run, get_model(), progress), spread=True,
-              resume=[f"{RunFolder.IDENTIFY}/per_sample*.npz"]),  # one checkpoint per process
+              resume=[f"{RunFolder.IDENTIFY}/per_sample*.npz"],  # one checkpoint per process
+              keep=[RunFolder.also_identify_rel(name) for name in ALSO_IDENTIFY]),  # the identify/NAME stages' own
+        *[_also_identify_stage(cfg, run, name, model_key, section(cfg.data), section(cfg.patch), get_model, progress)
+          for name in cfg.also_identify],
         # a step's settings are passed whole, so the signature is exactly what reaches the step
         Stage("knockout", {**model_key, **section(cfg.knockout), "data_dir": cfg.data_dir},
               [PAIRS, KEY_HEADS, EFFECTS], [RunFolder.KNOCKOUT], lambda: _knockout(cfg, run, get_model(), progress),
@@ -211,6 +218,47 @@ def _identify(cfg: RunSettings, run: RunFolder, model, progress: bool = True) ->
     effects, keys = identify(model, run.pairs, cfg.patch, run.identify, batch_size=cfg.batch_size,
                              progress=progress)
     return describe_effects(effects, keys)
+
+
+def _also_identify_stage(cfg: RunSettings, run: RunFolder, name: str, model_key: dict, data: dict, patch: dict,
+                         get_model, progress: bool) -> Stage:
+    """identify/NAME: the pairs of one more set, patched as the identify stage patches the run's pairs."""
+    if name in TASKS:
+        made_of = {**data, "task": name}
+    else:  # the word problems use these of the data settings, and the benchmark folder's questions
+        made_of = {**{k: data[k] for k in ("n", "seed", "single_token_answer", "keep_correct")},
+                   "data_dir": cfg.data_dir}
+    rel = RunFolder.also_identify_rel(name)
+    return Stage(rel, {**model_key, "data": made_of, "patch": patch}, [], [rel],
+                 lambda: _also_identify(cfg, run, name, get_model(), progress), spread=True,
+                 resume=[f"{rel}/per_sample*.npz"])
+
+
+def _also_identify(cfg: RunSettings, run: RunFolder, name: str, model, progress: bool = True) -> str:
+    pairs = run.also_identify_pairs(name)
+
+    def make() -> None:
+        if not pairs.is_file():  # a resumed stage keeps the pairs its patching checkpoint was made on
+            write_pairs(pairs, _pairs_of(cfg, name, model, progress))
+
+    distributed.on_main(make, f"stage identify/{name}: making its pairs")
+    effects, keys = identify(model, pairs, cfg.patch, run.also_identify(name), batch_size=cfg.batch_size,
+                             progress=progress)
+    return describe_effects(effects, keys)
+
+
+def _pairs_of(cfg: RunSettings, name: str, model, progress: bool) -> list[Pair]:
+    """The pairs of also_identify's `name`, with the run's data settings; one line when keep_correct keeps none."""
+    try:
+        if name in TASKS:
+            return pairs_for(model, replace(cfg.data, task=name), batch_size=cfg.batch_size, progress=progress)
+        questions = load_benchmark(WORD_PROBLEMS, "test", data_dir=_data_dir(cfg))
+        return word_problem_pairs(model, questions, cfg.data, name, batch_size=cfg.batch_size, progress=progress)
+    except NothingCorrect:
+        examples = ", or give solved examples first (data.few_shot: 3)" if name in TASKS else ""
+        raise NothingCorrect(f"identify/{name}: the model answers none of its {name} prompts correctly, so "
+                             f"data.keep_correct keeps no pair: take {name} out of also_identify, or set "
+                             f"data.keep_correct: false{examples}") from None
 
 
 def _key_heads(run: RunFolder) -> HeadChoice:

@@ -33,11 +33,17 @@ from .config.sections import (
 )
 from .data.benchmarks import data_dir_from
 from .data.settings import PairSettings
+from .data.templates import TASKS, load_templates
 from .errors import BadFile, SettingError
 from .evaluation.config import ARITH
 from .io import read_yaml
 from .patching.settings import PatchSettings
 from .settings import check_writable_dir
+
+# what also_identify takes: a task of the templates, or the pairs made of GSM8K's test questions
+# (keyheads.data.wordproblems)
+WORD_PROBLEMS = "gsm8k"
+ALSO_IDENTIFY = (*TASKS, WORD_PROBLEMS)
 
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs
 VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?|full|lora")
@@ -57,6 +63,11 @@ class RunSettings(DeviceSettings):
         "fine-tuning variants trained after the analysis: precise (the key heads), precise@K (the top K heads by "
         "effect), +mlp or +mlpM after either (also the top finetune.mlps or M MLPs), random or random@K (as "
         "many / K seeded random heads: the control), full, lora"))
+    also_identify: list[str] = Field(default_factory=list, description=(
+        "more identifications, each a stage identify/NAME after the main one, patched with the patch settings: "
+        "a task (the data settings on that task alone: figure 15's operations apart, appendix D's "
+        "exponentiation) or gsm8k (appendix E: pairs from data.n GSM8K test questions of data_dir); the rest "
+        "of the run reads only the main key heads"))
     # the paper's data (its appendix A): zero-shot, answers scored by their first token (A and B in 1..9, so C
     # spans one or two digits), only the pairs the model answers correctly
     data: PairSettings = Field(default_factory=lambda: PairSettings(n=300, few_shot=0, single_token_answer=False,
@@ -142,6 +153,17 @@ class RunSettings(DeviceSettings):
             raise SettingError("variants", v, "a variant is listed twice")
         return v
 
+    @field_validator("also_identify")
+    @classmethod
+    def _also_identify(cls, v):
+        bad = [x for x in v if x not in ALSO_IDENTIFY]
+        if bad:
+            raise SettingError("also_identify", v, f"unknown {', '.join(map(repr, bad))}; valid: "
+                                                   f"{', '.join(ALSO_IDENTIFY)}")
+        if len(set(v)) != len(v):
+            raise SettingError("also_identify", v, "an entry is listed twice")
+        return v
+
     @field_validator("data_dir")
     @classmethod
     def _data_dir(cls, v):
@@ -161,6 +183,15 @@ class RunSettings(DeviceSettings):
         if need and not folder:
             raise SettingError(f"eval.benchmarks {', '.join(need)} read a benchmark folder: set data_dir (or "
                                "$KEYHEADS_DATA), or keep only the built-in arith-* sets")
+        chosen = {t.task for t in load_templates().templates if t.id in self.data.templates} \
+            if self.data.templates else set(TASKS)
+        missing = [x for x in self.also_identify if x in TASKS and x not in chosen]
+        if missing:
+            raise SettingError("also_identify", self.also_identify, f"no {', '.join(missing)} template among "
+                               "data.templates: add one, or leave data.templates empty (all templates)")
+        if WORD_PROBLEMS in self.also_identify and not folder:
+            raise SettingError(f"also_identify {WORD_PROBLEMS} reads the GSM8K test questions from the benchmark "
+                               "folder: set data_dir (or $KEYHEADS_DATA)")
         if self.variants and self.finetune.train == "trainset" and not folder:
             raise SettingError("finetune.train 'trainset' is built from the benchmark folder: set data_dir or "
                                "$KEYHEADS_DATA")

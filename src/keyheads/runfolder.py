@@ -5,6 +5,7 @@
       model.json               model_info    what was loaded: name, source, fingerprint, shape
       pairs.jsonl              pairs         the prompt pairs (data)
       identify/                identify      effects.json, key_heads.json, effects.csv, heatmap.png
+      identify/NAME/           also_identify(name)  pairs.jsonl and the same files, on one more set (also_identify)
       knockout/                knockout      knockout.json, knockout_curves.csv/.png, transfer.csv
       attention/               attention     attention.json, attention_by_role.csv, figures
       mlp/                     mlp           mlp.json, mlp_curves.csv, figures
@@ -114,6 +115,17 @@ class RunFolder:
     def key_heads(self) -> Path:
         return self.root / self.KEY_HEADS
 
+    @staticmethod
+    def also_identify_rel(name: str) -> str:
+        """identify/NAME: the identification on one more set of pairs (a run's also_identify)."""
+        return f"{RunFolder.IDENTIFY}/{name}"
+
+    def also_identify(self, name: str) -> Path:
+        return self.root / self.also_identify_rel(name)
+
+    def also_identify_pairs(self, name: str) -> Path:
+        return self.also_identify(name) / self.PAIRS
+
     @property
     def knockout(self) -> Path:
         return self.root / self.KNOCKOUT
@@ -185,6 +197,16 @@ class RunFolder:
     @cached_property
     def key_heads_record(self) -> Any:
         return read_record(self.key_heads)
+
+    @cached_property
+    def also_identify_records(self) -> dict[str, dict]:
+        """{name: {"effects": effects.json, "key_heads": key_heads.json}} of every finished identify/NAME, by name."""
+        out = {}
+        for path in sorted(self.identify.glob(f"*/{KEY_HEADS_JSON}")):
+            keys, effects = read_record(path), read_record(path.parent / EFFECTS_JSON)
+            if isinstance(keys, dict) and isinstance(effects, dict):
+                out[path.parent.name] = {"effects": effects, "key_heads": keys}
+        return out
 
     @cached_property
     def knockout_record(self) -> Any:
