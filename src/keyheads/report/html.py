@@ -3,8 +3,8 @@
     from keyheads.report.html import write_html_report
     write_html_report("runs/demo")          # -> runs/demo/report.html
 
-The page only reads what the stages wrote; sections follow the paper's order (figures 2-6,
-tables 1-2), then the findings and the manifest.
+The page only reads what the stages wrote; sections follow the paper's order (figures 2-6, with the sets
+identified apart after figure 2's, tables 1-2), then the findings and the manifest.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from .manifest import manifest
 from .markup import ENV, pct, signed_pct
 from .sections import heads_text
 
-CONTENTS = (("identify", "Effects heatmap and key heads"), ("knockout", "Knockout curves"),
+CONTENTS = (("identify", "Effects heatmap and key heads"), ("identify-sets", "Key heads set by set"),
+            ("knockout", "Knockout curves"),
             ("transfer", "Transfer and cases"), ("attention", "Attention by role"), ("mlp", "MLPs"),
             ("improve", "Tables 1 and 2"), ("findings", "Findings"), ("manifest", "Manifest"))
 
@@ -50,10 +51,12 @@ def render(folder: str | Path) -> str:
     items = findings(run)
     config = run.config_record or {}
     model = config.get("model") if isinstance(config, dict) else None
-    parts = [sections.identify(run), sections.knockout(run), sections.transfer(run), sections.attention(run),
+    sets = sections.identified_sets(run)  # empty unless the run identified on more sets (also_identify)
+    parts = [sections.identify(run), sets, sections.knockout(run), sections.transfer(run), sections.attention(run),
              sections.mlp(run), tables.improve(run), tables.findings_section(items), manifest(run)]
+    contents = [c for c in CONTENTS if sets or c[0] != "identify-sets"]
     return ENV.get_template("page.html.j2").render(run_name=run.root.name, model=model or run.root.name,
-                                                   facts=_facts(run, items), contents=CONTENTS, parts=parts)
+                                                   facts=_facts(run, items), contents=contents, parts=parts)
 
 
 def write_html_report(folder: str | Path) -> Path:

@@ -86,6 +86,11 @@ def figures(folder: Path, known: Sequence[tuple[str, str]], skip: Sequence[str] 
     return join(parts)
 
 
+def side_by_side(parts: Iterable[Any]) -> Markup:
+    """Figures in one row, wrapping onto more where the page is narrow."""
+    return MACROS.side_by_side(join(parts))
+
+
 def cell(value: Any, shown: str | None = None, cls: str = "") -> dict:
     """A table cell: `shown` is the text, `value` sorts it (numbers sort as numbers)."""
     return {"value": value, "shown": shown, "cls": cls}

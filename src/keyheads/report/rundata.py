@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..evaluation.config import CHOICE, DISPLAY, DRIFT
+from ..heads import Head, heads_of
 from ..runfolder import RunFolder
 from .markup import is_num
 from .stats import Band, PairedTest, band, paired_sets, seed_free, seed_groups, with_holm
@@ -190,3 +191,56 @@ def delta_band(table: EvalTable, rows: list[EvalRow], benchmarks: list[str]) -> 
     row over `benchmarks`."""
     deltas = [d for d in (table.mean_delta(r, benchmarks) for r in rows) if d is not None]
     return band(deltas) if deltas else None
+
+
+# ---- the identifications on several sets (identify/ and identify/NAME/) ---------------------------------
+
+MAIN_SET = "main"  # the run's own pairs (identify/), beside the also_identify sets
+
+
+@dataclass
+class IdentifiedSet:
+    """One identification: its key heads in rank order and its effects.json."""
+
+    name: str
+    key_heads: list[Head]
+    effects: dict
+
+    @property
+    def strongest(self) -> tuple[Head, float] | None:
+        """The head of the largest effect, the most negative (patching it away lowers the answer most)."""
+        found = [(Head(l, h), e) for l, row in enumerate(self.effects.get("heads") or [])
+                 for h, e in enumerate(row) if is_num(e)]
+        return min(found, key=lambda he: he[1]) if found else None
+
+
+def identified_sets(run: RunFolder) -> list[IdentifiedSet]:
+    """The main identification, then every identify/NAME one, when at least one of those was written."""
+    others = run.also_identify_records
+    if not others:
+        return []
+    main = ([IdentifiedSet(MAIN_SET, heads_of(run.key_heads_record.get("heads", [])), run.effects_record)]
+            if isinstance(run.key_heads_record, dict) and isinstance(run.effects_record, dict) else [])
+    return main + [IdentifiedSet(name, heads_of(r["key_heads"].get("heads", [])), r["effects"])
+                   for name, r in others.items()]
+
+
+@dataclass
+class Overlap:
+    """Two sets' top-k key heads in common (k: the smaller key-head count of the two)."""
+
+    a: str
+    b: str
+    k: int
+    shared: list[Head]
+
+
+def overlaps(sets: list[IdentifiedSet]) -> list[Overlap]:
+    """Every pair of sets, in order."""
+    out = []
+    for i, a in enumerate(sets):
+        for b in sets[i + 1:]:
+            k = min(len(a.key_heads), len(b.key_heads))
+            top_b = set(b.key_heads[:k])
+            out.append(Overlap(a.name, b.name, k, [h for h in a.key_heads[:k] if h in top_b]))
+    return out

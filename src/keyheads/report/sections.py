@@ -1,4 +1,5 @@
-"""The analysis sections, one function each, in the paper's figure order (figures 2 to 6).
+"""The analysis sections, one function each, in the paper's figure order (figures 2 to 6; the sets identified
+apart, figure 15 and appendices D and E, after the main identification).
 
 Each takes the run folder and returns HTML; a stage that left nothing behind gives a one-line
 "did not run" note, never an exception.
@@ -9,12 +10,14 @@ from markupsafe import Markup
 
 from ..heads import Head, heads_of
 from ..runfolder import ATTENTION_JSON, KNOCKOUT_JSON, MLP_JSON, RunFolder
+from . import rundata
 from .markup import (
     MACROS,
     bullet_list,
     cell,
     figures,
     heading,
+    img,
     is_num,
     join,
     not_run,
@@ -23,6 +26,7 @@ from .markup import (
     para,
     pct,
     section,
+    side_by_side,
     signed_pct,
     table,
 )
@@ -68,6 +72,38 @@ def identify(run: RunFolder) -> Markup:
         body += [heading("Strongest MLPs"),
                  table(["MLP layer", "effect"], [[cell(l, str(l)), _effect(mlps[l], metric)] for l in ranked])]
     return section("identify", title, join(body))
+
+
+def identified_sets(run: RunFolder) -> Markup:
+    """The identify/NAME sets (a run's also_identify) beside the main one: nothing when there are none."""
+    sets = rundata.identified_sets(run)
+    if not sets:
+        return Markup("")
+    metric = (run.effects_record or {}).get("metric") if isinstance(run.effects_record, dict) else None
+    title = "1b. Key heads set by set: the operations apart (figure 15), exponentiation and GSM8K (appendices D, E)"
+    rows = []
+    for one in sets:
+        strongest = one.strongest
+        rows.append([one.name, cell(one.effects.get("n_samples"), str(one.effects.get("n_samples", "–"))),
+                     cell(len(one.key_heads), str(len(one.key_heads))),
+                     str(strongest[0]) if strongest else "–", _effect(strongest[1] if strongest else None, metric),
+                     ", ".join(map(str, one.key_heads[:8]))])
+    shared = [[o.a, o.b, cell(o.k, str(o.k)), cell(len(o.shared), str(len(o.shared))),
+               cell(len(o.shared) / o.k if o.k else None, pct(len(o.shared) / o.k if o.k else None)),
+               ", ".join(map(str, o.shared))] for o in rundata.overlaps(sets)]
+    others = [one for one in sets if one.name != rundata.MAIN_SET]
+    body = [note(f"Each set's pairs (identify/NAME/pairs.jsonl) path-patched with the run's patch settings; "
+                 f"{rundata.MAIN_SET} is the run's own pairs (section 1). Only the main key heads are used by the "
+                 "later stages."),
+            side_by_side(img(run.also_identify(one.name) / "heatmap.png", f"effect of patching each head on "
+                             f"{one.name}") for one in others),
+            heading("Each set's key heads"),
+            table(["set", "pairs", "key heads", "strongest head", "its effect", "top key heads"], rows,
+                  "key-head-sets"),
+            heading("Key heads in common (figure 15; table 4 for GSM8K)"),
+            note("For each two sets, how many of their top-k key heads they share (k: the smaller key-head count)."),
+            table(["set", "other set", "k", "shared", "share", "shared heads"], shared, "key-head-overlap")]
+    return section("identify-sets", title, join(body))
 
 
 def knockout(run: RunFolder) -> Markup:
