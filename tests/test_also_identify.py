@@ -88,6 +88,12 @@ def test_each_set_is_identified_as_the_identify_function_does(run, tiny_data, ll
     assert ran(caplog) == {"data", "identify", "identify/division", "identify/exponentiation", "report"}
     assert (run / "identify" / "gsm8k" / "key_heads.json").is_file()  # the main stage's re-run kept the sets
 
+    # a set taken out of the config leaves its folder, but the report shows only the sets the config lists
+    run_pipeline(config(run, tiny_data, patch=dict(top_k=2), data=dict(few_shot=1), also_identify=["gsm8k"]),
+                 stages=["report"])
+    part = section_of((run / "report.html").read_text(), "identify-sets")
+    assert [r[0][1] for r in table_rows(part, "key-head-sets")] == ["main", "gsm8k"] and part.count("<img") == 1
+
 
 def test_no_sets_no_section(run, tiny_data):
     run_pipeline(config(run, tiny_data, also_identify=[]), stages=["data", "identify", "report"])

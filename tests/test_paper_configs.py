@@ -86,6 +86,10 @@ def test_the_config_is_the_papers_protocol(paper_run):
     used = json.loads((run / "config.json").read_text())
     assert used["data"]["single_token_answer"] is False and used["data"]["few_shot"] == 0  # first token, zero-shot
     assert used["patch"]["top_k"] == 32
+    operations = ["addition", "subtraction", "multiplication", "division"]  # section 4.1; not exponentiation
+    assert used["data"]["task"] == ",".join(operations)
+    assert {json.loads(line)["task"] for line in (run / "pairs.jsonl").read_text().splitlines()} == set(operations)
+    assert used["also_identify"] == [*operations, "exponentiation", "gsm8k"]  # figure 15, appendices D and E
     assert len(json.loads((run / "identify" / "key_heads.json").read_text())["heads"]) == 32
     recipe = {"lr": 2e-5, "optimizer_batch_size": 128, "epochs": 2.0, "warmup_ratio": 0.02, "weight_decay": 0.1,
               "rescale": True, "train": "trainset"}
@@ -94,6 +98,16 @@ def test_the_config_is_the_papers_protocol(paper_run):
         "gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa"}
     for variant in ("precise@32", "full", "lora", "random@32", "precise@8", "precise@64", "precise@32+mlp3"):
         assert variant in used["variants"]
+
+
+def test_every_other_set_was_identified_and_reported(paper_run):
+    config, run = paper_run
+    for name in config["also_identify"]:
+        assert (run / "stages" / f"identify--{name}.json").is_file(), name
+        for file in ("pairs.jsonl", "effects.json", "key_heads.json", "heatmap.png"):
+            assert (run / "identify" / name / file).is_file(), f"identify/{name}/{file}"
+        assert len(json.loads((run / "identify" / name / "key_heads.json").read_text())["heads"]) == 32
+    assert '<section id="identify-sets">' in (run / "report.html").read_text()
 
 
 def test_training_ran_sharded_over_both_processes(paper_run):

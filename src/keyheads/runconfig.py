@@ -67,7 +67,7 @@ class RunSettings(DeviceSettings):
         "more identifications, each a stage identify/NAME after the main one, patched with the patch settings: "
         "a task (the data settings on that task alone: figure 15's operations apart, appendix D's "
         "exponentiation) or gsm8k (appendix E: pairs from data.n GSM8K test questions of data_dir); the rest "
-        "of the run reads only the main key heads"))
+        "of the run reads only the main key heads"), json_schema_extra={"metavar": "SET[,SET...]"})
     # the paper's data (its appendix A): zero-shot, answers scored by their first token (A and B in 1..9, so C
     # spans one or two digits), only the pairs the model answers correctly
     data: PairSettings = Field(default_factory=lambda: PairSettings(n=300, few_shot=0, single_token_answer=False,

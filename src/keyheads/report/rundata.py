@@ -215,8 +215,12 @@ class IdentifiedSet:
 
 
 def identified_sets(run: RunFolder) -> list[IdentifiedSet]:
-    """The main identification, then every identify/NAME one, when at least one of those was written."""
+    """The main identification, then the identify/NAME ones (those the config lists, in its order, when it
+    does: a set taken out of also_identify leaves its folder behind), when at least one of those was written."""
     others = run.also_identify_records
+    listed = run.config_record.get("also_identify") if isinstance(run.config_record, dict) else None
+    if isinstance(listed, list):
+        others = {name: others[name] for name in listed if name in others}
     if not others:
         return []
     main = ([IdentifiedSet(MAIN_SET, heads_of(run.key_heads_record.get("heads", [])), run.effects_record)]
