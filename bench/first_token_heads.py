@@ -8,12 +8,13 @@ correct, seed 0) and differ only in `--single-token-answer`; path patching on ea
 (`--first-token` with the first-token data). The section compares the two effects.json files: the overlap
 of the top 10 and the top 32, the Spearman rank correlation of all head effects, and the largest effect
 (the most negative: effects.json stores the relative change of the answer logit, (patched - original) /
-original, as a fraction, so -0.05 is the paper's -5%).
+original, as a fraction, so -0.05 is the paper's -5%). Then each set's knockout curves (top-k by its own
+effects against 5 random orders, k = 0..20, END-aligned means, no transfer) are drawn side by side.
 
     python bench/first_token_heads.py [--model smollm2-135m] [--threads 2] [--out-root /root/kh-runs/first-token]
 
-Resumable: each step is skipped when its output exists (pairs.jsonl, then patch/effects.json), in
-OUT_ROOT/MODEL/{single-token,first-token}/.
+Resumable: each step is skipped when its output exists (pairs.jsonl, patch/effects.json, then
+knockout/knockout.json), in OUT_ROOT/MODEL/{single-token,first-token}/.
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ TITLE = "Key heads with first-token answers against single-token answers (bench/
 # configs/table1-smollm2.yaml's data section, less the answer filter, which is what this compares
 DATA = ["--task", "all", "-n", "120", "--few-shot", "3", "--shared-prefix", "--keep-correct", "--seed", "0"]
 TOP_K = 32
+CURVE_K, CURVE_SEEDS, SHOWN_K = 20, 5, (2, 6, 10, 20)  # knockout curves: k = 0..20 against 5 random orders
+FIGURE = ROOT / "bench" / "figures"
 WAYS = {"single-token": (["--single-token-answer"], []),        # (data flags, patch flags)
         "first-token": (["--no-single-token-answer"], ["--first-token"])}
 
@@ -54,8 +57,54 @@ def commands(model: str, folder: Path, threads: int) -> dict[str, list[list[str]
             ["keyheads", "data", "--model", model, *DATA, *data_flags, "--threads", str(threads), "--quiet",
              "--out", str(where / "pairs.jsonl")],
             ["keyheads", "patch", "--model", model, "--data", str(where / "pairs.jsonl"), "--top-k", str(TOP_K),
-             *patch_flags, "--threads", str(threads), "--quiet", "--out", str(where / "patch")]]
+             *patch_flags, "--threads", str(threads), "--quiet", "--out", str(where / "patch")],
+            ["keyheads", "knockout", "--model", model, "--data", str(where / "pairs.jsonl"), "--effects",
+             str(where / "patch" / "effects.json"), "--top-k", "10", "--k", str(CURVE_K), "--seeds", str(CURVE_SEEDS),
+             "--no-transfer", "--threads", str(threads), "--quiet", "--out", str(where / "knockout")]]
     return out
+
+
+OUTPUTS = ("pairs.jsonl", "patch/effects.json", "knockout/knockout.json")  # what each step of a way writes
+
+
+def curves_table(curves: dict[str, dict]) -> str:
+    """Accuracy with the top-k heads (by each set's own effects) knocked out, and the random orders' mean ± std."""
+    head = "| | k = 0 | " + " | ".join(f"k = {k}" for k in SHOWN_K) + " |"
+    lines = [head, "|---|" + "---:|" * (1 + len(SHOWN_K))]
+    for way, c in curves.items():
+        ks = c["k"]
+        top = [f"{100 * c['effect_rank'][ks.index(k)]:.1f}%" if k in ks else "-" for k in SHOWN_K]
+        rnd = [f"{100 * c['random_mean'][ks.index(k)]:.1f} ± {100 * c['random_std'][ks.index(k)]:.1f}%"
+               if k in ks else "-" for k in SHOWN_K]
+        lines.append(f"| {way}: top-k | {100 * c['effect_rank'][0]:.1f}% | " + " | ".join(top) + " |")
+        lines.append(f"| {way}: random-k | {100 * c['random_mean'][0]:.1f}% | " + " | ".join(rnd) + " |")
+    return "\n".join(lines)
+
+
+def draw_curves(curves: dict[str, dict], path: Path, model: str) -> None:
+    """Both sets' curves side by side: top-k against the random orders' mean ± std."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.6), sharey=True)
+    for ax, (way, c) in zip(axes, curves.items()):
+        k = c["k"]
+        mean, std = [100 * x for x in c["random_mean"]], [100 * x for x in c["random_std"]]
+        ax.plot(k, [100 * x for x in c["effect_rank"]], "o-", color="tab:red", label="top-k by effect")
+        ax.plot(k, mean, "s--", color="tab:blue", label=f"random-k (mean of {CURVE_SEEDS})")
+        ax.fill_between(k, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                        color="tab:blue", alpha=0.15)
+        ax.set_title(f"{model}: {way} answers")
+        ax.set_xlabel("heads knocked out (k)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("accuracy of the answer token (%)")
+    axes[0].legend(loc="lower left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -124,10 +173,9 @@ def main() -> None:
     keyheads = [sys.executable, "-m", "keyheads"]
     timings = folder / "seconds.json"  # each step's wall time, kept for a re-run that reads the steps back
     seconds = json.loads(timings.read_text()) if timings.exists() else {}
-    for way, (data_cmd, patch_cmd) in commands(args.model, folder, args.threads).items():
+    for way, way_cmds in commands(args.model, folder, args.threads).items():
         (folder / way).mkdir(parents=True, exist_ok=True)
-        steps = ((data_cmd, folder / way / "pairs.jsonl"), (patch_cmd, folder / way / "patch" / "effects.json"))
-        for cmd, done in steps:
+        for cmd, done in zip(way_cmds, (folder / way / out for out in OUTPUTS)):
             if done.exists():
                 print(f"{done} exists: skipping {cmd[1]} ({way})", flush=True)
                 continue
@@ -151,8 +199,11 @@ def main() -> None:
                      f" | {sum(counts[w].values())} | {found['n_samples'][i]} ({found['n_excluded'][i]}) |")
     (h_s, e_s), (h_f, e_f) = found["largest"]
     timing = ", ".join(f"{step} {s / 60:.1f} min" for step, s in seconds.items()) or "no step timed"
-    cmds = "\n".join(f"    {shlex.join(c)}" for pair in commands(args.model, folder, args.threads).values()
-                     for c in pair)
+    cmds = "\n".join(f"    {shlex.join(c)}" for way_cmds in commands(args.model, folder, args.threads).values()
+                     for c in way_cmds)
+    curves = {w: json.loads((folder / w / "knockout" / "knockout.json").read_text())["curves"] for w in WAYS}
+    figure = FIGURE / f"first-token-{args.model}-knockout.png"
+    draw_curves(curves, figure, args.model)
     k10, k32 = found["overlap"][10], found["overlap"][TOP_K]
     body = f"""Measured {datetime.date.today().isoformat()} on {args.model}, fp32 on CPU, {args.threads} threads
 (wall time: {timing}), with
@@ -186,7 +237,14 @@ Top 10 heads, most negative first (layer.head, effect):
 - Overlap of the top 10: {k10} of 10; of the top {TOP_K}: {k32} of {TOP_K}.
 - Spearman rank correlation of the {found['n_heads']} head effects: rho {found['rho']:.3f} (p {found['p']:.2g}).
 
-{summary(found, same_pairs(rows['first-token'], rows['single-token']), len(rows['first-token']), past)}"""
+{summary(found, same_pairs(rows['first-token'], rows['single-token']), len(rows['first-token']), past)}
+
+Knockout curves on each set's own prompts, its own top heads by effect against {CURVE_SEEDS} random orders
+(accuracy of the answer token; mean ablation with END-aligned means over the set's counterfactual prompts):
+
+{curves_table(curves)}
+
+![knockout curves, single-token against first-token answers](figures/{figure.name})"""
     write_section(TITLE, body)
     print(body)
 

@@ -157,6 +157,20 @@ def test_first_token_heads_compares_two_effects_files_as_a_direct_computation(tm
     assert found["largest"][0] == (top[3][0][0], a[top[3][0][0]])
 
 
+def test_first_token_heads_tabulates_and_draws_both_sets_knockout_curves(tmp_path):
+    first_token_heads = importlib.import_module("first_token_heads")
+    k = list(range(0, 21))
+    curves = {way: {"k": k, "effect_rank": [0.9 - 0.01 * i * (1 + j) for i in k],
+                    "random_mean": [0.9 - 0.002 * i for i in k], "random_std": [0.001 * i for i in k]}
+              for j, way in enumerate(("single-token", "first-token"))}
+    table = first_token_heads.curves_table(curves).splitlines()
+    assert table[0] == "| | k = 0 | k = 2 | k = 6 | k = 10 | k = 20 |"
+    assert table[2] == "| single-token: top-k | 90.0% | 88.0% | 84.0% | 80.0% | 70.0% |"
+    assert table[5] == "| first-token: random-k | 90.0% | 89.6 ± 0.2% | 88.8 ± 0.6% | 88.0 ± 1.0% | 86.0 ± 2.0% |"
+    first_token_heads.draw_curves(curves, tmp_path / "curves.png", "m")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def seed_folder(root, control_wrong: dict, n: int = 50, kl: float = 0.05):
     """A `keyheads eval` folder: the base row, then one seed of a control, with per-item wrong ids."""
     base_wrong = {"gsm8k": range(0, 26), "mmlu": range(0, 20)}
