@@ -81,6 +81,21 @@ def curves_table(curves: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def curves_summary(curves: dict[str, dict]) -> str:
+    """Where each top-k curve lies against its random band, and the top 10's relative drop, in words."""
+    parts = []
+    for way, c in curves.items():
+        below = [k for k, top, m, sd in zip(c["k"], c["effect_rank"], c["random_mean"], c["random_std"])
+                 if k > 0 and top < m - sd]
+        i10 = c["k"].index(10)
+        drop = c["effect_rank"][i10] / c["effect_rank"][0] - 1
+        since = f"below the random band (mean - std) at every k from {below[0]}" if below and below == list(
+            range(below[0], c["k"][-1] + 1)) else f"below the random band at k = {', '.join(map(str, below))}"
+        parts.append(f"With {way} answers the top-k curve lies {since}; the top 10 cost {100 * drop:+.1f}% "
+                     f"relative, 10 random heads {100 * (c['random_mean'][i10] / c['random_mean'][0] - 1):+.1f}%.")
+    return textwrap.fill(" ".join(parts), 110)
+
+
 def draw_curves(curves: dict[str, dict], path: Path, model: str) -> None:
     """Both sets' curves side by side: top-k against the random orders' mean ± std."""
     import matplotlib
@@ -243,6 +258,8 @@ Knockout curves on each set's own prompts, its own top heads by effect against {
 (accuracy of the answer token; mean ablation with END-aligned means over the set's counterfactual prompts):
 
 {curves_table(curves)}
+
+{curves_summary(curves)}
 
 ![knockout curves, single-token against first-token answers](figures/{figure.name})"""
     write_section(TITLE, body)

@@ -167,6 +167,9 @@ def test_first_token_heads_tabulates_and_draws_both_sets_knockout_curves(tmp_pat
     assert table[0] == "| | k = 0 | k = 2 | k = 6 | k = 10 | k = 20 |"
     assert table[2] == "| single-token: top-k | 90.0% | 88.0% | 84.0% | 80.0% | 70.0% |"
     assert table[5] == "| first-token: random-k | 90.0% | 89.6 ± 0.2% | 88.8 ± 0.6% | 88.0 ± 1.0% | 86.0 ± 2.0% |"
+    words = first_token_heads.curves_summary(curves).replace("\n", " ")
+    assert "single-token answers the top-k curve lies below the random band (mean - std) at every k from 1" in words
+    assert "the top 10 cost -11.1% relative, 10 random heads -2.2%" in words  # 0.80 / 0.90 and 0.88 / 0.90
     first_token_heads.draw_curves(curves, tmp_path / "curves.png", "m")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
