@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from keyheads.report.stats import fmt_p, paired_sets, with_holm  # noqa: E402
+from keyheads.runfolder import variant_slug  # noqa: E402
 
 
 def wrong_ids(folder: Path, benchmark: str) -> set[str]:
@@ -23,7 +24,7 @@ def wrong_ids(folder: Path, benchmark: str) -> set[str]:
 def compare(eval_dir: Path) -> str:
     results = json.loads((eval_dir / "results.json").read_text())
     rows = [v["label"] for v in results["variants"]]
-    folders = [eval_dir / label.replace(" ", "_") for label in rows]
+    folders = [eval_dir / variant_slug(label) for label in rows]
     first = folders[0]
     lines = ["| row | benchmark | n | gained | lost | change [95% CI] | McNemar p | Holm p |",
              "|---|---|---|---|---|---|---|---|"]

@@ -25,6 +25,7 @@ from paired_rows import wrong_ids  # noqa: E402
 from results import write_section  # noqa: E402
 
 from keyheads.report.stats import band, fmt_p, paired_sets, with_holm  # noqa: E402
+from keyheads.runfolder import variant_slug  # noqa: E402
 
 KL = "generic-kl"
 
@@ -32,7 +33,7 @@ KL = "generic-kl"
 def row_folders(eval_dir: Path) -> tuple[Path, Path]:
     """(base row's folder, the control's folder): the first and last rows of the evaluation."""
     labels = [v["label"] for v in json.loads((eval_dir / "results.json").read_text())["variants"]]
-    return eval_dir / labels[0].replace(" ", "_"), eval_dir / labels[-1].replace(" ", "_")
+    return eval_dir / variant_slug(labels[0]), eval_dir / variant_slug(labels[-1])
 
 
 def measured(eval_dir: Path) -> tuple[dict[str, float], dict[str, float], dict]:

@@ -176,10 +176,12 @@ def test_first_token_heads_tabulates_and_draws_both_sets_knockout_curves(tmp_pat
 
 def seed_folder(root, control_wrong: dict, n: int = 50, kl: float = 0.05):
     """A `keyheads eval` folder: the base row, then one seed of a control, with per-item wrong ids."""
+    from keyheads.runfolder import variant_slug
+
     base_wrong = {"gsm8k": range(0, 26), "mmlu": range(0, 20)}
-    rows = {"m": base_wrong, "m - 10 heads knocked out": control_wrong}
+    rows = {"m": base_wrong, "m - knockout (10 heads, global mean)": control_wrong}  # a label its folder renames
     for label, sets in rows.items():
-        folder = root / label.replace(" ", "_")
+        folder = root / variant_slug(label)
         folder.mkdir(parents=True)
         for bench, ids in sets.items():
             (folder / f"{bench}.wrong.jsonl").write_text("".join(json.dumps({"id": f"q{i}"}) + "\n" for i in ids))
