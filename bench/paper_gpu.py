@@ -207,26 +207,25 @@ PLAN_ROW = {  # stage (or its prefix) -> the planner's entry
 }
 
 
-def planned_bytes(plan: dict, stage: str) -> int | None:
+def planned_option(plan: dict, stage: str) -> dict | None:
+    """The planner's option for `stage` in the mode the run uses (FSDP2 training, analyses on one GPU)."""
     key = next((v for k, v in PLAN_ROW.items() if stage == k or (k.endswith("/") and stage.startswith(k))), None)
     mode = "fsdp" if key and key.startswith("finetune") else "gpu"
-    for row in plan.get("stages", []):
-        for option in row["options"] if row["stage"] == key else []:
-            if option["mode"] == mode:
-                return option["memory"]["gpu"]
-    return None
+    return next((o for row in plan.get("stages", []) if row["stage"] == key for o in row["options"]
+                 if o["mode"] == mode), None)
+
+
+def planned_bytes(plan: dict, stage: str) -> int | None:
+    option = planned_option(plan, stage)
+    return option["memory"]["gpu"] if option else None
 
 
 def planned(plan: dict, stage: str) -> str:
-    """The planner's GPU bytes for `stage` in the mode the run uses (FSDP2 training, analyses on one GPU)."""
-    key = next((v for k, v in PLAN_ROW.items() if stage == k or (k.endswith("/") and stage.startswith(k))), None)
-    mode = "fsdp" if key and key.startswith("finetune") else "gpu"
-    for row in plan.get("stages", []):
-        for option in row["options"] if row["stage"] == key else []:
-            if option["mode"] == mode:
-                fits = "" if option["fits"] else ", does not fit"
-                return f"{option['memory']['gpu'] / 2**30:.1f} ({mode}, batch {option.get('micro_batch', '?')}{fits})"
-    return "-"
+    option = planned_option(plan, stage)
+    if option is None:
+        return "-"
+    fits = "" if option["fits"] else ", does not fit"
+    return f"{option['memory']['gpu'] / 2**30:.1f} ({option['mode']}, batch {option.get('micro_batch', '?')}{fits})"
 
 
 def replanned(plan: dict) -> dict:

@@ -39,6 +39,7 @@ from .data.benchmarks import data_dir_from
 from .data.benchmarks import load as load_benchmark
 from .data.generate import pairs_for
 from .data.pairs import Pair, write_pairs
+from .data.settings import WORD_PROBLEMS
 from .data.templates import TASKS
 from .data.trainset import SplitSettings
 from .data.wordproblems import word_problem_pairs
@@ -54,7 +55,7 @@ from .models.fingerprint import base_fingerprint
 from .patching import describe as describe_effects
 from .patching import identify
 from .report.html import write_html_report
-from .runconfig import ALSO_IDENTIFY, VARIANT, WORD_PROBLEMS, RunSettings
+from .runconfig import ALSO_IDENTIFY, VARIANT, RunSettings
 from .runfolder import RunFolder
 from .stages import Runner, Stage
 

@@ -32,7 +32,7 @@ from .config.sections import (
     check_template_ids,
 )
 from .data.benchmarks import data_dir_from
-from .data.settings import PairSettings
+from .data.settings import WORD_PROBLEMS, PairSettings
 from .data.templates import TASKS, load_templates
 from .errors import BadFile, SettingError
 from .evaluation.config import ARITH
@@ -41,8 +41,6 @@ from .patching.settings import PatchSettings
 from .settings import check_writable_dir
 
 # what also_identify takes: a task of the templates, or the pairs made of GSM8K's test questions
-# (keyheads.data.wordproblems)
-WORD_PROBLEMS = "gsm8k"
 ALSO_IDENTIFY = (*TASKS, WORD_PROBLEMS)
 
 # precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs

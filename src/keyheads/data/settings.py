@@ -9,6 +9,10 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from ..errors import SettingError
 from .templates import TASKS
 
+# the pairs made of GSM8K's test questions (appendix E; keyheads.data.wordproblems): their task and template name,
+# and an entry of a run's also_identify beside the tasks
+WORD_PROBLEMS = "gsm8k"
+
 ALL = "all"  # every task of the loaded templates
 
 

@@ -21,9 +21,8 @@ from ..numbers import format_number
 from .benchmarks import Record
 from .generate import Candidate, correct_ones, prompt_end
 from .pairs import Pair
-from .settings import PairSettings
+from .settings import WORD_PROBLEMS, PairSettings
 
-GSM8K = "gsm8k"  # the task and template name of its pairs
 PROMPT = "Q: {question}\nA: The answer is "
 
 # (phrase, replacements in order of preference). The replacements keep the grammar roughly intact
@@ -84,7 +83,8 @@ def _n_tokens(tokenizer, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=True)["input_ids"])
 
 
-def word_problem_pairs(model, records: list[Record], config: PairSettings, name: str = GSM8K, batch_size: int = 32,
+def word_problem_pairs(model, records: list[Record], config: PairSettings, name: str = WORD_PROBLEMS,
+                       batch_size: int = 32,
                        log=logger.info, progress: bool = True) -> list[Pair]:
     """Pairs from up to config.n of `records` (a seeded order: config.seed), the questions with a phrase to
     replace; with config.keep_correct only those `model` answers right (NothingCorrect when none)."""
