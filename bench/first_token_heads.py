@@ -11,7 +11,11 @@ of the top 10 and the top 32, the Spearman rank correlation of all head effects,
 original, as a fraction, so -0.05 is the paper's -5%). Then each set's knockout curves (top-k by its own
 effects against 5 random orders, k = 0..20, END-aligned means, no transfer) are drawn side by side.
 
-    python bench/first_token_heads.py [--model smollm2-135m] [--threads 2] [--out-root /root/kh-runs/first-token]
+    python bench/first_token_heads.py [--model smollm2-135m] [--threads 2] [--limit 300]
+                                      [--out-root /root/kh-runs/first-token]
+
+Each model has its own section of RESULTS. `--limit` is the knockout's seeded subset of each set's prompts
+(keyheads' default, 300); the qwen2.5-coder-1.5b study's knockout stage used 120, and so does its run here.
 
 Resumable: each step is skipped when its output exists (pairs.jsonl, patch/effects.json, then
 knockout/knockout.json), in OUT_ROOT/MODEL/{single-token,first-token}/.
@@ -38,8 +42,8 @@ from results import write_section  # noqa: E402
 
 from keyheads.effects import Effects  # noqa: E402
 
-TITLE = "Key heads with first-token answers against single-token answers (bench/first_token_heads.py)"
-# configs/table1-smollm2.yaml's data section, less the answer filter, which is what this compares
+# configs/table1-smollm2.yaml's data section (and configs/study-qwen1.5b.yaml's), less the answer filter,
+# which is what this compares
 DATA = ["--task", "all", "-n", "120", "--few-shot", "3", "--shared-prefix", "--keep-correct", "--seed", "0"]
 TOP_K = 32
 CURVE_K, CURVE_SEEDS, SHOWN_K = 20, 5, (2, 6, 10, 20)  # knockout curves: k = 0..20 against 5 random orders
@@ -48,7 +52,12 @@ WAYS = {"single-token": (["--single-token-answer"], []),        # (data flags, p
         "first-token": (["--no-single-token-answer"], ["--first-token"])}
 
 
-def commands(model: str, folder: Path, threads: int) -> dict[str, list[list[str]]]:
+def title(model: str) -> str:
+    """Each model's own section of RESULTS."""
+    return f"Key heads with first-token answers against single-token answers: {model} (bench/first_token_heads.py)"
+
+
+def commands(model: str, folder: Path, threads: int, limit: int = 300) -> dict[str, list[list[str]]]:
     """way -> [the data command, the patch command], as run (with `keyheads` for the module)."""
     out = {}
     for way, (data_flags, patch_flags) in WAYS.items():
@@ -60,7 +69,8 @@ def commands(model: str, folder: Path, threads: int) -> dict[str, list[list[str]
              *patch_flags, "--threads", str(threads), "--quiet", "--out", str(where / "patch")],
             ["keyheads", "knockout", "--model", model, "--data", str(where / "pairs.jsonl"), "--effects",
              str(where / "patch" / "effects.json"), "--top-k", "10", "--k", str(CURVE_K), "--seeds", str(CURVE_SEEDS),
-             "--no-transfer", "--threads", str(threads), "--quiet", "--out", str(where / "knockout")]]
+             "--limit", str(limit), "--no-transfer", "--threads", str(threads), "--quiet",
+             "--out", str(where / "knockout")]]
     return out
 
 
@@ -182,13 +192,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=300, help="knockout prompts per set, a seeded subset")
     ap.add_argument("--out-root", default="/root/kh-runs/first-token")
     args = ap.parse_args()
     folder = Path(args.out_root) / args.model
     keyheads = [sys.executable, "-m", "keyheads"]
     timings = folder / "seconds.json"  # each step's wall time, kept for a re-run that reads the steps back
     seconds = json.loads(timings.read_text()) if timings.exists() else {}
-    for way, way_cmds in commands(args.model, folder, args.threads).items():
+    for way, way_cmds in commands(args.model, folder, args.threads, args.limit).items():
         (folder / way).mkdir(parents=True, exist_ok=True)
         for cmd, done in zip(way_cmds, (folder / way / out for out in OUTPUTS)):
             if done.exists():
@@ -214,8 +225,8 @@ def main() -> None:
                      f" | {sum(counts[w].values())} | {found['n_samples'][i]} ({found['n_excluded'][i]}) |")
     (h_s, e_s), (h_f, e_f) = found["largest"]
     timing = ", ".join(f"{step} {s / 60:.1f} min" for step, s in seconds.items()) or "no step timed"
-    cmds = "\n".join(f"    {shlex.join(c)}" for way_cmds in commands(args.model, folder, args.threads).values()
-                     for c in way_cmds)
+    run = commands(args.model, folder, args.threads, args.limit)
+    cmds = "\n".join(f"    {shlex.join(c)}" for way_cmds in run.values() for c in way_cmds)
     curves = {w: json.loads((folder / w / "knockout" / "knockout.json").read_text())["curves"] for w in WAYS}
     figure = FIGURE / f"first-token-{args.model}-knockout.png"
     draw_curves(curves, figure, args.model)
@@ -223,17 +234,17 @@ def main() -> None:
     body = f"""Measured {datetime.date.today().isoformat()} on {args.model}, fp32 on CPU, {args.threads} threads
 (wall time: {timing}), with
 
-    python bench/first_token_heads.py --model {args.model} --threads {args.threads}
+    python bench/first_token_heads.py --model {args.model} --threads {args.threads} --limit {args.limit}
 
 which runs (skipping a step whose output exists):
 
 {cmds}
 
-Data: configs/table1-smollm2.yaml's data settings (task all, n 120 candidates per task, 3-shot, shared
-prefix, kept when the model's argmax is the answer's first token, seed 0); the two sets differ only in the
-answer filter. Path patching: the exact path method, relative-logit metric; effects.json stores each
-head's mean relative change of the answer logit as a fraction, negative when patching the head lowers the
-logit, so the largest effect is the most negative (printed here in percent).
+Data: configs/table1-smollm2.yaml's data settings, which the qwen2.5-coder-1.5b study shares (task all,
+n 120 candidates per task, 3-shot, shared prefix, kept when the model's argmax is the answer's first token,
+seed 0); the two sets differ only in the answer filter. Path patching: the exact path method, relative-logit
+metric; effects.json stores each head's mean relative change of the answer logit as a fraction, negative when
+patching the head lowers the logit, so the largest effect is the most negative (printed here in percent).
 
 Pairs kept, per task:
 
@@ -254,15 +265,16 @@ Top 10 heads, most negative first (layer.head, effect):
 
 {summary(found, same_pairs(rows['first-token'], rows['single-token']), len(rows['first-token']), past)}
 
-Knockout curves on each set's own prompts, its own top heads by effect against {CURVE_SEEDS} random orders
-(accuracy of the answer token; mean ablation with END-aligned means over the set's counterfactual prompts):
+Knockout curves on each set's own prompts (a seeded subset of up to {args.limit}), its own top heads by effect
+against {CURVE_SEEDS} random orders (accuracy of the answer token; mean ablation with END-aligned means over the
+set's counterfactual prompts):
 
 {curves_table(curves)}
 
 {curves_summary(curves)}
 
 ![knockout curves, single-token against first-token answers](figures/{figure.name})"""
-    write_section(TITLE, body)
+    write_section(title(args.model), body)
     print(body)
 
 
