@@ -47,6 +47,7 @@ from keyheads.effects import Effects  # noqa: E402
 DATA = ["--task", "all", "-n", "120", "--few-shot", "3", "--shared-prefix", "--keep-correct", "--seed", "0"]
 TOP_K = 32
 CURVE_K, CURVE_SEEDS, SHOWN_K = 20, 5, (2, 6, 10, 20)  # knockout curves: k = 0..20 against 5 random orders
+LIMIT = 300  # knockout prompts per set, as `keyheads knockout --limit` defaults
 FIGURE = ROOT / "bench" / "figures"
 WAYS = {"single-token": (["--single-token-answer"], []),        # (data flags, patch flags)
         "first-token": (["--no-single-token-answer"], ["--first-token"])}
@@ -57,7 +58,7 @@ def title(model: str) -> str:
     return f"Key heads with first-token answers against single-token answers: {model} (bench/first_token_heads.py)"
 
 
-def commands(model: str, folder: Path, threads: int, limit: int = 300) -> dict[str, list[list[str]]]:
+def commands(model: str, folder: Path, threads: int, limit: int = LIMIT) -> dict[str, list[list[str]]]:
     """way -> [the data command, the patch command], as run (with `keyheads` for the module)."""
     out = {}
     for way, (data_flags, patch_flags) in WAYS.items():
@@ -192,14 +193,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--limit", type=int, default=300, help="knockout prompts per set, a seeded subset")
+    ap.add_argument("--limit", type=int, default=LIMIT, help="knockout prompts per set, a seeded subset")
     ap.add_argument("--out-root", default="/root/kh-runs/first-token")
     args = ap.parse_args()
     folder = Path(args.out_root) / args.model
     keyheads = [sys.executable, "-m", "keyheads"]
     timings = folder / "seconds.json"  # each step's wall time, kept for a re-run that reads the steps back
     seconds = json.loads(timings.read_text()) if timings.exists() else {}
-    for way, way_cmds in commands(args.model, folder, args.threads, args.limit).items():
+    run = commands(args.model, folder, args.threads, args.limit)
+    for way, way_cmds in run.items():
         (folder / way).mkdir(parents=True, exist_ok=True)
         for cmd, done in zip(way_cmds, (folder / way / out for out in OUTPUTS)):
             if done.exists():
@@ -225,7 +227,6 @@ def main() -> None:
                      f" | {sum(counts[w].values())} | {found['n_samples'][i]} ({found['n_excluded'][i]}) |")
     (h_s, e_s), (h_f, e_f) = found["largest"]
     timing = ", ".join(f"{step} {s / 60:.1f} min" for step, s in seconds.items()) or "no step timed"
-    run = commands(args.model, folder, args.threads, args.limit)
     cmds = "\n".join(f"    {shlex.join(c)}" for way_cmds in run.values() for c in way_cmds)
     curves = {w: json.loads((folder / w / "knockout" / "knockout.json").read_text())["curves"] for w in WAYS}
     figure = FIGURE / f"first-token-{args.model}-knockout.png"
