@@ -18,7 +18,8 @@ Each model has its own section of RESULTS. `--limit` is the knockout's seeded su
 (keyheads' default, 300); the qwen2.5-coder-1.5b study's knockout stage used 120, and so does its run here.
 
 Resumable: each step is skipped when its output exists (pairs.jsonl, patch/effects.json, then
-knockout/knockout.json), in OUT_ROOT/MODEL/{single-token,first-token}/.
+knockout/knockout.json), in OUT_ROOT/MODEL/{single-token,first-token}/. Both sets' data and patching run
+before either set's knockout curves.
 """
 from __future__ import annotations
 
@@ -201,9 +202,12 @@ def main() -> None:
     timings = folder / "seconds.json"  # each step's wall time, kept for a re-run that reads the steps back
     seconds = json.loads(timings.read_text()) if timings.exists() else {}
     run = commands(args.model, folder, args.threads, args.limit)
-    for way, way_cmds in run.items():
-        (folder / way).mkdir(parents=True, exist_ok=True)
-        for cmd, done in zip(way_cmds, (folder / way / out for out in OUTPUTS)):
+    # step by step across both sets (both data sets, both patchings, then both knockouts), so that the
+    # identification comparison is complete before the long knockout curves start
+    for step, out in enumerate(OUTPUTS):
+        for way, way_cmds in run.items():
+            (folder / way).mkdir(parents=True, exist_ok=True)
+            cmd, done = way_cmds[step], folder / way / out
             if done.exists():
                 print(f"{done} exists: skipping {cmd[1]} ({way})", flush=True)
                 continue
