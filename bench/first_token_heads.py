@@ -12,7 +12,7 @@ original, as a fraction, so -0.05 is the paper's -5%). Then each set's knockout 
 effects against 5 random orders, k = 0..20, END-aligned means, no transfer) are drawn side by side.
 
     python bench/first_token_heads.py [--model smollm2-135m] [--threads 2] [--limit 300]
-                                      [--out-root /root/kh-runs/first-token]
+                                      [--out-root /root/kh-runs/first-token] [--no-knockout]
 
 Each model has its own section of RESULTS. `--limit` is the knockout's seeded subset of each set's prompts
 (keyheads' default, 300); the qwen2.5-coder-1.5b study's knockout stage used 120, and so does its run here.
@@ -196,6 +196,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=LIMIT, help="knockout prompts per set, a seeded subset")
     ap.add_argument("--out-root", default="/root/kh-runs/first-token")
+    ap.add_argument("--no-knockout", action="store_true",
+                    help="stop after both patchings; the section says that the knockout curves are still to run")
     args = ap.parse_args()
     folder = Path(args.out_root) / args.model
     keyheads = [sys.executable, "-m", "keyheads"]
@@ -204,7 +206,7 @@ def main() -> None:
     run = commands(args.model, folder, args.threads, args.limit)
     # step by step across both sets (both data sets, both patchings, then both knockouts), so that the
     # identification comparison is complete before the long knockout curves start
-    for step, out in enumerate(OUTPUTS):
+    for step, out in enumerate(OUTPUTS[:2] if args.no_knockout else OUTPUTS):
         for way, way_cmds in run.items():
             (folder / way).mkdir(parents=True, exist_ok=True)
             cmd, done = way_cmds[step], folder / way / out
@@ -232,9 +234,24 @@ def main() -> None:
     (h_s, e_s), (h_f, e_f) = found["largest"]
     timing = ", ".join(f"{step} {s / 60:.1f} min" for step, s in seconds.items()) or "no step timed"
     cmds = "\n".join(f"    {shlex.join(c)}" for way_cmds in run.values() for c in way_cmds)
-    curves = {w: json.loads((folder / w / "knockout" / "knockout.json").read_text())["curves"] for w in WAYS}
-    figure = FIGURE / f"first-token-{args.model}-knockout.png"
-    draw_curves(curves, figure, args.model)
+    if all((folder / w / OUTPUTS[2]).exists() for w in WAYS):
+        curves = {w: json.loads((folder / w / OUTPUTS[2]).read_text())["curves"] for w in WAYS}
+        figure = FIGURE / f"first-token-{args.model}-knockout.png"
+        draw_curves(curves, figure, args.model)
+        knockout = f"""\
+Knockout curves on each set's own prompts (a seeded subset of up to {args.limit}), its own top heads by effect
+against {CURVE_SEEDS} random orders (accuracy of the answer token; mean ablation with END-aligned means over the
+set's counterfactual prompts):
+
+{curves_table(curves)}
+
+{curves_summary(curves)}
+
+![knockout curves, single-token against first-token answers](figures/{figure.name})"""
+    else:  # --no-knockout: the identification is complete, the curves are not
+        knockout = textwrap.fill("Knockout curves: not run yet (the run stopped after both patchings). The command "
+                                 "above runs them, resuming from the finished steps, and rewrites this section with "
+                                 "them.", 110)
     k10, k32 = found["overlap"][10], found["overlap"][TOP_K]
     body = f"""Measured {datetime.date.today().isoformat()} on {args.model}, fp32 on CPU, {args.threads} threads
 (wall time: {timing}), with
@@ -270,15 +287,7 @@ Top 10 heads, most negative first (layer.head, effect):
 
 {summary(found, same_pairs(rows['first-token'], rows['single-token']), len(rows['first-token']), past)}
 
-Knockout curves on each set's own prompts (a seeded subset of up to {args.limit}), its own top heads by effect
-against {CURVE_SEEDS} random orders (accuracy of the answer token; mean ablation with END-aligned means over the
-set's counterfactual prompts):
-
-{curves_table(curves)}
-
-{curves_summary(curves)}
-
-![knockout curves, single-token against first-token answers](figures/{figure.name})"""
+{knockout}"""
     write_section(title(args.model), body)
     print(body)
 
