@@ -12,13 +12,23 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from .effects import PAPER_THRESHOLD, Effects
 from .errors import BadFile, MissingFile, UserError
 from .heads import Head, heads_of, parse_heads, parse_layers
 from .io import read_json
 
-__all__ = ["Components", "key_heads_record", "rank_heads"]
+__all__ = ["Components", "Threshold", "TopK", "key_heads_record", "rank_heads"]
+
+# The rule's two settings, declared once: each settings type that takes them (`keyheads patch`, a run's
+# `patch:` section, the analysis commands) says `threshold: Threshold = None` and `top_k: TopK = None`.
+Threshold = Annotated[float | None, Field(
+    description="key heads: effect below this (default -0.05, the paper's -5%, unless top_k is given)")]
+TopK = Annotated[int | None, Field(
+    ge=1, description="key heads: the K most negative (among those below threshold if that is given too)")]
 
 
 def rank_heads(effects: Effects, threshold: float | None = None, top_k: int | None = None) -> list[Head]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 
-from ..components import Components
+from ..components import Components, Threshold, TopK
 from ..effects import Effects
 from ..errors import AnalysisError, SettingError
 from ..heads import Head, parse_heads, parse_layers
@@ -56,12 +56,8 @@ class HeadChoice:
         default=None, description="effects.json from `keyheads patch` (heads ranked most negative first)")
     heads: str | None = Field(
         default=None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting from effects)")
-    threshold: float | None = Field(
-        default=None, description="key heads: effect below this (default -0.05, the paper's -5%, unless top_k is "
-        "given)")
-    top_k: int | None = Field(
-        default=None, ge=1, description="key heads: the K most negative (among those below threshold if that is given "
-        "too)")
+    threshold: Threshold = None
+    top_k: TopK = None
 
     @field_validator("effects")
     @classmethod

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field, field_validator
 from pydantic.dataclasses import dataclass
 
+from ..components import Threshold, TopK
 from ..errors import SettingError
 
 # the patching methods, in the order of run.PATCH_METHODS (which maps each to its code)
@@ -40,11 +41,8 @@ class PatchSettings:
         default=1e-2, description="relative-logit excludes samples whose original answer logit is "
         "closer to zero (they are counted as n_excluded)")
     first_token: bool = Field(default=False, description="accept multi-token answers and measure their first token")
-    top_k: int | None = Field(
-        default=None, ge=1, description="key heads: the K most negative (below threshold if given)")
-    threshold: float | None = Field(
-        default=None, description="key heads: effect below this (default -0.05, the paper's "
-        "-5%, unless top_k is given)")
+    top_k: TopK = None
+    threshold: Threshold = None
 
     @field_validator("method")
     @classmethod
