@@ -254,7 +254,8 @@ set's counterfactual prompts):
                                  "them.", 110)
     k10, k32 = found["overlap"][10], found["overlap"][TOP_K]
     body = f"""Measured {datetime.date.today().isoformat()} on {args.model}, fp32 on CPU, {args.threads} threads
-(wall time: {timing}), with
+(wall time of each step's last start, with any time it was paused for another job; a step run before its time
+was kept has none: {timing}), with
 
     python bench/first_token_heads.py --model {args.model} --threads {args.threads} --limit {args.limit}
 
