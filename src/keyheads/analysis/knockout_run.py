@@ -90,7 +90,7 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
                 cfg.data, len(cf))
 
     # one pass over the counterfactual prompts gives the means of every head
-    full = _means(model, cf, candidates, settings.mean_mode, out / MEANS_PARTIAL, batch_size, progress)
+    full = cached_means(model, cf, candidates, settings.mean_mode, out / MEANS_PARTIAL, batch_size, progress)
     prompts = PromptSet(model, [s.prompt for s in samples], batch_size)
     notes.add(fallback_note(full, prompts).text("reference prompts"))
     result: dict = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "n_counterfactual": len(cf),
@@ -148,8 +148,8 @@ def describe(result: dict) -> str:
     return "\n".join(parts)
 
 
-def _means(model: HookedModel, cf: list[str], heads, mode: str, path: Path, batch_size: int,
-           progress: bool = True) -> Knockout:
+def cached_means(model: HookedModel, cf: list[str], heads, mode: str, path: Path, batch_size: int,
+                 progress: bool = True) -> Knockout:
     """Every head's mean output over the counterfactual prompts, kept beside the results until the stage
     ends: on a large model this pass is long, and an interrupted stage resumes after it."""
     key = hashlib.sha256(json.dumps([model.name, cf, batch_size, mode]).encode()).hexdigest()
@@ -191,28 +191,40 @@ def _format_curves(curves: dict) -> str:
     return "\n".join(lines)
 
 
-def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -> dict:
-    s = cfg.settings
+def transfer_sets(model: HookedModel, data: str, settings: KnockoutSettings, transfer_data: str | None,
+                  data_dir: str | None, notes: Notes) -> list[tr.TransferSet]:
+    """The transfer table's sets, in its order: the identification data itself (the reference row), one set per
+    task or template of `transfer_data`, the generated sets, then SVAMP and GSM8K where `data_dir` has them."""
+    s = settings
     n = s.transfer_n
-    # the identification data itself first, as the reference row
-    ident = load_samples(model, cfg.data, s.limit, s.seed)
-    sets = [tr.TransferSet(f"{Path(cfg.data).name} (identification data)", [s.prompt for s in ident],
-                           [s.answer for s in ident], [s.answer_id for s in ident])]
-    if cfg.transfer_data:
-        sets += tr.from_pairs(model, cfg.transfer_data, by=s.transfer_by, n=n, seed=s.seed)
+    ident = load_samples(model, data, s.limit, s.seed)
+    sets = [tr.TransferSet(f"{Path(data).name} (identification data)", [x.prompt for x in ident],
+                           [x.answer for x in ident], [x.answer_id for x in ident])]
+    if transfer_data:
+        sets += tr.from_pairs(model, transfer_data, by=s.transfer_by, n=n, seed=s.seed)
     sets += [tr.multidigit(model, n or 100, s.seed), tr.decimal(model, n or 100, s.seed),
              tr.year_span(model, n or 100, s.seed)]
-    folder = data_dir_from(cfg.data_dir)
+    folder = data_dir_from(data_dir)
     for name, prefer in (("svamp", "Danny has 12 bottle caps"), ("gsm8k", "")):
         try:
             sets.append(tr.benchmark(model, name, folder, n, s.seed, prefer))
         except DataNotFound as err:
             notes.add(f"transfer to {name.upper()} skipped: {err}")
-    ko = knockout_subset(full, key_heads)
-    # control: as many heads, drawn at random from the others (seeded)
+    return sets
+
+
+def control_heads(model: HookedModel, key_heads: list[Head], seed: int) -> list[Head]:
+    """The transfer control: as many heads as `key_heads`, drawn at random from the others."""
     others = [h for h in all_heads(model) if h not in set(key_heads)]
-    control_heads = random_order(others, s.seed)[:len(key_heads)]
-    control = knockout_subset(full, control_heads) if s.transfer_control else None
+    return random_order(others, seed)[:len(key_heads)]
+
+
+def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -> dict:
+    s = cfg.settings
+    sets = transfer_sets(model, cfg.data, s, cfg.transfer_data, cfg.data_dir, notes)
+    ko = knockout_subset(full, key_heads)
+    control_draw = control_heads(model, key_heads, s.seed)
+    control = knockout_subset(full, control_draw) if s.transfer_control else None
     done = map_sharded(lambda part: [tr.evaluate(model, t, ko, cfg.batch_size, cfg.progress, control=control)
                                      for t in part], sets)
     rows, cases = [r for r, _ in done], [c for _, c in done]
@@ -227,10 +239,10 @@ def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -
               [[r.name, r.n, r.before, r.after, r.relative_drop, "" if r.control is None else r.control,
                 r.control_drop, "; ".join(x for x in (r.note, r.fallback) if x)] for r in rows])
     header = f"knocked out: {','.join(map(str, key_heads))}" + (
-        f"\nrandom control: {','.join(map(str, control_heads))}" if control else ""
+        f"\nrandom control: {','.join(map(str, control_draw))}" if control else ""
     )
     atomic_write_text(out / "transfer_cases.txt", f"{header}\n\n{table}\n\n{case_text}\n")
     return {"heads": [h.to_json() for h in key_heads],
-            "random_heads": [h.to_json() for h in control_heads] if control else None,
+            "random_heads": [h.to_json() for h in control_draw] if control else None,
             "rows": [r.as_dict() for r in rows],
             "cases": [asdict(c) for c in cases]}
