@@ -18,7 +18,6 @@ import hashlib
 import json
 import shlex
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,15 +114,13 @@ def main() -> None:
         import torch
         torch.set_num_threads(args.threads)
 
-    t0 = time.time()
     model = load_model(args.model, device="cpu", dtype="float32")
     rows, draws, notes = measure(model, args)
-    minutes = (time.time() - t0) / 60
     command = "python bench/transfer_band.py " + shlex.join(sys.argv[1:])
     drawn = "; ".join(f"seed {args.seed + i} {','.join(map(str, d))}" for i, d in enumerate(draws))
     body = f"""Measured {datetime.date.today().isoformat()} on the CPU (fp32, \
-{args.threads or 'torch default'} thread(s); {minutes:.0f} min of wall time in the last call, beside any other \
-load), added after the results. The knockout stage's transfer table has one random control, drawn with its seed; \
+{args.threads or 'torch default'} thread(s); no timing: a resumed call measures only what was left), added after \
+the results. The knockout stage's transfer table has one random control, drawn with its seed; \
 this re-measures that table with the control drawn {args.seeds} times by the stage's rule (`control_heads`: the \
 first {len(draws[0])} of the non-key heads in the seed's random order), on the stage's own sets and prompts \
 (`transfer_sets`, seed {args.seed}). Seed {args.seed} is the stage's draw, so the key-heads column and that seed's \
