@@ -18,6 +18,7 @@ import hashlib
 import json
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,10 @@ from keyheads.io import write_json  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.models.prompt_set import PromptSet  # noqa: E402
 from keyheads.report.stats import band  # noqa: E402
+
+
+def fill(text: str) -> str:
+    return textwrap.fill(text, 115, break_long_words=False, break_on_hyphens=False)
 
 
 def relative(after: float, before: float) -> float:
@@ -116,27 +121,28 @@ def main() -> None:
 
     model = load_model(args.model, device="cpu", dtype="float32")
     rows, draws, notes = measure(model, args)
-    command = "python bench/transfer_band.py " + shlex.join(sys.argv[1:])
+    shown = list(sys.argv[1:])
+    if "--compare" in shown:  # the paragraph is the section's text, not part of the measurement
+        i = shown.index("--compare")
+        del shown[i:i + 2]
+    command = "python bench/transfer_band.py " + shlex.join(a for a in shown if a != "--no-write")
     drawn = "; ".join(f"seed {args.seed + i} {','.join(map(str, d))}" for i, d in enumerate(draws))
-    body = f"""Measured {datetime.date.today().isoformat()} on the CPU (fp32, \
-{args.threads or 'torch default'} thread(s); no timing: a resumed call measures only what was left), added after \
-the results. The knockout stage's transfer table has one random control, drawn with its seed; \
-this re-measures that table with the control drawn {args.seeds} times by the stage's rule (`control_heads`: the \
-first {len(draws[0])} of the non-key heads in the seed's random order), on the stage's own sets and prompts \
-(`transfer_sets`, seed {args.seed}). Seed {args.seed} is the stage's draw, so the key-heads column and that seed's \
-column re-measure the stage's table. Mean ablation with {args.mean_mode} means over the counterfactual prompts of \
-`{args.data}`; each cell is top-1 accuracy of the first answer token, with its change relative to "before".
-
-Key heads: {args.heads}. Control draws: {drawn}.
-
-Command: `{command}`
-
-{table(rows, args.seeds, args.seed)}
-"""
+    intro = (f"Measured {datetime.date.today().isoformat()} on the CPU (fp32, {args.threads or 'torch default'} "
+             "thread(s); no timing: a resumed call measures only what was left), added after the results. The "
+             "knockout stage's transfer table has one random control, drawn with its seed; this re-measures that "
+             f"table with the control drawn {args.seeds} times by the stage's rule (`control_heads`: the first "
+             f"{len(draws[0])} of the non-key heads in the seed's random order), on the stage's own sets and prompts "
+             f"(`transfer_sets`, seed {args.seed}). Seed {args.seed} is the stage's draw, so the key-heads column "
+             f"and that seed's column re-measure the stage's table. Mean ablation with {args.mean_mode} means over "
+             f"the counterfactual prompts of `{args.data}`; each cell is top-1 accuracy of the first answer token, "
+             "with its change relative to \"before\".")
+    paragraphs = [fill(intro), fill(f"Key heads: {args.heads}. Control draws: {drawn}."), f"Command: `{command}`",
+                  table(rows, args.seeds, args.seed)]
     if list(notes):
-        body += "\nNotes: " + "; ".join(notes) + "\n"
+        paragraphs.append(fill("Notes: " + "; ".join(notes)))
     if args.compare:
-        body += "\n" + args.compare + "\n"
+        paragraphs.append(fill(args.compare))
+    body = "\n\n".join(paragraphs) + "\n"
     title = f"Transfer control over {args.seeds} random draws: {args.model} (bench/transfer_band.py)"
     if args.no_write:
         print(f"## {title}\n\n{body}")
