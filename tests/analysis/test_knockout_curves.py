@@ -124,17 +124,17 @@ def test_knockout_means_are_kept_until_the_stage_ends(llama, tmp_path, monkeypat
     calls = []
     monkeypatch.setattr(kr, "compute_means", lambda *a, **k: calls.append(1) or compute_means(*a, **k))
     path = tmp_path / kr.MEANS_PARTIAL
-    first = kr._means(llama, cfs, heads, "aligned", path, batch_size=2, progress=False)
+    first = kr.cached_means(llama, cfs, heads, "aligned", path, batch_size=2, progress=False)
     want = compute_means(llama, cfs, heads=heads, batch_size=2, progress=False).to_state()
-    again = kr._means(llama, cfs, heads, "aligned", path, batch_size=2, progress=False)
+    again = kr.cached_means(llama, cfs, heads, "aligned", path, batch_size=2, progress=False)
     assert len(calls) == 1
     for ko in (first, again):
         state = ko.to_state()
         assert set(state) == set(want) and all(torch.equal(state[k], want[k]) for k in want)
     assert again.heads == first.heads and again.mode == first.mode
-    kr._means(llama, cfs[:4], heads, "aligned", path, batch_size=2, progress=False)
-    kr._means(llama, cfs[:4], heads, "aligned", path, batch_size=3, progress=False)
+    kr.cached_means(llama, cfs[:4], heads, "aligned", path, batch_size=2, progress=False)
+    kr.cached_means(llama, cfs[:4], heads, "aligned", path, batch_size=3, progress=False)
     assert len(calls) == 3
     path.write_bytes(path.read_bytes()[:100])  # truncated
-    kr._means(llama, cfs, heads, "aligned", path, batch_size=2, progress=False)
+    kr.cached_means(llama, cfs, heads, "aligned", path, batch_size=2, progress=False)
     assert len(calls) == 4
