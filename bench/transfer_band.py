@@ -32,7 +32,9 @@ from keyheads.analysis.knockout_run import cached_means, control_heads, transfer
 from keyheads.analysis.passes import EndPasses  # noqa: E402
 from keyheads.analysis.selection import Notes  # noqa: E402
 from keyheads.analysis.settings import KnockoutSettings  # noqa: E402
-from keyheads.heads import Head, parse_heads  # noqa: E402
+from keyheads.components import Components  # noqa: E402
+from keyheads.errors import UserError  # noqa: E402
+from keyheads.heads import Head  # noqa: E402
 from keyheads.io import write_json  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.models.prompt_set import PromptSet  # noqa: E402
@@ -52,7 +54,7 @@ def measure(model, args) -> tuple[list[dict], list[list[Head]], Notes]:
     and every finished set are kept in --work, so an interrupted run resumes after them."""
     settings = KnockoutSettings(seed=args.seed, limit=args.limit, mean_mode=args.mean_mode,
                                 transfer_n=args.transfer_n, transfer_by=args.transfer_by)
-    key = parse_heads(args.heads)
+    key = list(Components.explicit(args.heads).check(model.n_layers, model.n_heads).heads)
     notes = Notes()
     sets = transfer_sets(model, args.data, settings, args.transfer_data, args.data_dir, notes)
     draws = [control_heads(model, key, args.seed + i) for i in range(args.seeds)]
@@ -64,7 +66,11 @@ def measure(model, args) -> tuple[list[dict], list[list[Head]], Notes]:
     stamp = hashlib.sha256(json.dumps([model.name, cf, args.mean_mode, [[t.prompts, t.answer_ids] for t in sets],
                                        [str(h) for h in key], [[str(h) for h in d] for d in draws]]).encode())
     partial = work / "rows.partial.json"
-    done = json.loads(partial.read_text()) if partial.exists() else {}
+    try:
+        done = json.loads(partial.read_text()) if partial.exists() else {}
+    except json.JSONDecodeError:  # written atomically, so only an outside edit gets here: measure the sets again
+        print(f"{partial} is not JSON: measuring every set again", file=sys.stderr)
+        done = {}
     if done.get("stamp") != stamp.hexdigest():
         done = {"stamp": stamp.hexdigest(), "rows": []}
     rows = done["rows"]
@@ -115,12 +121,20 @@ def main() -> None:
     args = ap.parse_args()
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
+    try:  # before the model loads: a typo costs nothing
+        if not Components.explicit(args.heads).heads:
+            ap.error("--heads names no head: give the key heads as LAYER.HEAD,...")
+    except UserError as e:
+        ap.error(f"--heads: {e}")
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
 
-    model = load_model(args.model, device="cpu", dtype="float32")
-    rows, draws, notes = measure(model, args)
+    try:
+        model = load_model(args.model, device="cpu", dtype="float32")
+        rows, draws, notes = measure(model, args)
+    except UserError as e:
+        sys.exit(f"error: {e}")
     shown = list(sys.argv[1:])
     if "--compare" in shown:  # the paragraph is the section's text, not part of the measurement
         i = shown.index("--compare")

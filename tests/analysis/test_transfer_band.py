@@ -54,3 +54,29 @@ def test_seed_zero_is_the_knockout_stages_control_and_other_seeds_are_other_draw
     monkeypatch.setattr(band, "EndPasses", lambda *a, **k: pytest.fail("a finished set was measured again"))
     again, _, _ = band.measure(llama, args)
     assert again == rows
+
+
+def test_bad_heads_are_refused_before_the_model_loads(tmp_path):
+    import subprocess
+    import sys
+    cases = [("14.x", "is not of the form LAYER.HEAD"), ("1.0,1.0", "listed twice"), (" ,", "names no head")]
+    for heads, said in cases:
+        run = subprocess.run([sys.executable, str(BENCH / "transfer_band.py"), "--model", "no-such-model", "--data",
+                              "x.jsonl", "--heads", heads, "--work", str(tmp_path)], capture_output=True, text=True)
+        assert run.returncode == 2 and said in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_heads_outside_the_model_and_an_unreadable_partial_file(band, llama, tmp_path, pairs_file, shared_data, capsys):
+    from keyheads.errors import UserError
+    args = argparse.Namespace(data=str(pairs_file), heads="2.3,9.0", transfer_data=None, transfer_by="task",
+                              transfer_n=3, limit=None, mean_mode="aligned", seed=0, seeds=2,
+                              data_dir=str(shared_data), batch_size=32, work=str(tmp_path / "work"))
+    with pytest.raises(UserError, match="head 9.0 does not exist"):
+        band.measure(llama, args)
+
+    args.heads = "2.3,1.0"
+    rows, _, _ = band.measure(llama, args)
+    assert rows
+    (tmp_path / "work" / "rows.partial.json").write_text('{"stamp": "trunc')  # edited by hand, cut short
+    again, _, _ = band.measure(llama, args)
+    assert again == rows and "measuring every set again" in capsys.readouterr().err
