@@ -253,7 +253,8 @@ set's counterfactual prompts):
                                  "above runs them, resuming from the finished steps, and rewrites this section with "
                                  "them.", 110)
     k10, k32 = found["overlap"][10], found["overlap"][TOP_K]
-    body = f"""Measured {datetime.date.today().isoformat()} on {args.model}, fp32 on CPU, {args.threads} threads
+    threads = f"{args.threads} thread" + ("s" if args.threads != 1 else "")
+    body = f"""Measured {datetime.date.today().isoformat()} on {args.model}, fp32 on CPU, {threads}
 (wall time of each step's last start, with any time it was paused for another job; a step run before its time
 was kept has none: {timing}), with
 
