@@ -33,9 +33,9 @@ from keyheads.analysis.passes import EndPasses  # noqa: E402
 from keyheads.analysis.selection import Notes  # noqa: E402
 from keyheads.analysis.settings import KnockoutSettings  # noqa: E402
 from keyheads.components import Components  # noqa: E402
-from keyheads.errors import UserError  # noqa: E402
+from keyheads.errors import BadFile, UserError  # noqa: E402
 from keyheads.heads import Head  # noqa: E402
-from keyheads.io import write_json  # noqa: E402
+from keyheads.io import read_json, write_json  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.models.prompt_set import PromptSet  # noqa: E402
 from keyheads.report.stats import band  # noqa: E402
@@ -66,14 +66,15 @@ def measure(model, args) -> tuple[list[dict], list[list[Head]], Notes]:
     stamp = hashlib.sha256(json.dumps([model.name, cf, args.mean_mode, [[t.prompts, t.answer_ids] for t in sets],
                                        [str(h) for h in key], [[str(h) for h in d] for d in draws]]).encode())
     partial = work / "rows.partial.json"
-    try:
-        done = json.loads(partial.read_text()) if partial.exists() else {}
-    except json.JSONDecodeError:  # written atomically, so only an outside edit gets here: measure the sets again
-        print(f"{partial} is not JSON: measuring every set again", file=sys.stderr)
-        done = {}
-    if done.get("stamp") != stamp.hexdigest():
-        done = {"stamp": stamp.hexdigest(), "rows": []}
-    rows = done["rows"]
+    try:  # a checkpoint only saves time: one that cannot be read is started over, not an error
+        saved = read_json(partial) if partial.exists() else {}
+        rows = [{"set": str(r["set"]), "n": int(r["n"]), "before": float(r["before"]), "key": float(r["key"]),
+                 "draws": [float(a) for a in r["draws"]]}
+                for r in saved["rows"]][:len(sets)] if saved.get("stamp") == stamp.hexdigest() else []
+    except (BadFile, AttributeError, KeyError, TypeError, ValueError):
+        print(f"{partial} cannot be read: measuring every set again", file=sys.stderr)
+        rows = []
+    done = {"stamp": stamp.hexdigest(), "rows": rows}
     for tset in sets[len(rows):]:
         prompts = PromptSet(model, tset.prompts, args.batch_size)
         preds = EndPasses(model, prompts, full).predict([[], key, *draws], tset.answer_ids, progress=True)

@@ -77,6 +77,10 @@ def test_heads_outside_the_model_and_an_unreadable_partial_file(band, llama, tmp
     args.heads = "2.3,1.0"
     rows, _, _ = band.measure(llama, args)
     assert rows
-    (tmp_path / "work" / "rows.partial.json").write_text('{"stamp": "trunc')  # edited by hand, cut short
-    again, _, _ = band.measure(llama, args)
-    assert again == rows and "measuring every set again" in capsys.readouterr().err
+    partial = tmp_path / "work" / "rows.partial.json"
+    stamp = json.loads(partial.read_text())["stamp"]
+    for broken in ('{"stamp": "trunc', "[]", json.dumps({"stamp": stamp, "rows": [{"set": "x"}]})):  # edited by hand
+        partial.write_text(broken)
+        again, _, _ = band.measure(llama, args)
+        assert again == rows
+    assert capsys.readouterr().err.count("measuring every set again") == 3
