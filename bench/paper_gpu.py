@@ -46,10 +46,25 @@ SIZES = ["--data.n", "64", "--no-data.keep-correct", "--knockout.seeds", "3", "-
          "--knockout.transfer-n", "32", "--attention.limit", "64", "--mlp.limit", "64", "--finetune.max-steps", "1",
          "--finetune.micro-batch-size", str(MICRO_BATCH), "--eval.limit", "4", "--eval.max-new-tokens", "64",
          "--batch-size", str(BATCH)]
-PHASES = [  # (name, variants, seconds it is expected to take on an H100/H200)
-    ("A", "precise@32,lora,random@32,precise@32+mlp3", 240),
-    ("B", "precise@32,lora,random@32,precise@32+mlp3,full", 90),
-    ("C", "precise@32,full,lora,random@32,precise@8,precise@16,precise@48,precise@64,precise@32+mlp3", 150),
+# A phase: (name, variants, stages it may run (None: all), extra flags, seconds expected on an H100/H200, whether
+# the config's also_identify sets are kept: a --stages "identify" would select them too, so C's config drops them).
+# A and B were measured 2026-11-26 (RESULTS). C is table 2's head counts and full SFT's evaluation row, in two
+# steps so that full SFT's row is evaluated even if the head counts run out of time: C1 trains full SFT and
+# evaluates base, knockout and full; C2 adds precise@8..64 (the eval cache keeps C1's rows). Both evaluate
+# EVAL_ITEMS items a benchmark (one batch of 32), so the eval stage's time per batch extrapolates to the full
+# sets (C2-train: C2 without its evaluation). D runs the also_identify sets, measured nowhere yet. A random model never stops early, so every
+# generation runs to --eval.max-new-tokens: the eval times are upper bounds at that cap.
+EVAL_ITEMS = 32
+C_STAGES = ["--stages", "data,identify,finetune,eval,report"]
+C_EVAL = ["--eval.limit", str(EVAL_ITEMS)]
+PHASES = [
+    ("A", "precise@32,lora,random@32,precise@32+mlp3", None, [], 240, True),
+    ("B", "precise@32,lora,random@32,precise@32+mlp3,full", None, [], 90, True),
+    ("C1", "full", C_STAGES, C_EVAL, 150, False),
+    ("C2", "full,precise@8,precise@16,precise@48,precise@64", C_STAGES, C_EVAL, 200, False),
+    # C2's training alone, for a lease too short for C2's evaluation (2026-11-27)
+    ("C2-train", "precise@8,precise@16,precise@48,precise@64", ["--stages", "data,identify,finetune"], [], 150, False),
+    ("D", "full,precise@8,precise@16,precise@48,precise@64", ["--stages", "identify"], C_EVAL, 60, True),
 ]
 
 
@@ -154,7 +169,7 @@ def worker(out: Path, phase: str, args: list[str]) -> int:
     return cli.main(args)
 
 
-def run(out: Path, shape: str, device: str, budget: float) -> None:
+def run(out: Path, shape: str, device: str, budget: float, phases: list[str] | None = None) -> None:
     deadline = time.monotonic() + budget
     out.mkdir(parents=True, exist_ok=True)
     model = Path("/tmp/paper-gpu-model")
@@ -173,7 +188,11 @@ def run(out: Path, shape: str, device: str, budget: float) -> None:
                           capture_output=True, text=True)
     (out / "plan.json").write_text(plan.stdout or plan.stderr)
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
-    for phase, variants, expected in PHASES:
+    chosen = [p for p in PHASES if phases is None or p[0] in phases]
+    no_also = Path("/tmp/paper-gpu-config.yaml")  # the config without its also_identify sets
+    no_also.write_text("".join(line for line in CONFIG.read_text().splitlines(keepends=True)
+                               if not line.startswith("also_identify:")))
+    for phase, variants, stages, extra, expected, also in chosen:
         left = deadline - time.monotonic()
         if left < expected:
             meta["phases"][phase] = f"not started: {left:.0f} s left, {expected} s expected"
@@ -181,9 +200,10 @@ def run(out: Path, shape: str, device: str, budget: float) -> None:
             continue
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
                str(Path(__file__).resolve()), "worker", str(out), phase, "--",
-               "run", str(CONFIG), "--model", str(model), "--out", "/tmp/paper-gpu-run",
+               "run", str(CONFIG if also else no_also), "--model", str(model), "--out", "/tmp/paper-gpu-run",
                "--data-dir", str(PREPARED / "benchmarks"), "--device", device, "--dtype", "bfloat16",
-               "--variants", variants, *SIZES, *(["--threads", "2"] if device == "cpu" else [])]
+               "--variants", variants, *SIZES, *extra, *(stages or []),
+               *(["--threads", "2"] if device == "cpu" else [])]
         start = time.monotonic()
         print(f"phase {phase}: {variants}", flush=True)
         try:
@@ -198,6 +218,9 @@ def run(out: Path, shape: str, device: str, budget: float) -> None:
     for name in ("config.json",):
         if (Path("/tmp/paper-gpu-run") / name).is_file():
             shutil.copy(Path("/tmp/paper-gpu-run") / name, out / f"run-{name}")
+    # the run folder's small outputs (stage records, key heads, eval summaries and per-item results), no weights
+    subprocess.run(["tar", "czf", str(out / "run-folder.tar.gz"), "--exclude=*.safetensors", "--exclude=*.pt",
+                    "--exclude=*.bin", "--exclude=*.distcp", "--exclude=checkpoint*", "-C", "/tmp", "paper-gpu-run"])
 
 
 PLAN_ROW = {  # stage (or its prefix) -> the planner's entry
@@ -262,7 +285,7 @@ def report(folder: Path) -> None:
                         "stopped at the time limit" if v["rc"] == "timed out" else f"failed (exit {v['rc']})"))
                         for k, v in meta["phases"].items())
     ran = {r["stage"] for r in rows}
-    not_run = [f"phase {k}" for k, _, _ in PHASES if k not in meta["phases"]]
+    not_run = [f"phase {k}" for k, *_ in PHASES if k not in meta["phases"]]
     over = [f"{r['stage']} {(r['allocated_peak'] - b) / 2**30:+.1f} GiB ({r['allocated_peak'] / b - 1:+.0%})"
             for r in rows if (b := planned_bytes(plan, r["stage"])) and r["allocated_peak"] and r["allocated_peak"] > b]
     over_today = [r["stage"] for r in rows if (b := planned_bytes(today, r["stage"])) and r["allocated_peak"]
@@ -310,13 +333,14 @@ def main() -> None:
     r.add_argument("--shape", choices=sorted(SHAPES), default="llama-2-7b")
     r.add_argument("--device", default="cuda")
     r.add_argument("--budget", type=float, default=480, help="seconds the phases may take in all")
+    r.add_argument("--phases", help="comma-separated phases to run, in their order (default: all)")
     p = sub.add_parser("report")
     p.add_argument("folder", type=Path)
     a = ap.parse_args()
     if a.what == "prepare":
         prepare()
     elif a.what == "run":
-        run(a.out, a.shape, a.device, a.budget)
+        run(a.out, a.shape, a.device, a.budget, a.phases.split(",") if a.phases else None)
     else:
         report(a.folder)
 
