@@ -52,8 +52,9 @@ SIZES = ["--data.n", "64", "--no-data.keep-correct", "--knockout.seeds", "3", "-
 # steps so that full SFT's row is evaluated even if the head counts run out of time: C1 trains full SFT and
 # evaluates base, knockout and full; C2 adds precise@8..64 (the eval cache keeps C1's rows). Both evaluate
 # EVAL_ITEMS items a benchmark (one batch of 32), so the eval stage's time per batch extrapolates to the full
-# sets (C2-train: C2 without its evaluation). D runs the also_identify sets, measured nowhere yet. A random model never stops early, so every
-# generation runs to --eval.max-new-tokens: the eval times are upper bounds at that cap.
+# sets (C2-train: C2 without its evaluation). D runs the also_identify sets, measured nowhere yet. A random
+# model never stops early, so every generation runs to --eval.max-new-tokens: the eval times are upper bounds
+# at that cap.
 EVAL_ITEMS = 32
 C_STAGES = ["--stages", "data,identify,finetune,eval,report"]
 C_EVAL = ["--eval.limit", str(EVAL_ITEMS)]
@@ -317,6 +318,99 @@ Command: `python bench/paper_gpu.py prepare` here, then on the GPU machine (carr
     print("\n".join(table))
 
 
+RECORDS = ROOT / "records" / "paper-llama2-7b-gpu"
+PHASE_C_TITLE = "The paper config's phase C and also_identify sets on one GPU (bench/paper_gpu.py)"
+
+
+def eval_timings(run_folder: Path) -> dict[str, dict[str, tuple[int, float, int | None]]]:
+    """row folder -> benchmark -> (items computed, seconds, max_new_tokens or None), from the eval stage's
+    per-benchmark summaries."""
+    out: dict[str, dict[str, tuple[int, float, int | None]]] = {}
+    for path in sorted((run_folder / "eval").glob("*/*.json")):
+        data = json.loads(path.read_text())
+        if "timing" in data:
+            t = data["timing"]
+            out.setdefault(path.parent.name, {})[path.stem] = (t["computed"], t["seconds"], data.get("max_new_tokens"))
+    return out
+
+
+def report_records(folders: list[Path], data_dir: Path) -> str:
+    """The RESULTS section of phase C from committed records (each a folder with meta.json, stages.jsonl,
+    record.json and run/): stage times and memory, and the evaluation's time extrapolated to the full sets."""
+    from keyheads.data.benchmarks import load
+    from keyheads.evaluation.config import DEFAULT_NEW_TOKENS
+
+    gib = lambda b: "-" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
+    lines, runs = [], []
+    for folder in folders:
+        meta = json.loads((folder / "meta.json").read_text())
+        record = json.loads((folder / "record.json").read_text())
+        rows = [json.loads(x) for x in (folder / "stages.jsonl").read_text().splitlines() if x.strip()]
+        runs.append((folder, meta, record, rows))
+    table = ["| record | phase | stage | seconds | peak allocated GiB | peak reserved GiB | device peak GiB (NVML) |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    for folder, meta, record, rows in runs:
+        table += [f"| {folder.name} | {r['phase']} | {r['stage']} | {r['seconds']:.1f} | {gib(r['allocated_peak'])} | "
+                  f"{gib(r['reserved_peak'])} | {gib(r['device_peak'])} |" for r in rows]
+        phases = "; ".join(f"{k}: " + (v if isinstance(v, str) else f"{v['seconds']:.0f} s, " + (
+            "finished" if v["rc"] == 0 else "cut at the time limit" if v["rc"] == "timed out" else f"exit {v['rc']}"))
+            for k, v in meta["phases"].items())
+        lines.append(f"- `{folder.relative_to(ROOT)}`: {meta.get('gpu', '?')}, torch {meta.get('torch', '?')}, "
+                     f"transformers {meta.get('transformers', '?')}, commit {record['commit'][:7]}; model built in "
+                     f"{meta['build_seconds']} s; phases {phases}. Command: `{record['command']}`")
+    # the evaluation: seconds an item at the measured cap, times the full sets, for the config's 11 rows
+    timed = {}
+    for folder, *_ in runs:
+        timed.update(eval_timings(folder / "run"))
+    benches = sorted({b for rows in timed.values() for b in rows})
+    n_rows = 11  # table 1: base, knockout, and the config's nine variants
+    ext = ["| benchmark | full set | rows timed | items a row | s a row (mean) | cap (tokens) | full set, 11 rows, "
+           "at the cap measured | at the config's cap (x tokens) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    total_cap, total_cfg = 0.0, 0.0
+    for b in benches:
+        cells = [rows[b] for rows in timed.values() if b in rows]
+        items = cells[0][0]
+        per_item = sum(c[1] for c in cells) / len(cells) / items
+        full = len(load(b, data_dir=data_dir))
+        cap = cells[0][2]
+        at_cap = per_item * full * n_rows
+        scale = (DEFAULT_NEW_TOKENS.get(b, cap) / cap) if cap else 1.0
+        total_cap, total_cfg = total_cap + at_cap, total_cfg + at_cap * scale
+        ext.append(f"| {b} | {full:,} | {len(cells)} | {items} | {per_item * items:.1f} | {cap or '-'} | "
+                   f"{at_cap / 3600:.2f} h | {at_cap * scale / 3600:.2f} h |")
+    ext.append(f"| all | | | | | | {total_cap / 3600:.1f} h | {total_cap and total_cfg / 3600:.1f} h |")
+    return f"""Measured 2026-11-27 on one NVIDIA H200, on a randomly initialised LLaMA-2-7B shape in bf16 (SmolLM2's
+tokenizer, as in "The paper config end to end on one GPU"), `configs/paper-llama2-7b.yaml` under torchrun (one
+process, FSDP2). The records are committed: each folder holds the run's meta, the planner's plan, every stage's
+time and memory (stages.jsonl) and the run folder's small outputs (stage records, pairs, effects, key heads, the
+fine-tuning summaries with their loss, the evaluation's per-benchmark summaries and per-item cache), without
+weights. Sizes cut by flags as in the earlier section; phases C1 and C2 evaluate {EVAL_ITEMS} items a benchmark
+(one batch of 32) instead of 4, and run without the also_identify sets (phase D runs them).
+
+{chr(10).join(lines)}
+
+What ran: phase C1 (full SFT, then the evaluation of base, knockout and full SFT), phase D (the six
+also_identify sets: every identify/NAME stage finished; the phase was cut while its run went on to the
+stale later stages, which it does not select), and phase C2's training (precise@8, @16, @48, @64). Not
+measured: C2's evaluation rows (the lease ended; each would take what the C1 rows took), and the knockout,
+attention and MLP stages on this commit (phase A of the earlier section ran them on an older commit).
+
+{chr(10).join(table)}
+
+The evaluation stage, extrapolated to the config's whole sets. Per item: the mean over the rows timed of each
+benchmark's own time (loading excluded) over its {EVAL_ITEMS} items, in one batch of 32. A random model never
+emits its stop token, so every generated answer ran to the cap measured (64 new tokens); a real model stops
+earlier, so these are upper bounds at that cap. The last column scales the generation sets linearly to the
+config's caps ({', '.join(f'{k} {v}' for k, v in DEFAULT_NEW_TOKENS.items() if k in benches)} new tokens):
+an estimate, not a measurement. MMLU and CSQA score choices, with no generation. The eval stage's own time
+(stages.jsonl) is larger than the benchmarks' sum: it also loads each row's model (13 GB for full SFT).
+
+{chr(10).join(ext)}
+
+Command: `python bench/paper_gpu.py report-records` (here, from the committed records)."""
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "build":  # build FOLDER SHAPE DEVICE, in its own process
         print(json.dumps(build_model(sys.argv[3], Path(sys.argv[2]), sys.argv[4])))
@@ -336,11 +430,21 @@ def main() -> None:
     r.add_argument("--phases", help="comma-separated phases to run, in their order (default: all)")
     p = sub.add_parser("report")
     p.add_argument("folder", type=Path)
+    rr = sub.add_parser("report-records", help="phase C's RESULTS section from the committed records")
+    rr.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data" / "benchmarks")
     a = ap.parse_args()
     if a.what == "prepare":
         prepare()
     elif a.what == "run":
         run(a.out, a.shape, a.device, a.budget, a.phases.split(",") if a.phases else None)
+    elif a.what == "report-records":
+        sys.path.insert(0, str(ROOT / "bench"))
+        sys.path.insert(0, str(ROOT / "src"))
+        from results import write_section
+
+        body = report_records(sorted(p for p in RECORDS.iterdir() if (p / "record.json").is_file()), a.data_dir)
+        write_section(PHASE_C_TITLE, body)
+        print(body)
     else:
         report(a.folder)
 
