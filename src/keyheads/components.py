@@ -49,6 +49,18 @@ def cut_of(threshold: float | None, top_k: int | None) -> float | None:
     return PAPER_THRESHOLD if threshold is None and top_k is None else threshold
 
 
+def rule_text(threshold: float | None, top_k: int | None) -> str:
+    """How a key_heads.json record chose its heads, in words: "the top 32 by effect", "effect below -0.05",
+    "the top 10 of those with effect below -0.05"."""
+    if threshold is None and top_k is None:
+        return "every head"
+    if threshold is None:
+        return f"the top {top_k} by effect"
+    if top_k is None:
+        return f"effect below {threshold:g}"
+    return f"the top {top_k} of those with effect below {threshold:g}"
+
+
 def key_heads_record(effects: Effects, threshold: float | None = None, top_k: int | None = None) -> dict:
     """The key_heads.json record. With neither `threshold` nor `top_k` the paper's -5% applies; with
     both, the top K of those below the threshold. It may be empty: it then records the threshold that

@@ -104,3 +104,23 @@ def test_a_truncated_effects_file_is_named_before_the_model_loads(run, tmp_path,
               "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and f"{broken} is not valid JSON" in err and "Traceback" not in err
+
+
+def test_a_command_records_its_work_time_without_the_load(monkeypatch, llama, tmp_path, pairs_file, capsys):
+    """Quiet or not, the command prints its work time and writes it to OUT/timing.json; the load is not in it."""
+    import time
+
+    def slow_load(args):
+        time.sleep(1.0)
+        return llama
+
+    monkeypatch.setattr("keyheads.commands.analysis.load_from_args", slow_load)
+    out = tmp_path / "ko"
+    start = time.perf_counter()
+    assert main(["knockout", "--data", str(pairs_file), "--heads", "0.1,2.2", "--out", str(out), "--no-transfer",
+                 "--quiet"]) == 0
+    total = time.perf_counter() - start
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["command"] == "knockout" and 0 < timing["seconds"] < total - 0.9
+    assert f"knockout: {timing['seconds']:.1f} s of work (model load excluded)" in capsys.readouterr().out
+    assert "seconds" not in (out / "knockout.json").read_text()  # the result itself stays the same bytes

@@ -288,3 +288,12 @@ def test_random_heads_are_one_draw_or_a_band_over_seeds(tmp_path):
     add("random@2-seed1", 0.21)
     add("random@2-seed2", 0.30)
     assert "random heads (random@2): mean +5.3, range +1.0 to +10.0 over 3 seeds" in math_evidence()
+
+
+def test_the_identify_section_says_how_the_key_heads_were_chosen(report, tmp_path):
+    """Chosen by top-k (the tiny run's top 3), the rule is said so, not as 'threshold None'."""
+    text = section_of(report.read_text(), "identify")
+    assert "chosen as the top 3 by effect" in text and "None" not in text
+    folder = make_run(tmp_path / "handmade", holds=True)  # chosen by the paper's -5% threshold
+    page = render(folder)
+    assert "chosen as effect below -0.05" in section_of(page, "identify")

@@ -14,31 +14,38 @@ from ..config.base import take
 from ..config.commands import AttentionCommand, KnockoutCommand, MLPCommand
 from .flags import add_settings, settings
 from .models import load_from_args
+from .timing import work_time
 
 
 def cmd_knockout(args) -> int:
     cfg: KnockoutCommand = settings(args)
-    result = run_knockout(load_from_args(cfg), cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, KnockoutSettings),
-                          transfer_data=cfg.transfer_data, data_dir=cfg.data_dir, batch_size=cfg.batch_size,
-                          progress=not cfg.quiet)
-    if distributed.is_main():
-        print(describe_knockout(result))
+    model = load_from_args(cfg)
+    with work_time("knockout", cfg.out):
+        result = run_knockout(model, cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, KnockoutSettings),
+                              transfer_data=cfg.transfer_data, data_dir=cfg.data_dir, batch_size=cfg.batch_size,
+                              progress=not cfg.quiet)
+        if distributed.is_main():
+            print(describe_knockout(result))
     return 0
 
 
 def cmd_attention(args) -> int:
     cfg: AttentionCommand = settings(args)
-    result = run_attention(load_from_args(cfg), cfg.data, cfg.out, take(cfg, HeadChoice),
-                           take(cfg, AttentionSettings), batch_size=cfg.batch_size, progress=not cfg.quiet)
-    print(describe_attention(result))
+    model = load_from_args(cfg)
+    with work_time("attention", cfg.out):
+        result = run_attention(model, cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, AttentionSettings),
+                               batch_size=cfg.batch_size, progress=not cfg.quiet)
+        print(describe_attention(result))
     return 0
 
 
 def cmd_mlp(args) -> int:
     cfg: MLPCommand = settings(args)
-    result = run_mlp(load_from_args(cfg), cfg.data, cfg.out, take(cfg, MLPSettings), batch_size=cfg.batch_size,
-                     progress=not cfg.quiet)
-    print(describe_mlp(result))
+    model = load_from_args(cfg)
+    with work_time("mlp", cfg.out):
+        result = run_mlp(model, cfg.data, cfg.out, take(cfg, MLPSettings), batch_size=cfg.batch_size,
+                         progress=not cfg.quiet)
+        print(describe_mlp(result))
     return 0
 
 

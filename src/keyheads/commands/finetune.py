@@ -12,6 +12,7 @@ from ..finetune.model import check_components
 from ..finetune.parallel import check_setup
 from .flags import add_settings, settings
 from .models import resident_only
+from .timing import work_time
 
 
 def check_method_choice(choice: ComponentChoice, method: str) -> None:
@@ -40,12 +41,13 @@ def cmd_finetune(args) -> int:
     if components is not None:
         print(f"training {len(components.heads)} heads {', '.join(map(str, components.heads))}"
               + (f" and MLPs {list(components.mlps)}" if components.mlps else "") + f" ({components.source})")
-    info = training.finetune(model, examples, recipe, cfg.out, components, data_name=cfg.train, progress=not cfg.quiet,
-                             device=where.run_on)
-    if distributed.is_main():  # one summary, however many processes trained
-        print(training.describe(info))
-        print(f"wrote {cfg.out}/ (finetune.json, " + {"precise": "adapter.safetensors", "lora": "lora/",
-                                                      "full": "model/"}[recipe.method] + ")")
+    with work_time("finetune", cfg.out):
+        info = training.finetune(model, examples, recipe, cfg.out, components, data_name=cfg.train,
+                                 progress=not cfg.quiet, device=where.run_on)
+        if distributed.is_main():  # one summary, however many processes trained
+            print(training.describe(info))
+            print(f"wrote {cfg.out}/ (finetune.json, " + {"precise": "adapter.safetensors", "lora": "lora/",
+                                                          "full": "model/"}[recipe.method] + ", timing.json)")
     return 0
 
 

@@ -11,6 +11,7 @@ from ..patching.identify_run import describe, identify
 from ..patching.run import clear_checkpoints
 from .flags import add_settings, settings
 from .models import load_from_args
+from .timing import work_time
 
 
 def cmd_patch(args) -> int:
@@ -19,12 +20,12 @@ def cmd_patch(args) -> int:
     if cfg.restart:
         clear_checkpoints(out)
     model = load_from_args(cfg)
-    effects, keys = identify(model, cfg.data, take(cfg, PatchSettings), out, batch_size=cfg.batch_size,
-                             progress=not cfg.quiet)
-    if not distributed.is_main():
-        return 0
-    print(describe(effects, keys))
-    print(f"wrote {out}/effects.json, effects.csv, key_heads.json, heatmap.png")
+    with work_time("patch", out):
+        effects, keys = identify(model, cfg.data, take(cfg, PatchSettings), out, batch_size=cfg.batch_size,
+                                 progress=not cfg.quiet)
+        if distributed.is_main():
+            print(describe(effects, keys))
+            print(f"wrote {out}/effects.json, effects.csv, key_heads.json, heatmap.png, timing.json")
     return 0
 
 

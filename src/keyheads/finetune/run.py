@@ -112,7 +112,15 @@ def _whole_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     the main process's CPU memory (the others get an empty dict), under the names save_pretrained expects.
     LoRA's frozen base is not gathered: PEFT writes only the factors."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
-    return get_model_state_dict(module, options=options)
+    state = get_model_state_dict(module, options=options)
+    # A tied unembedding is one parameter under two names. save_pretrained drops the second name only when
+    # the two tensors share memory, which the gathered copies no longer do, so it is dropped here: the files
+    # are then the same whatever the process count.
+    first: dict[int, str] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if first.setdefault(id(param), name) != name:
+            state.pop(name, None)
+    return state
 
 
 def describe(info: dict) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -36,12 +37,17 @@ def cache_root() -> Path:
 
 
 def _cache_valid(folder: Path) -> bool:
+    """Whether `folder` is a whole converted model: its manifest lists a config and weights, and every file it
+    lists is there with its size and sha256. (A manifest written over a folder that lacks them, as an earlier
+    multi-process conversion left one, does not validate.)"""
     manifest = folder / MANIFEST
     if not manifest.is_file():
         return False
     try:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError):
+        return False
+    if "config.json" not in files or not any(name.endswith(".safetensors") for name in files):
         return False
     for name, meta in files.items():
         path = folder / name
@@ -73,16 +79,30 @@ def tie_embeddings(model) -> None:
 
 def _convert_gguf(gguf: Path, target: Path, tied: bool = False) -> None:
     """De-quantise a GGUF file into an fp32 safetensors folder, atomically."""
+    model, tokenizer = _read_gguf(gguf, tied)
+    _save_converted(model, tokenizer, gguf, target)
+
+
+def _read_gguf(gguf: Path, tied: bool = False):
+    """The GGUF file's model, de-quantised to fp32, and its tokenizer."""
     _require("gguf", "pip install gguf")
     folder, filename = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
     if tied:
         tie_embeddings(model)
+    return model, tokenizer
+
+
+def _save_converted(model, tokenizer, gguf: Path, target: Path) -> None:
+    """Write the de-quantised model and its manifest to `target`, atomically, from whichever process converts."""
     # A GGUF-loaded model refuses save_pretrained while it still looks quantised.
     model.hf_quantizer = None
     model.config.quantization_config = None
     model.is_quantized = False
+    # Under a launcher, transformers writes a model's files from rank 0 only; the cache is converted by
+    # whichever process holds its lock, which need not be rank 0, and that process must write every file.
+    model.should_save_on_this_rank = lambda is_main_process: True
     with atomic_folder(target, replace=True) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
@@ -106,10 +126,22 @@ def cached_folder(name_or_path: str) -> Path:
 
 
 def ensure_converted(name_or_path: str, progress: bool = True) -> Path:
-    """Return a verified fp32 safetensors folder for a bundled name or GGUF path."""
+    """Return a verified fp32 safetensors folder for a bundled name or GGUF path.
+
+    Converted once per cache: every process of a launch (torchrun starts several at once) takes the cache
+    folder's file lock in turn; the first converts, the others find the verified folder and read it."""
     target = cached_folder(name_or_path)
     if _cache_valid(target):
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if _cache_valid(target):  # converted by another process while this one waited
+            return target
+        _convert_once(name_or_path, target, progress)
+    return target
+
+
+def _convert_once(name_or_path: str, target: Path, progress: bool) -> None:
     tied = False
     if name_or_path in BUNDLED:
         bundled = BUNDLED[name_or_path]
@@ -124,7 +156,6 @@ def ensure_converted(name_or_path: str, progress: bool = True) -> Path:
     _convert_gguf(gguf, target, tied=tied)
     if not _cache_valid(target):
         raise RuntimeError(f"cache folder {target} failed verification right after writing it; is the disk full?")
-    return target
 
 
 def _resolve(name_or_path: str) -> tuple[str, str]:

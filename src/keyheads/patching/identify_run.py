@@ -10,7 +10,7 @@ from pathlib import Path
 from scipy.stats import spearmanr
 
 from .. import distributed
-from ..components import key_heads_record
+from ..components import key_heads_record, rule_text
 from ..effects import Effects
 from ..heads import Head, heads_of
 from ..io import write_json
@@ -57,8 +57,8 @@ def describe(effects: Effects, keys: dict) -> str:
     lines = [f"{effects.method} patching, metric {effects.metric}: {effects.n_samples} samples "
              f"({effects.n_excluded} excluded), {keys.get('seconds', 0.0):.1f} s"]
     shown = ", ".join(f"{Head.from_json(k)} ({fmt(k['effect'])})" for k in keys["heads"][:15])
-    lines.append(f"key heads ({len(keys['heads'])} of {keys['n_heads_total']}; threshold {keys['threshold']}, "
-                 f"top-k {keys['top_k']}): {shown or 'none'}")
+    lines.append(f"key heads ({len(keys['heads'])} of {keys['n_heads_total']}; "
+                 f"{rule_text(keys['threshold'], keys['top_k'])}): {shown or 'none'}")
     if not keys["heads"]:
         best = key_heads_record(effects, threshold=None, top_k=3)["heads"]
         lines.append("no head passed the threshold; the most negative are "

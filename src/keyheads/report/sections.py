@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
+from ..components import rule_text
 from ..heads import Head, heads_of
 from ..runfolder import ATTENTION_JSON, KNOCKOUT_JSON, MLP_JSON, RunFolder
 from . import rundata
@@ -49,7 +50,7 @@ def identify(run: RunFolder) -> Markup:
     sem = eff.get("heads_sem") or []
     intro = (f"{eff.get('method', '?')} patching, metric {metric}, over {eff.get('n_samples', '?')} prompts "
              f"({eff.get('n_excluded', 0)} excluded). Key heads: {len(keys.get('heads', []))} of "
-             f"{keys.get('n_heads_total', '?')} (threshold {keys.get('threshold')}, top-k {keys.get('top_k')}).")
+             f"{keys.get('n_heads_total', '?')}, chosen as {rule_text(keys.get('threshold'), keys.get('top_k'))}.")
     rows = []
     for i, k in enumerate(keys.get("heads", [])):
         l, h = k["layer"], k["head"]
