@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
+from keyheads.mean import run_mean  # noqa: E402
 from keyheads.plotting import new_figure, save_figure  # noqa: E402
 from keyheads.report.rundata import (  # noqa: E402
     DRIFT,
@@ -119,9 +120,7 @@ def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, s
     never evaluated)."""
     from keyheads.pipeline import eval_labels, key_heads
 
-    # a run from before eval.knockout_mean named no mean in its labels
-    labels = eval_labels(config["model"], len(key_heads(run).heads), config["variants"],
-                         config["eval"].get("knockout_mean", "aligned"))
+    labels = eval_labels(config["model"], len(key_heads(run).heads), config["variants"], run_mean(config))
     kinds = ["model", "knockout"] + ["adapter"] * len(config["variants"])
     names = [None, None] + list(config["variants"])
     rows, missing = [], []
@@ -179,8 +178,8 @@ def main() -> None:
     if missing:
         lines.append("- **incomplete**: the eval stage stopped before these rows: " + "; ".join(
             f"{label} (trained: {_trained(runs.get(name))})" for label, name in missing))
-    # which mean the knockout row used: its results say; a run from before eval.knockout_mean used the global one
-    ko_mean = next((r.mean for r in table1 if r.mean), None) or config["eval"].get("knockout_mean", "global")
+    # which mean the knockout row used: its results say, else the run's config
+    ko_mean = next((r.mean for r in table1 if r.mean), None) or run_mean(config)
     lines += ["", "**Table 1** (95% Wilson intervals; Δ in points from the base row"
               + (f"; the knockout row used the {ko_mean} mean" if any(r.kind == "knockout" for r in table1) else "")
               + ")", ""]

@@ -36,6 +36,7 @@ from keyheads.components import Components  # noqa: E402
 from keyheads.errors import BadFile, UserError  # noqa: E402
 from keyheads.heads import Head  # noqa: E402
 from keyheads.io import read_json, write_json  # noqa: E402
+from keyheads.mean import DEFAULT_MEAN, MEAN_HELP, MEANS  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.models.prompt_set import PromptSet  # noqa: E402
 from keyheads.report.stats import band  # noqa: E402
@@ -52,7 +53,7 @@ def relative(after: float, before: float) -> float:
 def measure(model, args) -> tuple[list[dict], list[list[Head]], Notes]:
     """Per transfer set: n, accuracy before, with the key heads out, and with each control draw out. The means
     and every finished set are kept in --work, so an interrupted run resumes after them."""
-    settings = KnockoutSettings(seed=args.seed, limit=args.limit, mean_mode=args.mean_mode,
+    settings = KnockoutSettings(seed=args.seed, limit=args.limit, mean=args.mean,
                                 transfer_n=args.transfer_n, transfer_by=args.transfer_by)
     key = list(Components.explicit(args.heads).check(model.n_layers, model.n_heads).heads)
     notes = Notes()
@@ -61,9 +62,9 @@ def measure(model, args) -> tuple[list[dict], list[list[Head]], Notes]:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     cf = [r["counterfactual"] for r in read_pair_rows(args.data)]
-    full = cached_means(model, cf, all_heads(model), args.mean_mode, work / "means.safetensors", args.batch_size)
+    full = cached_means(model, cf, all_heads(model), args.mean, work / "means.safetensors", args.batch_size)
     # a finished set is reused only under the same model, sets, heads and draws
-    stamp = hashlib.sha256(json.dumps([model.name, cf, args.mean_mode, [[t.prompts, t.answer_ids] for t in sets],
+    stamp = hashlib.sha256(json.dumps([model.name, cf, args.mean, [[t.prompts, t.answer_ids] for t in sets],
                                        [str(h) for h in key], [[str(h) for h in d] for d in draws]]).encode())
     partial = work / "rows.partial.json"
     try:  # a checkpoint only saves time: one that cannot be read is started over, not an error
@@ -110,7 +111,7 @@ def main() -> None:
     ap.add_argument("--transfer-by", default="task", choices=["task", "template"])
     ap.add_argument("--transfer-n", type=int, default=100, help="prompts per generated / benchmark set")
     ap.add_argument("--limit", type=int, default=300, help="identification prompts (seeded subset)")
-    ap.add_argument("--mean-mode", default="aligned", choices=["aligned", "global"])
+    ap.add_argument("--mean", default=DEFAULT_MEAN, choices=MEANS, help=MEAN_HELP)
     ap.add_argument("--seed", type=int, default=0, help="the stage's seed: picks the prompts of every set")
     ap.add_argument("--seeds", type=int, default=3, help="control draws: seeds SEED..SEED+N-1")
     ap.add_argument("--data-dir", default=None, help="the benchmark folder (SVAMP, GSM8K rows)")
@@ -148,7 +149,7 @@ def main() -> None:
              f"table with the control drawn {args.seeds} times by the stage's rule (`control_heads`: the first "
              f"{len(draws[0])} of the non-key heads in the seed's random order), on the stage's own sets and prompts "
              f"(`transfer_sets`, seed {args.seed}). Seed {args.seed} is the stage's draw, so the key-heads column "
-             f"and that seed's column re-measure the stage's table. Mean ablation with {args.mean_mode} means over "
+             f"and that seed's column re-measure the stage's table. Mean ablation with {args.mean} means over "
              f"the counterfactual prompts of `{args.data}`; each cell is top-1 accuracy of the first answer token, "
              "with its change relative to \"before\".")
     paragraphs = [fill(intro), fill(f"Key heads: {args.heads}. Control draws: {drawn}."), f"Command: `{command}`",

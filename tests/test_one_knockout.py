@@ -81,8 +81,10 @@ def run(tmp_path):
     return folder
 
 
-def run_config(run, **eval_section):
-    return RunSettings.make(model="tiny", out=str(run), eval=dict(benchmarks=["arith-add"], limit=2, **eval_section))
+def run_config(run, mean="aligned"):
+    """The run's one knockout mean is its knockout section's: the curves' and the eval row's alike."""
+    return RunSettings.make(model="tiny", out=str(run), knockout=dict(mean=mean),
+                            eval=dict(benchmarks=["arith-add"], limit=2))
 
 
 def curve_and_eval(llama, run, cfg, stage, tmp_path):
@@ -96,7 +98,7 @@ def curve_and_eval(llama, run, cfg, stage, tmp_path):
 
     # the run's knockout stage: means of every head over the counterfactual prompts, in its mean
     cf = [s.counterfactual for s in samples]
-    full = compute_means(llama, cf, heads=all_heads(llama), mode=cfg.knockout.mean_mode, progress=False)
+    full = compute_means(llama, cf, heads=all_heads(llama), mean=cfg.knockout.mean, progress=False)
     ranked = HEADS + [h for h in all_heads(llama) if h not in HEADS]
     ps = PromptSet(llama, prompts, 8)
     curves = knockout_curves(llama, ps, clean, full, ranked, all_heads(llama),
@@ -124,14 +126,21 @@ def test_the_eval_stage_knockout_row_answers_as_the_knockout_curve(llama, run, t
 
 
 def test_the_global_mean_is_another_knockout_and_says_so(llama, run, tmp_path, monkeypatch):
-    cfg = run_config(run, knockout_mean="global")
+    """A run with the global mean knocks out with it everywhere: its eval row answers as its own (global) curve,
+    and differs from the aligned knockout."""
+    cfg = run_config(run, mean="global")
     stage = eval_stage_variants(cfg, run, llama, monkeypatch)
     ko = next(v for v in stage["variants"] if v.kind == "knockout")
     assert ko.label.endswith("key heads knocked out (global mean)") and ko.opt("mean") == "global"
-    assert stage["settings"].knockout_mean == "global"
     clean, curve_acc, curve_preds, curve_logits, rows, prepared = curve_and_eval(llama, run, cfg, stage, tmp_path)
     assert prepared.info["knockout"]["mean"] == "global"
-    assert any(not torch.allclose(torch.tensor(r["logits"]), curve_logits[i].float(), atol=1e-4)
+    assert [r["pred"] for r in rows] == curve_preds
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(torch.tensor(r["logits"]), curve_logits[i].float(), atol=1e-4, rtol=1e-4)
+    aligned = run_config(run)
+    aligned_stage = eval_stage_variants(aligned, run, llama, monkeypatch)
+    *_, aligned_logits, _, _ = curve_and_eval(llama, run, aligned, aligned_stage, tmp_path / "aligned")
+    assert any(not torch.allclose(torch.tensor(r["logits"]), aligned_logits[i].float(), atol=1e-4)
                for i, r in enumerate(rows))
 
 
@@ -207,14 +216,13 @@ def _next_with_generated_global(model, ko: Knockout, ids, prompt_len):
 
 def test_the_eval_command_and_its_files_name_the_global_mean(tmp_path, run, llama, monkeypatch):
     settings = EvalSettings(benchmarks=("arith-add",), limit=2, few_shot=1, max_new_tokens=2, progress=False,
-                            cache_dir=str(tmp_path / "cache"), knockout_mean="global")
+                            cache_dir=str(tmp_path / "cache"))
     pairs = str(run / "pairs.jsonl")
     rows = [Variant.make("model", "tiny", label="tiny"),
             Variant.make("knockout", "tiny", label="tiny - 4 key heads knocked out (global mean)",
-                         heads=[h.to_json() for h in HEADS], data=pairs)]  # no mean: the settings' one
-    evaluate(rows, settings, run / "eval", loader=lambda _: llama)
+                         heads=[h.to_json() for h in HEADS], data=pairs)]  # no mean: the caller's
+    evaluate(rows, settings, run / "eval", loader=lambda _: llama, mean="global")
     results = json.loads((run / "eval" / "results.json").read_text())
-    assert results["config"]["knockout_mean"] == "global"
     ko = results["variants"][1]
     assert ko["info"]["knockout"]["mean"] == "global" and ko["info"]["variant"]["options"]["mean"] == "global"
     assert "tiny - 4 key heads knocked out (global mean)" in (run / "eval" / "table.md").read_text()

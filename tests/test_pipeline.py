@@ -171,7 +171,7 @@ def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkey
 @pytest.mark.parametrize("change, affected", [
     ({"data": {"few_shot": 1}}, {"data"}),
     ({"patch": {"metric": "prob"}}, {"identify"}),
-    ({"knockout": {"mean_mode": "global"}}, {"knockout"}),
+    ({"knockout": {"mean": "global"}}, {"knockout", "eval"}),
     ({"attention": {"limit": 7}}, {"attention"}),
     ({"mlp": {"case_answer": "8"}}, {"mlp"}),
     ({"finetune": {"warmup_ratio": 0.1}}, {"finetune/precise"}),

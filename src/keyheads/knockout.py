@@ -16,8 +16,8 @@ and the evaluator (evaluation/engine.py) both place the means from END, so a kno
 eval table and the curve at the same heads give the same first-token predictions on those prompts.
 
 The other mean, "global", is one mean over all positions (few-shot block included) at every
-position. It stays available under its own name (`mean_mode: global` of `keyheads knockout`,
-`knockout_mean: global` of `keyheads eval` and a run's `eval:`), and whatever uses it says so.
+position. It stays available under its own name (`mean: global` of `keyheads knockout`, `keyheads eval`
+and a run's `knockout:` section), and whatever uses it says so.
 
 Position by position needs to know where END is. A forward pass over whole prompts, right-aligned
 (left padding), has END last: the default. A pass whose positions all lie away from END (a shared
@@ -36,9 +36,8 @@ from tqdm.auto import tqdm
 
 from .components import Components
 from .heads import Head
+from .mean import DEFAULT_MEAN, KnockoutMean, check_mean
 from .models.model import HookedModel
-
-MEANS = ("aligned", "global")  # the two means, by the names every command, file and table uses
 
 # set while a forward pass holds no position that is within the END-aligned part of a prompt
 _AWAY_FROM_END: ContextVar[bool] = ContextVar("knockout_away_from_end", default=False)
@@ -71,7 +70,7 @@ class Knockout:
         head_means: layer -> [max_len, n_heads, head_dim], END-aligned (row -1 is END).
         mlp_means: layer -> [max_len, d_model], END-aligned.
         head_global, mlp_global: layer -> mean over all positions, for the fallback.
-        mode: "aligned" (END-aligned per position, global beyond and away from END) or "global".
+        mean: "aligned" (END-aligned per position, global beyond and away from END) or "global".
         fallback_used: set when a position had no aligned mean and the global one was used.
     """
 
@@ -81,7 +80,7 @@ class Knockout:
     mlp_means: dict[int, torch.Tensor] = field(default_factory=dict)
     head_global: dict[int, torch.Tensor] = field(default_factory=dict)
     mlp_global: dict[int, torch.Tensor] = field(default_factory=dict)
-    mode: str = "aligned"
+    mean: KnockoutMean = DEFAULT_MEAN
     fallback_used: bool = False
 
     @property
@@ -91,7 +90,7 @@ class Knockout:
 
     def _values(self, aligned: torch.Tensor, glob: torch.Tensor, length: int) -> torch.Tensor:
         """[length, ...] values for an input of `length` tokens, END-aligned."""
-        if self.mode == "global" or _AWAY_FROM_END.get():
+        if self.mean == "global" or _AWAY_FROM_END.get():
             if length > 0:
                 self.fallback_used = True
             return glob.expand(length, *glob.shape)
@@ -134,8 +133,9 @@ class Knockout:
         return state
 
     @classmethod
-    def from_state(cls, heads, mlps, state: dict[str, torch.Tensor], mode: str = "aligned") -> Knockout:
-        ko = cls([Head(*h) for h in heads], [int(m) for m in mlps], mode=mode)
+    def from_state(cls, heads, mlps, state: dict[str, torch.Tensor],
+                   mean: KnockoutMean = DEFAULT_MEAN) -> Knockout:
+        ko = cls([Head(*h) for h in heads], [int(m) for m in mlps], mean=mean)
         for key, t in state.items():
             name, layer = key.rsplit(".", 1)
             getattr(ko, name)[int(layer)] = t
@@ -144,10 +144,9 @@ class Knockout:
 
 @torch.no_grad()
 def compute_means(model: HookedModel, prompts: Sequence[str], heads: Sequence[Head] = (), mlps: Sequence[int] = (),
-                  batch_size: int = 16, mode: str = "aligned", progress: bool = True) -> Knockout:
+                  batch_size: int = 16, mean: KnockoutMean = DEFAULT_MEAN, progress: bool = True) -> Knockout:
     """Mean head outputs and MLP writes over `prompts` (the counterfactual prompts)."""
-    if mode not in MEANS:
-        raise ValueError(f"unknown knockout mode {mode!r}: use 'aligned' or 'global'")
+    check_mean(mean)
     if not prompts:
         raise ValueError("mean ablation needs at least one counterfactual prompt")
     heads, mlps = [Head(*h) for h in heads], sorted({int(m) for m in mlps})
@@ -175,7 +174,7 @@ def compute_means(model: HookedModel, prompts: Sequence[str], heads: Sequence[He
                 total[key] = torch.zeros(x.shape[2:], dtype=torch.float64)
             sums[key][max_len - T:] += per_pos
             total[key] += per_pos.sum(0)
-    ko = Knockout(heads, mlps, mode=mode)
+    ko = Knockout(heads, mlps, mean=mean)
     denom = counts.clamp(min=1).reshape(max_len, *([1] * 0))
     for key in points:
         layer, name = key.split(".")

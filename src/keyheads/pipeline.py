@@ -51,6 +51,7 @@ from .finetune.config import FinetuneSettings
 from .finetune.parallel import check_setup
 from .io import write_json
 from .log import logger
+from .mean import DEFAULT_MEAN, KnockoutMean
 from .models.fingerprint import base_fingerprint
 from .patching import describe as describe_effects
 from .patching import identify
@@ -111,7 +112,9 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
         stages.append(Stage(f"finetune/{variant}", {**train, "variant": variant, **extra}, inputs,
                             [RunFolder.finetune_rel(variant)], train_variant, spread=True))
     if cfg.eval.benchmarks:
-        stages.append(Stage("eval", {**model_key, **section(cfg.eval), "split": cfg.resolved_eval_split(),
+        # the knockout row takes the run's one mean, the knockout section's
+        stages.append(Stage("eval", {**model_key, **section(cfg.eval), "mean": cfg.knockout.mean,
+                                     "split": cfg.resolved_eval_split(),
                                      "data_dir": cfg.data_dir},
                             [PAIRS, KEY_HEADS] + [RunFolder.finetune_rel(v) for v in cfg.variants], [RunFolder.EVAL],
                             lambda: _eval(cfg, run, get_model(), progress), keep=[RunFolder.EVAL_CACHE], spread=True))
@@ -323,20 +326,20 @@ def _finetune(cfg: RunSettings, run: RunFolder, variant: str, progress: bool = T
     return describe_training(info)
 
 
-def eval_labels(model: str, n_heads: int, finetune: list[str], knockout_mean: str = "aligned") -> list[str]:
+def eval_labels(model: str, n_heads: int, finetune: list[str], mean: KnockoutMean = DEFAULT_MEAN) -> list[str]:
     """The eval stage's row labels: base, key-head knockout (the global mean says so: the aligned one is
     the knockout curves' own), then one per fine-tuning variant."""
     return ([f"{model} (base)", f"{model} - {n_heads} key heads knocked out"
-             + (" (global mean)" if knockout_mean == "global" else "")]
+             + (" (global mean)" if mean == "global" else "")]
             + [f"{model} + {v} SFT" for v in finetune])
 
 
 def _eval(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
     heads = key_heads(run).heads
-    labels = eval_labels(cfg.model, len(heads), cfg.variants, cfg.eval.knockout_mean)
+    labels = eval_labels(cfg.model, len(heads), cfg.variants, cfg.knockout.mean)  # the run's one mean
     variants = [Variant.make("model", cfg.model, label=labels[0]),
                 Variant.make("knockout", cfg.model, label=labels[1], heads=[h.to_json() for h in heads],
-                              data=str(run.pairs), mean=cfg.eval.knockout_mean)]
+                              data=str(run.pairs), mean=cfg.knockout.mean)]
     variants += [Variant.make("adapter", str(run.finetune(v)), label=label)
                  for v, label in zip(cfg.variants, labels[2:])]
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .io import read_jsonl
+from .mean import upgraded
 
 # the files a step writes into its own folder
 EFFECTS_JSON = "effects.json"
@@ -210,7 +211,7 @@ class RunFolder:
 
     @cached_property
     def knockout_record(self) -> Any:
-        return read_record(self.knockout / KNOCKOUT_JSON)
+        return upgraded(read_record(self.knockout / KNOCKOUT_JSON))
 
     @cached_property
     def attention_record(self) -> Any:
@@ -222,7 +223,7 @@ class RunFolder:
 
     @cached_property
     def eval_record(self) -> Any:
-        return read_record(self.root / self.EVAL_RESULTS)
+        return upgraded(read_record(self.root / self.EVAL_RESULTS))
 
     @cached_property
     def finetune_records(self) -> dict[str, dict]:

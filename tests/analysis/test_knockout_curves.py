@@ -131,7 +131,7 @@ def test_knockout_means_are_kept_until_the_stage_ends(llama, tmp_path, monkeypat
     for ko in (first, again):
         state = ko.to_state()
         assert set(state) == set(want) and all(torch.equal(state[k], want[k]) for k in want)
-    assert again.heads == first.heads and again.mode == first.mode
+    assert again.heads == first.heads and again.mean == first.mean
     kr.cached_means(llama, cfs[:4], heads, "aligned", path, batch_size=2, progress=False)
     kr.cached_means(llama, cfs[:4], heads, "aligned", path, batch_size=3, progress=False)
     assert len(calls) == 3

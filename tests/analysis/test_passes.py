@@ -45,7 +45,7 @@ def test_sets_equal_direct_forward_passes(family, mode):
     refs, cfs = prompt_pairs()
     heads = all_heads(model)
     # means from shorter prompts than some references: those fall back to the global mean early on
-    full = compute_means(model, cfs[:20], heads=heads, mode=mode, progress=False)
+    full = compute_means(model, cfs[:20], heads=heads, mean=mode, progress=False)
     answers = [random.Random(i).randint(4, 60) for i in range(len(refs))]
     sets = [[], [(2, 1)], [(0, 0), (1, 3)], [(1, 2), (2, 0), (2, 3)], heads[:5], heads]
     prompts = PromptSet(model, refs, batch_size=4)

@@ -33,7 +33,7 @@ def test_seed_zero_is_the_knockout_stages_control_and_other_seeds_are_other_draw
                  "--quiet"]) == 0
     stage = json.loads((out / "knockout.json").read_text())["transfer"]
     args = argparse.Namespace(data=str(pairs_file), heads="2.3,1.0,0.2", transfer_data=str(other), transfer_by="task",
-                              transfer_n=3, limit=None, mean_mode="aligned", seed=0, seeds=3,
+                              transfer_n=3, limit=None, mean="aligned", seed=0, seeds=3,
                               data_dir=str(shared_data), batch_size=32, work=str(tmp_path / "work"))
     rows, draws, _ = band.measure(llama, args)
 
@@ -69,7 +69,7 @@ def test_bad_heads_are_refused_before_the_model_loads(tmp_path):
 def test_heads_outside_the_model_and_an_unreadable_partial_file(band, llama, tmp_path, pairs_file, shared_data, capsys):
     from keyheads.errors import UserError
     args = argparse.Namespace(data=str(pairs_file), heads="2.3,9.0", transfer_data=None, transfer_by="task",
-                              transfer_n=3, limit=None, mean_mode="aligned", seed=0, seeds=2,
+                              transfer_n=3, limit=None, mean="aligned", seed=0, seeds=2,
                               data_dir=str(shared_data), batch_size=32, work=str(tmp_path / "work"))
     with pytest.raises(UserError, match="head 9.0 does not exist"):
         band.measure(llama, args)

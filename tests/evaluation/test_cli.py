@@ -39,13 +39,13 @@ def test_eval_with_knockout_prints_the_table(tiny_folder, tiny_data, pairs_file,
     assert main(argv) == 0
     again = json.loads((out / "results.json").read_text())
     assert all(b["timing"]["computed"] == 0 for v in again["variants"] for b in v["benchmarks"].values())
-    assert results["config"]["knockout_mean"] == results["variants"][1]["info"]["knockout"]["mean"] == "aligned"
+    assert results["variants"][1]["info"]["knockout"]["mean"] == "aligned"
     # the global mean: its own row name, its own record, and no answer taken from the aligned row's cache entries
     other = tmp_path / "global"
-    assert main(argv[:-3] + ["--knockout-mean", "global", "--out", str(other), "--quiet"]) == 0
+    assert main(argv[:-3] + ["--mean", "global", "--out", str(other), "--quiet"]) == 0
     glob = json.loads((other / "results.json").read_text())
     assert "knockout (2 heads, MLPs 1, global mean)" in (other / "table.md").read_text().split("\n")[3]
-    assert glob["config"]["knockout_mean"] == glob["variants"][1]["info"]["knockout"]["mean"] == "global"
+    assert glob["variants"][1]["info"]["knockout"]["mean"] == "global"
     assert [b["timing"]["computed"] for b in glob["variants"][0]["benchmarks"].values()] == [0, 0]
     assert [b["timing"]["computed"] for b in glob["variants"][1]["benchmarks"].values()] == [3, 3]
 

@@ -41,7 +41,7 @@ def make_run(folder: Path, holds: bool) -> Path:
         {
             "model": "hand-made",
             "n_samples": 50,
-            "mean_mode": "aligned",
+            "mean": "aligned",
             "notes": [],
             "key_heads": {
                 "heads": [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}],

@@ -119,7 +119,7 @@ def knockout_subset(full: Knockout, heads: Sequence[Head]) -> Knockout:
     if missing:
         raise AnalysisError(f"no means computed for heads {', '.join(map(str, missing))}")
     return Knockout(heads=list(heads), mlps=[], head_means=full.head_means, head_global=full.head_global,
-                    mode=full.mode)
+                    mean=full.mean)
 
 
 @dataclass
@@ -129,16 +129,16 @@ class FallbackNote:
     n_prompts: int
     n_longer: int
     aligned_len: int
-    mode: str
+    mean: str
     cf_lengths: list[int] = field(default_factory=list)
 
     @property
     def used(self) -> bool:
-        return self.mode == "global" or self.n_longer > 0
+        return self.mean == "global" or self.n_longer > 0
 
     def text(self, what: str = "prompts") -> str:
-        if self.mode == "global":
-            return "knockout used the mean over all positions (global mode) for every position"
+        if self.mean == "global":
+            return "knockout used the mean over all positions (the global mean) for every position"
         if not self.n_longer:
             return ""
         return (f"fallback: {self.n_longer}/{self.n_prompts} {what} are longer than the {self.aligned_len} "
@@ -146,7 +146,7 @@ class FallbackNote:
 
 
 def fallback_note(full: Knockout, prompts: PromptSet) -> FallbackNote:
-    return FallbackNote(prompts.n, prompts.longer_than(full.max_len), full.max_len, full.mode)
+    return FallbackNote(prompts.n, prompts.longer_than(full.max_len), full.max_len, full.mean)
 
 
 def alignment_warning(model: HookedModel, cf_prompts: Sequence[str]) -> str:
@@ -156,5 +156,5 @@ def alignment_warning(model: HookedModel, cf_prompts: Sequence[str]) -> str:
         return ""
     return (f"counterfactual prompts have {len(lengths)} different lengths ({lengths[0]}..{lengths[-1]} tokens): "
             "END-aligned per-position means mix different templates' tokens at the same offset "
-            "(positions beyond the shortest are averaged over fewer prompts); pass --mean-mode global "
+            "(positions beyond the shortest are averaged over fewer prompts); pass --mean global "
             "to use one mean over all positions instead")

@@ -17,6 +17,7 @@ from ..heads import Head
 from ..io import atomic_path, atomic_write_text, file_sha256, write_json
 from ..knockout import Knockout, compute_means
 from ..log import logger
+from ..mean import KnockoutMean
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..plotting import write_csv
@@ -55,7 +56,7 @@ class _Call:
         """knockout.json's "config": the files and settings of the call, as earlier releases wrote them."""
         s = self.settings
         return {"data": self.data, "out": self.out, "selection": self.heads.record(), "k": s.k, "seeds": s.seeds,
-                "seed": s.seed, "n_samples": s.limit, "batch_size": self.batch_size, "mean_mode": s.mean_mode,
+                "seed": s.seed, "n_samples": s.limit, "batch_size": self.batch_size, "mean": s.mean,
                 "transfer": s.transfer, "transfer_data": self.transfer_data, "transfer_by": s.transfer_by,
                 "data_dir": self.data_dir, "transfer_n": s.transfer_n, "transfer_control": s.transfer_control,
                 "progress": self.progress}
@@ -76,7 +77,7 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
     if not all(cf):
         raise AnalysisError(f"{cfg.data}: knockout needs the counterfactual prompts (every line's 'counterfactual') "
                             "for the mean activations")
-    notes.add(alignment_warning(model, cf) if settings.mean_mode == "aligned" else "")
+    notes.add(alignment_warning(model, cf) if settings.mean == "aligned" else "")
     key_heads, effects = choose_heads(model, heads)
     samples = load_samples(model, cfg.data, settings.limit, settings.seed)
     answers = [s.answer_id for s in samples]
@@ -90,11 +91,11 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
                 cfg.data, len(cf))
 
     # one pass over the counterfactual prompts gives the means of every head
-    full = cached_means(model, cf, candidates, settings.mean_mode, out / MEANS_PARTIAL, batch_size, progress)
+    full = cached_means(model, cf, candidates, settings.mean, out / MEANS_PARTIAL, batch_size, progress)
     prompts = PromptSet(model, [s.prompt for s in samples], batch_size)
     notes.add(fallback_note(full, prompts).text("reference prompts"))
     result: dict = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "n_counterfactual": len(cf),
-                    "mean_mode": settings.mean_mode, "effects": heads.effects, "config": cfg.record()}
+                    "mean": settings.mean, "effects": heads.effects, "config": cfg.record()}
 
     if effects is not None and k:
         # the key heads' own knockout rides along with the curves' sets
@@ -148,19 +149,19 @@ def describe(result: dict) -> str:
     return "\n".join(parts)
 
 
-def cached_means(model: HookedModel, cf: list[str], heads, mode: str, path: Path, batch_size: int,
+def cached_means(model: HookedModel, cf: list[str], heads, mean: KnockoutMean, path: Path, batch_size: int,
                  progress: bool = True) -> Knockout:
     """Every head's mean output over the counterfactual prompts, kept beside the results until the stage
     ends: on a large model this pass is long, and an interrupted stage resumes after it."""
-    key = hashlib.sha256(json.dumps([model.name, cf, batch_size, mode]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([model.name, cf, batch_size, mean]).encode()).hexdigest()
     try:
         with safe_open(str(path), "pt") as f:
             if (f.metadata() or {}).get("key") == key:
                 return Knockout.from_state(heads, (), {name: f.get_tensor(name) for name in f.keys()},
-                                           mode=mode)
+                                           mean=mean)
     except (OSError, SafetensorError, KeyError, ValueError):
         pass  # absent, truncated or of other settings: computed again
-    full = compute_means(model, cf, heads=heads, batch_size=batch_size, mode=mode, progress=progress)
+    full = compute_means(model, cf, heads=heads, batch_size=batch_size, mean=mean, progress=progress)
     if is_main():
         with atomic_path(path) as tmp:
             save_file(full.to_state(), str(tmp), metadata={"key": key})

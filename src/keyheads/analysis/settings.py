@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..mean import KnockoutMean, mean_field
+
 # a step's settings: an unknown key is an error
 SETTINGS = ConfigDict(extra="forbid")
 SUBSET = "reference prompts used, a seeded subset (None: all)"
@@ -25,9 +27,7 @@ class KnockoutSettings:
         default=0, ge=0, description="picks the subset, the random-rank orderings, the control heads and the "
         "transfer sets' prompts")
     limit: int | None = Field(default=300, ge=1, description=SUBSET)
-    mean_mode: Literal["aligned", "global"] = Field(
-        default="aligned", description="means per END-aligned position, or one "
-        "mean over all positions")
+    mean: KnockoutMean = mean_field()
     transfer: bool = Field(default=True, description="the transfer table")
     transfer_by: Literal["task", "template"] = Field(default="task", description="one transfer row per task or per "
                                                                                  "template of transfer_data")

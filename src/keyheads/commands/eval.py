@@ -35,10 +35,10 @@ def variants_from_args(cfg: EvalCommand):
             raise SettingError("--knockout/--knockout-mlps need --knockout-data PAIRS.jsonl: the means are taken "
                                "over its counterfactual prompts")
         what = ", ".join([f"{len(heads)} heads"] * bool(heads) + [f"MLPs {','.join(map(str, mlps))}"] * bool(mlps)
-                         + ["global mean"] * (cfg.knockout_mean == "global"))  # the aligned mean is the knockout
+                         + ["global mean"] * (cfg.mean == "global"))  # the aligned mean is the knockout
         variants.append(Variant.make("knockout", model, label=f"{model} - knockout ({what})",
                                      heads=[h.to_json() for h in heads], mlps=mlps, data=str(cfg.knockout_data),
-                                     mean=cfg.knockout_mean))
+                                     mean=cfg.mean))
     for folder in cfg.adapter:
         variants.append(Variant.make("adapter", str(folder)))
     for spec in cfg.variant:  # any registered kind, without a dedicated option

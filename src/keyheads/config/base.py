@@ -158,6 +158,11 @@ def section_of(name: str, cls, exclude: tuple[str, ...] = (), include: tuple[str
 
 
 # ---- error messages -----------------------------------------------------------------------------
+# settings that were renamed: an old config or flag is told the new name
+RENAMED = {name: "knockout.mean (a run's one knockout mean; --mean of keyheads knockout and eval)"
+           for name in ("mean_mode", "knockout_mean")}
+
+
 def _why(e: Any) -> str:
     ctx = e.get("ctx") or {}
     kind = e["type"]
@@ -186,6 +191,8 @@ def setting_error(err: ValidationError, flags: bool = False, where: str = "") ->
         loc = [str(p) for p in e["loc"]]
         given = e.get("input")
         why = _why(e)
+        if e["type"] in ("extra_forbidden", "unexpected_keyword_argument") and loc and loc[-1] in RENAMED:
+            why += f"; it is now {RENAMED[loc[-1]]}"
         if isinstance(raised, SettingError) and raised.why and isinstance(given, dict) and raised.key not in loc:
             loc, given = loc + [raised.key], raised.value  # a section's check names its own setting
         if not loc or isinstance(given, dict) and e["type"] == "value_error":

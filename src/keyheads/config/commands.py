@@ -15,6 +15,7 @@ from ..errors import SettingError
 from ..evaluation.config import EvalSettings
 from ..finetune.config import FinetuneSettings, check_train
 from ..io import existing_file
+from ..mean import KnockoutMean, mean_field
 from ..models import DEFAULT_MODEL
 from ..patching.settings import PatchSettings
 from ..settings import check_writable_dir, check_writable_file, parse_bytes
@@ -130,6 +131,7 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, MachineSettings):
     knockout: str | None = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
     knockout_mlps: str | None = Field(None, description="MLP layers to mean-ablate, e.g. '14,15'")
     knockout_data: str | None = Field(None, description="pairs file whose counterfactual prompts give the means")
+    mean: KnockoutMean = mean_field()
     adapter: list[str] = Field(default_factory=list, description="`keyheads finetune` run folders (precise, LoRA or "
                                "full), one more row each; the first one's base model is the first row unless model "
                                "is given")

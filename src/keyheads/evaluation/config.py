@@ -47,11 +47,6 @@ class EvalSettings:
                                                                     "for MMLU/CSQA; MMLU has at most 5 per subject)")
     cot: bool = Field(default=True, description="math exemplars show the GSM8K rationale before 'The answer is N.'")
     seed: int = Field(default=0, ge=0, description="picks the GSM8K-train, CSQA-train and arith exemplars")
-    knockout_mean: Literal["aligned", "global"] = Field(
-        default="aligned", description="what a knockout row puts in place of its heads: aligned (the mean at each "
-        "position counted from END over the pairs' counterfactual prompts, as the knockout curves use; positions "
-        "before those prompts' length and generated tokens get the mean over all positions) or global (one mean "
-        "over all positions)")
     split: Literal["full", "heldout"] = Field(
         default="full", description="full (the whole test sets, as in the paper) or heldout (for AddSub, SingleEq "
         "and SVAMP only the part the training-set builder leaves out; the arith sets are held out either way)")

@@ -21,6 +21,7 @@ from .. import (
     models,  # models.load_placed looked up at call time: tests replace what it calls
 )
 from ..io import atomic_write_text, write_json, write_jsonl
+from ..mean import DEFAULT_MEAN, KnockoutMean
 from ..models.model import HookedModel
 from ..runfolder import RESULTS_JSON
 from .cache import ResultCache, item_key
@@ -159,9 +160,9 @@ def write_table(results: Sequence[dict], cfg: EvalSettings, out: str | Path) -> 
 
 
 def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str | Path,
-             loader: Callable[[str], HookedModel] | None = None) -> list[dict]:
+             loader: Callable[[str], HookedModel] | None = None, mean: KnockoutMean = DEFAULT_MEAN) -> list[dict]:
     """Evaluate each variant (the first is the reference for the Δ columns) and write the table.
-    A knockout variant whose options name no mean takes cfg.knockout_mean.
+    A knockout variant whose options name no mean takes `mean`.
 
     Under several processes (accelerate launch, torchrun) every rank calls it with cfg.shard
     None: the items are split by rank, the main process writes the table and returns it;
@@ -185,8 +186,8 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str
     tasks: dict[str, Task] = {}
     results, ready = [], []
     for v in variants:
-        if isinstance(v, Variant) and v.kind == "knockout":  # the settings' mean where the row names none
-            v = v.with_defaults(mean=cfg.knockout_mean)
+        if isinstance(v, Variant) and v.kind == "knockout":  # the caller's mean where the row names none
+            v = v.with_defaults(mean=mean)
         prepared = v if isinstance(v, Prepared) else prepare(v, load_once)
         if isinstance(v, Variant):
             prepared.info.setdefault("variant", v.spec())

@@ -19,7 +19,8 @@ from ..errors import SettingError
 from ..finetune.adapter import load_finetuned, read_info
 from ..heads import heads_of
 from ..io import file_sha256
-from ..knockout import MEANS, compute_means, end_aligned_length
+from ..knockout import compute_means, end_aligned_length
+from ..mean import DEFAULT_MEAN, MEANS
 from ..models.fingerprint import short_sha, weights_fingerprint
 from ..models.loading import load_tokenizer
 from ..models.model import HookedModel
@@ -158,19 +159,18 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
     if not data:
         raise SettingError("knockout needs counterfactual prompts: pass --knockout-data PAIRS.jsonl "
                            "(one JSON object per line with reference, counterfactual, answer)")
-    mean = variant.opt("mean", "aligned")
+    mean = variant.opt("mean", DEFAULT_MEAN)
     if mean not in MEANS:
         raise SettingError("knockout mean", mean, f"must be one of {', '.join(MEANS)}")
     prompts = read_counterfactuals(data)
     window = end_aligned_length(model, prompts) if mean == "aligned" else 0
 
     def build() -> tuple[HookedModel, dict]:
-        ko = compute_means(model, prompts, heads=heads, mlps=mlps, mode=mean, progress=False)
+        ko = compute_means(model, prompts, heads=heads, mlps=mlps, mean=mean, progress=False)
         return model, ko.edits()
 
-    # "mode" as earlier releases wrote it, which used the global mean: their cached items keep serving it
     spec = json.dumps({"heads": sorted(heads), "mlps": sorted(mlps), "data": file_sha256(Path(data)),
-                       "mode": mean}, sort_keys=True)
+                       "mean": mean}, sort_keys=True)
     fp = short_sha(weights_fingerprint(model) + spec)
     info = {"knockout": {"heads": [h.to_json() for h in heads], "mlps": mlps, "pairs": str(data),
                          "counterfactual_prompts": len(prompts), "mean": mean, "aligned_positions": window}}

@@ -73,7 +73,7 @@ def knockout_beyond_random(run: RunFolder) -> dict:
     gap = rand - after
     need = max(BEYOND_RANDOM, 2 * std)
     return _claim(claim, gap >= need,
-                  f"accuracy {pct(before)} -> {pct(after)} with the {n} key heads out ({ko.get('mean_mode')} mean), "
+                  f"accuracy {pct(before)} -> {pct(after)} with the {n} key heads out ({ko.get('mean')} mean), "
                   f"{pct(rand)} (std {pct(std)}) "
                   f"with {n} random heads out {_draws(draws)}: {100 * gap:.1f} points lower "
                   f"(rule: at least {100 * need:.1f})")
@@ -112,7 +112,7 @@ def transfer(run: RunFolder) -> dict:
     shown = "; ".join(f"{r['set']}: {pct(r['relative_change'])} vs random {pct(r['relative_change_random_heads'])}"
                       for r in rows)
     return _claim(claim, 2 * len(wins) > len(rows),
-                  f"relative accuracy change with key heads vs random heads out ({ko.get('mean_mode')} mean) "
+                  f"relative accuracy change with key heads vs random heads out ({ko.get('mean')} mean) "
                   f"{SINGLE_DRAW} — {shown}. The key heads "
                   "cost at least "
                   f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets (rule: more than half)")

@@ -37,7 +37,7 @@ def _facts(run: RunFolder, items: list[dict]) -> list[str]:
                      + heads_text(keys.get("heads", [])[:12]))
     if isinstance(ko, dict) and ko.get("key_heads"):
         k = ko["key_heads"]
-        facts.append(f"knocking them out ({ko.get('mean_mode')} mean): accuracy {pct(k.get('accuracy_before'))} → "
+        facts.append(f"knocking them out ({ko.get('mean')} mean): accuracy {pct(k.get('accuracy_before'))} → "
                      f"{pct(k.get('accuracy_after'))} "
                      f"({signed_pct(k.get('relative_change'))})")
     held = [f["held"] for f in items]

@@ -39,7 +39,7 @@ def main_precise(runs: dict[str, dict]) -> str | None:
     return names[0] if names else None
 
 
-def knockout_mean(info: dict) -> str | None:
+def row_mean(info: dict) -> str | None:
     """The mean a knockout row of the eval table used, "aligned" or "global" (keyheads.knockout); None when
     its results do not say. Files written before the mean had a name recorded "mode", always "global"."""
     ko = info.get("knockout") or {}
@@ -63,7 +63,7 @@ class EvalRow:
     @property
     def mean(self) -> str | None:
         """A knockout row's mean ("aligned" or "global"), when its results say."""
-        return knockout_mean(self.info) if self.kind == "knockout" else None
+        return row_mean(self.info) if self.kind == "knockout" else None
 
     def acc(self, benchmark: str) -> float | None:
         value = (self.benchmarks.get(benchmark) or {}).get("accuracy")

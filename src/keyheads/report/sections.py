@@ -115,7 +115,7 @@ def knockout(run: RunFolder) -> Markup:
         return section("knockout", title, not_run("knockout", f"{RunFolder.KNOCKOUT}/{KNOCKOUT_JSON}"))
     key = ko.get("key_heads") or {}
     heads = key.get("heads", [])
-    summary = (f"Mean ablation ({ko.get('mean_mode')} mean) on {ko.get('n_samples')} reference prompts. Knocking out "
+    summary = (f"Mean ablation ({ko.get('mean')} mean) on {ko.get('n_samples')} reference prompts. Knocking out "
                f"the {len(heads)} key heads [{heads_text(heads)}]: accuracy {pct(key.get('accuracy_before'))} → "
                f"{pct(key.get('accuracy_after'))} ({signed_pct(key.get('relative_change'))} relative).")
     body = [para(summary, "headline", "key-heads-knockout"),
@@ -164,7 +164,7 @@ def transfer(run: RunFolder) -> Markup:
         ]
         for r in tr["rows"]
     ]
-    body = [note(f"Knocked out ({ko.get('mean_mode')} mean): {heads_text(tr.get('heads', []))}. Control: as many "
+    body = [note(f"Knocked out ({ko.get('mean')} mean): {heads_text(tr.get('heads', []))}. Control: as many "
                  "random other heads"
                  + (f" ({heads_text(ctrl)})." if ctrl else " (not run).")),
             table(["set", "n", "before", "after (key heads out)", "relative", "after (random heads out)",
