@@ -30,7 +30,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the repository: tests/oracles.py
 from results import matmul_rate, write_section  # noqa: E402
 
 from keyheads.analysis.common import all_heads, load_samples  # noqa: E402
@@ -43,8 +42,7 @@ from keyheads.knockout import compute_means  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.models.prompt_set import PromptSet  # noqa: E402
 from keyheads.runfolder import RunFolder  # noqa: E402
-
-from tests.oracles import Batches, direct_curves  # noqa: E402
+from keyheads.testing.oracles import Batches, direct_curves  # noqa: E402
 
 CASES = {
     # name: (what RESULTS says about the data, overrides of the demo's data settings)

@@ -5,7 +5,7 @@ chain of thought, GSM8K-train exemplars, the runner's order and batches) and dec
 the same budget (256 new tokens) and the same stop rule (`cut_at_stop`: a blank line, "Question:"
 or a complete "The answer is N"), each row stopping as soon as its text is complete:
 
-- keyheads: its engine (`generate_stream`, through tests/oracles.py's `greedy_generate`) with a
+- keyheads: its engine (`generate_stream`, through keyheads.testing.oracles' `greedy_generate`) with a
   shared-prefix `PrefixKV`, as the evaluation runs it: every prompt in one call, at most --batch-size
   rows in flight, a finished row's place taken by the next;
 - transformers: `model.generate`, batched and left-padded, do_sample=False, with a StoppingCriteria
@@ -39,18 +39,16 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(ROOT))  # the repository: tests/oracles.py
 from results import write_section  # noqa: E402
 
 from keyheads.data.benchmarks import data_dir_from  # noqa: E402
 from keyheads.evaluation.config import EvalSettings  # noqa: E402
 from keyheads.evaluation.engine import PrefixKV, common_prefix_len, eos_ids  # noqa: E402
 from keyheads.evaluation.prompts import STOPS, cut_at_stop  # noqa: E402
-from keyheads.evaluation.runner import _batches  # noqa: E402
-from keyheads.evaluation.tasks import _ids, make_task  # noqa: E402
+from keyheads.evaluation.runner import batches  # noqa: E402
+from keyheads.evaluation.tasks import make_task, prompt_ids  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
-
-from tests.oracles import greedy_generate  # noqa: E402
+from keyheads.testing.oracles import greedy_generate  # noqa: E402
 
 BENCH = "gsm8k"
 
@@ -79,7 +77,7 @@ class Engine:
         return cut_at_stop(text)
 
     def __call__(self, batch) -> list[tuple[str, str]]:
-        return greedy_generate(self.model, _ids(self.model, [it.prompt for it in batch]), self.budget, self.stop,
+        return greedy_generate(self.model, prompt_ids(self.model, [it.prompt for it in batch]), self.budget, self.stop,
                                self.prefix, batch_size=self.batch_size)
 
     def tokens(self, outs: list[tuple[str, str]]) -> int:
@@ -115,7 +113,7 @@ class HFGenerate:
         from transformers import StoppingCriteriaList
 
         model, tok = self.model, self.model.tokenizer
-        rows = _ids(model, [it.prompt for it in batch])
+        rows = prompt_ids(model, [it.prompt for it in batch])
         width = max(map(len, rows))
         ids = torch.tensor([[self.pad] * (width - len(r)) + r for r in rows])
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
@@ -198,20 +196,20 @@ def main() -> None:
     budget = cfg.new_tokens(BENCH)
     # the runner's order and batches: by prompt length within a group, at most batch_size per batch
     items = sorted(task.items, key=lambda it: (task.group(it), len(it.prompt), it.prompt))
-    batches = _batches(items, cfg.batch_size, task.group)
-    rows = _ids(model, [it.prompt for it in items])
+    runs = batches(items, cfg.batch_size, task.group)
+    rows = prompt_ids(model, [it.prompt for it in items])
     lengths, shared = [len(r) for r in rows], common_prefix_len(rows)
 
     engine, hf = Engine(model, budget, cfg.batch_size), HFGenerate(model, budget)
     clock_engine: list[float] = []
     clock_hf: list[float] = []
     with torch.no_grad():
-        Engine(model, 4, cfg.batch_size)(batches[0])  # warm-up, not timed
-        HFGenerate(model, 4)(batches[0])
+        Engine(model, 4, cfg.batch_size)(runs[0])  # warm-up, not timed
+        HFGenerate(model, 4)(runs[0])
         machine0, own0 = cpu_seconds()
         engine_out = timed(engine, items, clock_engine)  # every item in one call, as the runner does
         hf_out = []
-        for batch in batches:
+        for batch in runs:
             hf_out += timed(hf, batch, clock_hf)
         machine1, own1 = cpu_seconds()
         harness = None if args.no_harness else run_lm_eval(model, items, budget, cfg.batch_size)

@@ -7,7 +7,7 @@ one shared 747-token prefix (the exemplars' length for SmolLM2's tokenizer, benc
 and questions of 30-130 tokens, random ids. Every row generates exactly 256 tokens: the model
 has no EOS, so all systems do the same work and end together.
 
-- keyheads: its engine (`generate_stream`, through tests/oracles.py's `greedy_generate`, which puts the
+- keyheads: its engine (`generate_stream`, through keyheads.testing.oracles' `greedy_generate`, which puts the
   results in row order) with a `PrefixKV`, tokens read back every 8 steps;
 - transformers `generate`, dynamic cache, left-padded batch;
 - transformers `generate` with `cache_implementation="static"`, which compiles the decode step
@@ -133,8 +133,7 @@ def profile_engine(model, rows) -> list[str]:
     from torch.profiler import ProfilerActivity, profile
 
     from keyheads.evaluation.engine import PrefixKV
-
-    from tests.oracles import greedy_generate  # the repository is on sys.path (bench/eval.py)
+    from keyheads.testing.oracles import greedy_generate
 
     prefix = PrefixKV(model)
     greedy_generate(model, rows, 4, None, prefix)  # the prefix computed outside the profile
@@ -149,8 +148,7 @@ def profile_engine(model, rows) -> list[str]:
 
 def main(args) -> list[str]:
     from keyheads.evaluation.engine import PrefixKV
-
-    from tests.oracles import greedy_generate  # the repository is on sys.path (bench/eval.py)
+    from keyheads.testing.oracles import greedy_generate
 
     model = random_model(args.shape)
     rows = prompts(args.n, model.config.vocab_size)

@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
+from keyheads.config.run import RunSettings  # noqa: E402
 from keyheads.evaluation.cache import ResultCache  # noqa: E402
-from keyheads.runconfig import RunSettings  # noqa: E402
 from keyheads.runfolder import FINETUNE_JSON, RunFolder  # noqa: E402
 
 IGNORED = ("key", "variant")  # the row label may differ; the key is what is matched on

@@ -1,6 +1,6 @@
 """Test data shared by several test packages: pairs files and effects files for the tiny character-level
 models, and a hand-made benchmark folder in the original formats (keyheads.testing builds the models); an
-in-memory model as an evaluation variant. The direct reference computations are in tests/oracles.py.
+in-memory model as an evaluation variant. The direct reference computations are in keyheads.testing.oracles.
 
 Test modules import these from here; conftest files hold only fixtures.
 """

@@ -5,11 +5,11 @@ import logging
 
 import pytest
 
+from keyheads.config.run import RunSettings, merge_settings
 from keyheads.errors import NothingCorrect, SettingError
 from keyheads.heads import heads_of
 from keyheads.patching import identify
 from keyheads.pipeline import run_pipeline
-from keyheads.runconfig import RunSettings, merge_settings
 from keyheads.testing import tiny_model
 
 from tests.report.page import section_of, table_rows

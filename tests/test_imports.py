@@ -2,7 +2,7 @@
 run folder copied to a laptop renders there, and the package's version, settings and machine checks load
 without a model library.
 
-Each module is imported in a fresh interpreter, since this one has torch loaded already. keyheads.runconfig
+Each module is imported in a fresh interpreter, since this one has torch loaded already. keyheads.config.run
 and keyheads.config.commands compose every step's settings: each step's settings class lives beside its code
 (README "Architecture") in a module of its own that loads without torch (analysis.settings, data.settings,
 patching.settings, finetune.config, evaluation.config), and the packages that hold them load their
@@ -22,9 +22,9 @@ TORCH_FREE = [
     "keyheads.report.html",
     "keyheads.config",
     "keyheads.config.base",  # the machine fields: torch only when a check of a GPU runs
-    "keyheads.settings",
+    "keyheads.machine",
     "keyheads.evaluation.config",  # the benchmark names the report shows
-    "keyheads.runconfig",  # a run's config validates without a model library
+    "keyheads.config.run",  # a run's config validates without a model library
     "keyheads.config.commands",
     "keyheads.analysis.settings",
     "keyheads.analysis.selection",  # HeadChoice, ComponentChoice

@@ -15,6 +15,7 @@ from keyheads.analysis.common import all_heads, load_samples
 from keyheads.analysis.knockout_curves import CurveSettings, knockout_curves
 from keyheads.analysis.passes import EndPasses
 from keyheads.components import Components
+from keyheads.config.run import RunSettings
 from keyheads.data.benchmarks import Record
 from keyheads.evaluation import EvalSettings, Variant, evaluate
 from keyheads.evaluation.cache import ResultCache, item_key
@@ -26,7 +27,6 @@ from keyheads.heads import Head
 from keyheads.knockout import Knockout, away_from_end, compute_means
 from keyheads.models.prompt_set import PromptSet
 from keyheads.report.html import render
-from keyheads.runconfig import RunSettings
 from keyheads.runfolder import RunFolder
 from keyheads.testing import tiny_model
 

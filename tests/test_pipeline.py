@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 
+from keyheads.config.run import RunSettings, merge_settings
 from keyheads.errors import BadFile, UserError
 from keyheads.evaluation.cache import read_rows
 from keyheads.pipeline import run_pipeline
-from keyheads.runconfig import RunSettings, merge_settings
 from keyheads.testing import tiny_model
 
 from tests.helpers import make_rows, write_rows

@@ -1,4 +1,4 @@
-"""keyheads.settings: the up-front checks, and the common flags of every model-loading command."""
+"""keyheads.machine: the up-front checks, and the common flags of every model-loading command."""
 import argparse
 import importlib.util
 import os
@@ -7,14 +7,14 @@ import re
 import pytest
 import torch
 
-from keyheads import settings
+from keyheads import machine
 from keyheads.cli import COMMAND_MODULES, build_parser, main
-from keyheads.settings import SettingError, check_device, check_dtype, check_writable_dir, check_writable_file
+from keyheads.machine import SettingError, check_device, check_dtype, check_writable_dir, check_writable_file
 
 COMMON = ("--threads", "--device", "--dtype")
 SEEDED = ("data", "knockout", "attention", "mlp", "eval", "finetune")  # where the seed picks something
 SHOW_PROGRESS = SEEDED + ("patch",)  # where --quiet has bars to hide
-# every command that loads a model; `demo` and `run` (keyheads.commands.study) have their own tests, and
+# every command that loads a model; `demo` and `run` (keyheads.commands.run) have their own tests, and
 # `plan` reads only a model's config (tests/test_plan.py)
 LOADERS = ("data", "patch", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate")
 OWNED_ELSEWHERE = ("demo", "run", "plan")
@@ -101,8 +101,8 @@ def test_bfloat16_needs_a_gpu_that_has_it(gpus, monkeypatch):
 def test_load_model_takes_the_same_dtype_names():
     from keyheads.models import loading
 
-    assert loading.check_dtype is settings.check_dtype
-    assert all(hasattr(torch, name) for name in settings.DTYPES.values())
+    assert loading.check_dtype is machine.check_dtype
+    assert all(hasattr(torch, name) for name in machine.DTYPES.values())
 
 
 # ---- output folders and files -------------------------------------------------------------------
@@ -150,18 +150,18 @@ def test_writable_file(tmp_path):
                                         ("7b", 7), ("1TiB", 2**40)])
 def test_one_reader_of_sizes(text, size):
     """--gpu-memory (plan) and --max-memory (dispatch) read sizes alike: binary GiB, decimal GB, plain bytes."""
-    assert settings.parse_bytes(text, "gpu_memory") == size
-    assert settings.parse_max_memory(f"cpu={text}") == {"cpu": size}
+    assert machine.parse_bytes(text, "gpu_memory") == size
+    assert machine.parse_max_memory(f"cpu={text}") == {"cpu": size}
 
 
 @pytest.mark.parametrize("text", ["lots", "80 gigs", "GiB", "0", "-1GB", "8 0GB"])
 def test_what_is_not_a_size(text):
     with pytest.raises(SettingError, match=re.escape(f"--gpu-memory {text}: expected a positive size, e.g. 80GiB")):
-        settings.parse_bytes(text, "--gpu-memory")
+        machine.parse_bytes(text, "--gpu-memory")
 
 
 def test_integer_settings_refuse_bools_and_floats():
-    from keyheads.runconfig import RunSettings
+    from keyheads.config.run import RunSettings
 
     for value in (True, 2.5, "five"):
         with pytest.raises(SettingError, match=f"knockout.k: {re.escape(repr(value))} given; must be an integer"):

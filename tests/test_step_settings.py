@@ -17,10 +17,10 @@ from keyheads import pipeline
 from keyheads.analysis.selection import HeadChoice
 from keyheads.components import Components
 from keyheads.config.base import fields_of
+from keyheads.config.run import RunSettings, merge_settings
 from keyheads.finetune.config import FinetuneSettings
 from keyheads.heads import Head
 from keyheads.models import Placement
-from keyheads.runconfig import RunSettings, merge_settings
 
 VARIANTS = ["precise", "precise+mlp", "full", "lora"]
 # single-token answers, so that patch.first_token can take either value (first-token data needs it on)

@@ -18,7 +18,7 @@ COMMAND_MODULES = (
     "keyheads.commands.eval",
     "keyheads.commands.analysis",
     "keyheads.commands.finetune",
-    "keyheads.commands.study",
+    "keyheads.commands.run",
     "keyheads.commands.plan",
 )
 

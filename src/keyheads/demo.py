@@ -7,12 +7,12 @@ held-out arithmetic sets (plus the benchmark sets when $KEYHEADS_DATA points at 
 """
 from __future__ import annotations
 
+from .config.run import RunSettings, merge_settings
 from .data.benchmarks import data_dir_from
 from .distributed import is_main
 from .evaluation.arith import ARITH_FIRST
 from .evaluation.config import TABLE_BENCHMARKS
 from .log import logger
-from .runconfig import RunSettings, merge_settings
 
 DEMO = dict(
     out="runs/demo", batch_size=16, variants=["precise"],

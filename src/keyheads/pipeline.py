@@ -35,6 +35,7 @@ from .analysis.mlp_run import run_mlp
 from .analysis.selection import ComponentChoice, HeadChoice
 from .components import Components
 from .config.base import take
+from .config.run import ALSO_IDENTIFY, VARIANT, RunSettings
 from .data.benchmarks import data_dir_from
 from .data.benchmarks import load as load_benchmark
 from .data.generate import pairs_for
@@ -56,7 +57,6 @@ from .models.fingerprint import base_fingerprint
 from .patching import describe as describe_effects
 from .patching import identify
 from .report.html import write_html_report
-from .runconfig import ALSO_IDENTIFY, VARIANT, RunSettings
 from .runfolder import RunFolder
 from .stages import Runner, Stage
 

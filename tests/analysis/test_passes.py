@@ -10,8 +10,7 @@ from keyheads.analysis.passes import EndPasses
 from keyheads.knockout import compute_means
 from keyheads.models.prompt_set import PromptSet
 from keyheads.testing import TINY_FAMILIES, tiny_model
-
-from tests.oracles import Batches, direct_curves, predict
+from keyheads.testing.oracles import Batches, direct_curves, predict
 
 PREFIXES = ["1 + 2 = 3\n4 + 4 = 8\n", "Q: 5 plus 2? A: 7\n"]
 

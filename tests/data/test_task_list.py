@@ -1,11 +1,11 @@
 """The data settings' `task`: one task, several with commas, or all; a bad name is refused up front."""
 import pytest
 
+from keyheads.config.run import RunSettings
 from keyheads.data.generate import pairs_for
 from keyheads.data.settings import PairSettings, parse_tasks
 from keyheads.data.templates import TASKS
 from keyheads.errors import SettingError
-from keyheads.runconfig import RunSettings
 from keyheads.testing.tiny import tiny_model
 
 QUIET = lambda *a, **k: None  # noqa: E731

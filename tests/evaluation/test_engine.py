@@ -7,8 +7,7 @@ from keyheads.evaluation.engine import PrefixKV, next_token_logits
 from keyheads.evaluation.prompts import letter_tokens
 from keyheads.evaluation.tasks import make_task
 from keyheads.testing import char_tokenizer, tiny_model
-
-from tests.oracles import greedy_generate
+from keyheads.testing.oracles import greedy_generate
 
 SHOTS = "3+4=7\n1+1=2\n6+2=8\n5+4=9\n2+5=7\n"
 PROMPTS = [SHOTS + "3+3=", SHOTS + "12+5=", SHOTS + "9+99=", SHOTS + "4+0="]

@@ -5,8 +5,7 @@ import torch
 from keyheads.evaluation.engine import PrefixKV, prefill
 from keyheads.models import hf_internals
 from keyheads.testing import tiny_model
-
-from tests.oracles import greedy_generate
+from keyheads.testing.oracles import greedy_generate
 
 SHOTS = "3+4=7\n1+1=2\n6+2=8\n5+4=9\n2+5=7\n"
 PROMPTS = [SHOTS + "3+3=", SHOTS + "12+5=", SHOTS + "9+99=", SHOTS + "4+0="]

@@ -20,6 +20,7 @@ from keyheads.analysis.knockout_curves import CurveSettings, knockout_curves
 from keyheads.analysis.mlp import probe
 from keyheads.analysis.passes import EndPasses
 from keyheads.cli import main
+from keyheads.config.run import RunSettings
 from keyheads.errors import SettingError
 from keyheads.evaluation import EvalSettings, Variant, evaluate
 from keyheads.evaluation.cache import read_rows
@@ -31,11 +32,10 @@ from keyheads.patching.activation import activation_patch_batch
 from keyheads.patching.attribution import attribution_patch_batch
 from keyheads.patching.path import path_patch_batch
 from keyheads.patching.samples import Batch
-from keyheads.runconfig import RunSettings
 from keyheads.testing import tiny_model
+from keyheads.testing.oracles import Batches, predict
 
 from tests.helpers import assert_json_close, make_rows, write_rows
-from tests.oracles import Batches, predict
 
 TOL = dict(atol=1e-5, rtol=0)
 REF = ["3 + 4 = ", "5 + 2 = ", "1 + 1 = "]

@@ -1,6 +1,6 @@
 """The settings of the analysis steps: what the knockout, attention and MLP results depend on, each the flags
 of its command and a run's section of the same name. Their code is in knockout_run, attention_run and mlp_run;
-the settings load without torch, so that keyheads.runconfig and keyheads.config.commands validate a config
+the settings load without torch, so that keyheads.config.run and keyheads.config.commands validate a config
 without a model library."""
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ import dataclasses
 import json
 
 from ..config.commands import PlanCommand
+from ..machine import parse_bytes
 from ..planning.planner import Machine, Plan, Workload, make_plan
 from ..planning.shape import load_config, shape_of
-from ..settings import parse_bytes
 from .flags import add_settings, settings
 
 

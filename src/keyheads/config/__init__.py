@@ -2,7 +2,7 @@
 
 - keyheads.config.sections: what a command shares with `keyheads run` (a section of the run config);
 - keyheads.config.commands: one model per command: its section, its files and the machine;
-- keyheads.runconfig: the run config, which composes the sections.
+- keyheads.config.run: the run config, which composes the sections.
 
 The method settings (PatchSettings, KnockoutRun, AttentionRun, MLPRun, EvalSettings, PairSettings,
 FinetuneSettings) are pydantic dataclasses beside the code that uses them; the sections and commands
@@ -11,7 +11,7 @@ take their fields, descriptions and validators from them (`section_of`), never d
 The flags are generated with pydantic-settings (its CliSettingsSource, given each subcommand's
 argparse parser as root_parser; keyheads.commands.flags). Chosen over jsonargparse and tyro because
 pydantic already types and validates every setting here: one library, one validation style (field
-validators, which call keyheads.settings for the machine-dependent checks), the same rules for a flag
+validators, which call keyheads.machine for the machine-dependent checks), the same rules for a flag
 and a YAML key, kebab-case flags, `--no-X` booleans and `--section.key` for nested sections out of the
 box, and our own subcommand parser stays in charge.
 """

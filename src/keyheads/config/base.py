@@ -3,8 +3,8 @@
 Each command's settings are one pydantic model (keyheads.config.commands); its fields, types,
 defaults and `Field(description=...)` are the only definition. pydantic-settings'
 CliSettingsSource turns a model into the command's flags (keyheads.commands.flags) and
-keyheads.runconfig composes the same sections into the YAML of `keyheads run`. Checks that depend
-on this machine (device, dtype, a writable folder) are keyheads.settings functions, called from
+keyheads.config.run composes the same sections into the YAML of `keyheads run`. Checks that depend
+on this machine (device, dtype, a writable folder) are keyheads.machine functions, called from
 validators here, so that one style validates everything before any model loads.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from ..errors import SettingError, UserError
-from ..settings import (
+from ..machine import (
     DEVICE_HELP,
     DTYPE_HELP,
     MAX_MEMORY_HELP,

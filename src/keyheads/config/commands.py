@@ -15,10 +15,10 @@ from ..errors import SettingError
 from ..evaluation.config import EvalSettings
 from ..finetune.config import FinetuneSettings, check_train
 from ..io import existing_file
+from ..machine import check_writable_dir, check_writable_file, parse_bytes
 from ..mean import KnockoutMean, mean_field
 from ..models import DEFAULT_MODEL
 from ..patching.settings import PatchSettings
-from ..settings import check_writable_dir, check_writable_file, parse_bytes
 from .base import Count, MachineSettings, NonNegative, Quiet, Section, section_of, take
 from .sections import check_template_ids
 

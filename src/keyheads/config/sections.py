@@ -1,6 +1,6 @@
 """The settings of each step of the study, as sections: a command's settings are its section plus
 its files and the machine (keyheads.config.commands); `keyheads run` composes the same sections
-(keyheads.runconfig). One subset convention everywhere: `limit`, an integer or None for all.
+(keyheads.config.run). One subset convention everywhere: `limit`, an integer or None for all.
 """
 from __future__ import annotations
 

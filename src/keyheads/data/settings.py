@@ -1,6 +1,6 @@
 """The settings of the data step: how `keyheads data` and a run's `data:` section generate pairs (PairSettings),
 and the --operands ranges. Generating is in generate.py; the settings load without torch, so that
-keyheads.runconfig and keyheads.config.commands validate a config without a model library."""
+keyheads.config.run and keyheads.config.commands validate a config without a model library."""
 from __future__ import annotations
 
 from pydantic import ConfigDict, Field, field_validator

@@ -43,15 +43,15 @@ def cache_folder(cfg: EvalSettings) -> Path:
     return models.cache_root() / "eval"
 
 
-def _batches(items: list, size: int, group: Callable) -> list[list]:
+def batches(items: list, size: int, group: Callable) -> list[list]:
     """Consecutive runs of at most `size` items of the same group."""
-    batches: list[list] = []
+    runs: list[list] = []
     for item in items:
-        if batches and len(batches[-1]) < size and group(batches[-1][0]) == group(item):
-            batches[-1].append(item)
+        if runs and len(runs[-1]) < size and group(runs[-1][0]) == group(item):
+            runs[-1].append(item)
         else:
-            batches.append([item])
-    return batches
+            runs.append([item])
+    return runs
 
 
 def run_task(prepared: Prepared, task: Task, cfg: EvalSettings, cache: ResultCache,
@@ -81,7 +81,7 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalSettings, cache: ResultCac
         with model.hooks(edit={} if pairwise else prepared.edits):
             # a continuous task takes a whole group and keeps cfg.batch_size of it in flight
             size = len(pending) if task.continuous else cfg.batch_size
-            for batch in _batches(pending, size, lambda p: task.group(p[1])):
+            for batch in batches(pending, size, lambda p: task.group(p[1])):
                 cache.refresh()  # another run sharing the cache may have done some of these
                 todo = [(k, it) for k, it in batch if k not in cache]
                 bar.update(len(batch) - len(todo))

@@ -24,7 +24,7 @@ from .task_types import Item, Task
 
 __all__ = ["ArithTask", "ChoiceTask", "MathTask", "make_task"]  # the names of the benchmarks live in .config
 
-def _ids(model: HookedModel, prompts: Sequence[str]) -> list[list[int]]:
+def prompt_ids(model: HookedModel, prompts: Sequence[str]) -> list[list[int]]:
     return [model.tokenizer(p)["input_ids"] for p in prompts]
 
 
@@ -49,7 +49,7 @@ class MathTask(Task):
                 "max_new_tokens": cfg.new_tokens(self.name)}
 
     def run(self, model, items, prefix, cfg):
-        rows = _ids(model, [it.prompt for it in items])
+        rows = prompt_ids(model, [it.prompt for it in items])
         budget = cfg.new_tokens(self.name)
         limit = getattr(model.config, "max_position_embeddings", None)
         if limit and max(map(len, rows)) + budget > limit:
@@ -127,7 +127,7 @@ class ChoiceTask(Task):
 
     def run(self, model, items, prefix, cfg):
         lt = letter_tokens(model.tokenizer, self.n_choices)
-        rows = [ids + list(lt.extra) for ids in _ids(model, [it.prompt for it in items])]
+        rows = [ids + list(lt.extra) for ids in prompt_ids(model, [it.prompt for it in items])]
         logits = next_token_logits(model, rows, prefix)
         return enumerate([
             {"id": it.record.id, "scores": [float(x) for x in row_logits[list(lt.letters[: len(it.record.choices)])]]}

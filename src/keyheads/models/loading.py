@@ -23,7 +23,7 @@ from .. import distributed
 from ..errors import BadFile, MissingPackage, ModelNotFound, SettingError
 from ..io import atomic_folder, file_sha256
 from ..log import logger
-from ..settings import check_dtype, parse_max_memory
+from ..machine import check_dtype, parse_max_memory
 from .bundled import BUNDLED, DEFAULT_MODEL
 from .families import family_for
 from .model import HookedModel
@@ -208,7 +208,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
     kind, location = _resolve(name_or_path)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if isinstance(dtype, str):  # the names keyheads.settings.DTYPES lists, checked against the device
+    if isinstance(dtype, str):  # the names keyheads.machine.DTYPES lists, checked against the device
         dtype = getattr(torch, check_dtype(dtype, device=device))
     if dtype is None:  # device auto on a machine without a GPU places the model on the CPU
         on_cpu = device == "cpu" or device == "auto" and not torch.cuda.is_available()

@@ -1,6 +1,6 @@
 """The settings of the patching step: what the effects and the key heads depend on (PatchSettings), and the
 names of the methods and metrics. The patching code is in run.py, metrics.py and the method modules; the
-settings load without torch, so that keyheads.runconfig and keyheads.config.commands validate a config
+settings load without torch, so that keyheads.config.run and keyheads.config.commands validate a config
 without a model library."""
 from __future__ import annotations
 

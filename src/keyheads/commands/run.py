@@ -1,7 +1,7 @@
 """`keyheads run` (the whole study from a config) and `keyheads demo` (the same on the bundled model).
 
 Both take every RunSettings setting as a flag, generated from the one definition in
-keyheads/runconfig.py (a section's keys as `--section.key`, e.g. `--finetune.lr`); a flag wins over
+keyheads/config/run.py (a section's keys as `--section.key`, e.g. `--finetune.lr`); a flag wins over
 the YAML file, which wins over the defaults.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pydantic import Field
 
 from .. import pipeline
 from ..config.base import Count, MachineSettings
+from ..config.run import RunSettings
 from ..demo import DEMO, demo_config
-from ..runconfig import RunSettings
 from .flags import add_settings, given
 
 

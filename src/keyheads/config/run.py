@@ -16,8 +16,16 @@ from typing import Literal
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic.dataclasses import is_pydantic_dataclass
 
-from .analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
-from .config.base import (
+from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
+from ..data.benchmarks import data_dir_from
+from ..data.settings import WORD_PROBLEMS, PairSettings
+from ..data.templates import TASKS, load_templates
+from ..errors import BadFile, SettingError
+from ..evaluation.config import ARITH
+from ..io import read_yaml
+from ..machine import check_writable_dir
+from ..patching.settings import PatchSettings
+from .base import (
     Count,
     DeviceSettings,
     NonNegative,
@@ -26,19 +34,11 @@ from .config.base import (
     is_bool_for_int,
     setting_error,
 )
-from .config.sections import (
+from .sections import (
     EvalSection,
     FinetuneSection,
     check_template_ids,
 )
-from .data.benchmarks import data_dir_from
-from .data.settings import WORD_PROBLEMS, PairSettings
-from .data.templates import TASKS, load_templates
-from .errors import BadFile, SettingError
-from .evaluation.config import ARITH
-from .io import read_yaml
-from .patching.settings import PatchSettings
-from .settings import check_writable_dir
 
 # what also_identify takes: a task of the templates, or the pairs made of GSM8K's test questions
 ALSO_IDENTIFY = (*TASKS, WORD_PROBLEMS)
