@@ -1,10 +1,10 @@
-# The commands of the README: `make demo`, `make test`, `make test-fast` and `make lint`. All build .venv on first use.
+# The commands of the README: `make demo`, `make test-all`, `make test`, `make test-fast` and `make lint`. All build .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install clean-venv bench
+.PHONY: demo test test-all test-fast lint install clean-venv bench
 
 $(STAMP): pyproject.toml requirements/dev.txt requirements/lm-eval.txt requirements/trl.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,12 +26,18 @@ install: $(STAMP)
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(VENV)/bin/keyheads demo
 
+# The inner loop's full check: every test but the two tiers that start other processes or environments
+# (distributed: torchrun and multiprocessing; package: the wheel in a fresh environment).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not distributed and not package"
+
+# Everything, in one pytest run, with the 15 slowest tests listed (what .ci/run runs).
+test-all: $(STAMP)
+	$(PY) -m pytest -q --durations=15
 
 # The inner loop: every test but the slow, multi-process, browser and pretrained-model ones (README "Tests").
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not distributed and not browser and not real_model"
+	$(PY) -m pytest -q -m "not slow and not distributed and not package and not browser and not real_model"
 
 # Lint, types, and the one-way layer order of the package (configured in pyproject.toml). All three run,
 # so one report shows every problem; the target fails if any of them does.

@@ -1,8 +1,9 @@
-"""Each paper config runs end to end under two FSDP2 processes (torchrun, gloo on the CPU), every stage
+"""The LLaMA-2 paper config runs end to end under two FSDP2 processes (torchrun, gloo on the CPU), every stage
 through the report, at a tiny size: a random model of the config's family with 64 heads (so that every
 variant, top 8 to top 64, has its heads), its own settings otherwise, with only sizes cut by flags (pairs,
 knockout draws and prompts, one training step, two items a benchmark). A random model answers nothing
 correctly, so the data stage keeps every pair (--no-data.keep-correct) instead of the correct ones.
+The Qwen config is checked against it without a run: the same settings and the same stages, its model apart.
 """
 import json
 import os
@@ -52,9 +53,9 @@ def tiny_of(config_class, folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module", params=list(CONFIGS))
-def paper_run(request, tmp_path_factory):
-    name = request.param
+@pytest.fixture(scope="module")
+def paper_run(tmp_path_factory):
+    name = "paper-llama2-7b"
     root = tmp_path_factory.mktemp(name)
     model = tiny_of(CONFIGS[name], root / "model")
     (root / "benchmarks").mkdir()
@@ -121,3 +122,22 @@ def test_the_table_has_base_knockout_and_every_variant(paper_run):
     config, run = paper_run
     rows = json.loads((run / "eval" / "results.json").read_text())["variants"]
     assert len(rows) == 2 + len(config["variants"])  # base, the key heads knocked out, each variant
+
+
+def test_the_qwen_config_is_the_llama_run_but_its_model(tmp_path, tiny_data):
+    """A dry run of the Qwen config against the LLaMA one that ran above: every setting but the model and the
+    run folder is the same, and so is every stage the pipeline builds from it, in order, with its settings."""
+    from keyheads.config.run import RunSettings
+    from keyheads.pipeline import build_stages
+
+    configs = {name: RunSettings.from_yaml(ROOT / "configs" / f"{name}.yaml", model="m", out=str(tmp_path / "run"),
+                                         data_dir=str(tiny_data))
+               for name in CONFIGS}
+    llama, qwen = configs["paper-llama2-7b"], configs["paper-qwen1.5b"]
+    assert llama == qwen
+    for a, b in zip(build_stages(llama, tmp_path / "run", get_model=lambda: None),
+                    build_stages(qwen, tmp_path / "run", get_model=lambda: None), strict=True):
+        assert (a.name, a.settings, a.inputs, a.owns) == (b.name, b.settings, b.inputs, b.owns)
+    raw = {name: yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text()) for name in CONFIGS}
+    assert {k for k in raw["paper-llama2-7b"] if raw["paper-llama2-7b"][k] != raw["paper-qwen1.5b"][k]} == \
+        {"model", "out"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # a build, a fresh environment and a short demo: a few minutes
+pytestmark = [pytest.mark.slow, pytest.mark.package]  # a build, a fresh environment and a short demo
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_DATA = ["keyheads/data/templates/arithmetic.yaml", "keyheads/data/templates/pools.yaml",
@@ -57,9 +57,12 @@ def installed(built, tmp_path_factory):
 
 
 def env_outside_the_repo(work: Path) -> dict:
+    """Nothing of the tree on the path. The model cache is the test run's own (the converted SmolLM2 is not
+    code, and converting it once more would only repeat what the loading tests check)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    cache = os.environ.get("KEYHEADS_CACHE", str(Path.home() / ".cache" / "keyheads"))
     return {**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-            "KEYHEADS_CACHE": str(work / "cache")}
+            "KEYHEADS_CACHE": cache}
 
 
 def test_build_makes_a_wheel_and_an_sdist_that_carry_the_package_data(built):

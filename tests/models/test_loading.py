@@ -42,27 +42,44 @@ def test_folder_without_config_is_explained(tmp_path):
 
 
 @pytest.mark.real_model
-def test_smollm2_offline_convert_cache_reload(tmp_path, monkeypatch):
-    monkeypatch.setenv("KEYHEADS_CACHE", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    first = load_model("smollm2-135m", device="cpu")
+def test_smollm2_offline_convert_cache_reload(smollm2, tmp_path, monkeypatch):
+    """The bundled model converts offline (once per test run: the session's cache, which `smollm2` fills) and
+    answers; a damaged cache is detected and rebuilt, never loaded. The rebuild's GGUF reading is the session's
+    converted model, so the test converts the 98 MB GGUF once, not three times."""
+    from shutil import copytree
+
+    from transformers import AutoModelForCausalLM
+
+    from keyheads.models import loading
+
+    converted = cached_folder("smollm2-135m")  # the session's cache
+    assert _cache_valid(converted)
+    first = smollm2
     assert (first.n_layers, first.n_heads, first.n_kv_heads, first.d_model) == (30, 9, 3, 576)
-    folder = cached_folder("smollm2-135m")
-    assert _cache_valid(folder)
-    again = load_model("smollm2-135m", device="cpu")
     batch = first.encode([FEW_SHOT_PROMPT])
     logits = first.forward(batch)
-    torch.testing.assert_close(again.forward(again.encode([FEW_SHOT_PROMPT])), logits, atol=0, rtol=0)
-    answer = first.tokenizer.decode(logits[0, -1].argmax())
-    assert answer == "8"
+    assert first.tokenizer.decode(logits[0, -1].argmax()) == "8"
 
+    monkeypatch.setenv("KEYHEADS_CACHE", str(tmp_path))
+    folder = cached_folder("smollm2-135m")
+    copytree(converted, folder)
+    again = load_model("smollm2-135m", device="cpu")  # read from the cache, not converted
+    torch.testing.assert_close(again.forward(again.encode([FEW_SHOT_PROMPT])), logits, atol=0, rtol=0)
+
+    reads = []
+
+    def read_converted(gguf, tied=False):
+        reads.append(gguf)
+        return AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32), first.tokenizer
+
+    monkeypatch.setattr(loading, "_read_gguf", read_converted)
     # a truncated weights file is detected and rebuilt, never loaded
     weights = folder / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
     assert not _cache_valid(folder)
     rebuilt = load_model("smollm2-135m", device="cpu")
-    assert _cache_valid(folder)
+    assert len(reads) == 1 and _cache_valid(folder)
     torch.testing.assert_close(rebuilt.forward(rebuilt.encode([FEW_SHOT_PROMPT])), logits, atol=0, rtol=0)
 
     # a flipped byte (same size) is caught by the checksum
