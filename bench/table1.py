@@ -181,7 +181,8 @@ def main() -> None:
     # which mean the knockout row used: its results say, else the run's config
     ko_mean = next((r.mean for r in table1 if r.mean), None) or run_mean(config)
     lines += ["", "**Table 1** (95% Wilson intervals; Δ in points from the base row"
-              + (f"; the knockout row used the {ko_mean} mean" if any(r.kind == "knockout" for r in table1) else "")
+              + (f"; the knockout row, keyheads' addition (the paper's table 1 has none), used the {ko_mean} mean"
+                 if any(r.kind == "knockout" for r in table1) else "")
               + ")", ""]
     lines += markdown_table(t, table1, runs)
     lines += ["", "**Table 2**: precise SFT by what it tunes", ""] + markdown_table(t, precise, runs)

@@ -12,7 +12,7 @@ from keyheads.patching import identify
 from keyheads.pipeline import run_pipeline
 from keyheads.testing import tiny_model
 
-from tests.report.page import section_of, table_rows
+from tests.report.page import section_text, table_rows
 
 pytestmark = pytest.mark.slow  # a few small pipelines, about 20 s in all
 
@@ -67,7 +67,7 @@ def test_each_set_is_identified_as_the_identify_function_does(run, tiny_data, ll
 
     # the report: their heatmaps side by side, and the overlaps are the key-head sets' intersections
     page = (run / "report.html").read_text()
-    part = section_of(page, "identify-sets")
+    part = section_text(page, "identify-sets")
     assert part.count("<img") == len(SETS) and '<div class="side-by-side">' in part
     keys = {"main": heads_of(read(run / "identify" / "key_heads.json")["heads"])}
     keys |= {name: heads_of(read(run / "identify" / name / "key_heads.json")["heads"]) for name in SETS}
@@ -91,7 +91,7 @@ def test_each_set_is_identified_as_the_identify_function_does(run, tiny_data, ll
     # a set taken out of the config leaves its folder, but the report shows only the sets the config lists
     run_pipeline(config(run, tiny_data, patch=dict(top_k=2), data=dict(few_shot=1), also_identify=["gsm8k"]),
                  stages=["report"])
-    part = section_of((run / "report.html").read_text(), "identify-sets")
+    part = section_text((run / "report.html").read_text(), "identify-sets")
     assert [r[0][1] for r in table_rows(part, "key-head-sets")] == ["main", "gsm8k"] and part.count("<img") == 1
 
 

@@ -114,7 +114,7 @@ def test_curves_killed_between_chunks_resume_from_the_checkpoint(llama, tmp_path
         assert sum(counted) == 13 and again.effect == want.effect
 
 
-def test_knockout_means_are_kept_until_the_stage_ends(llama, tmp_path, monkeypatch):
+def test_head_means_are_kept_until_the_stage_ends(llama, tmp_path, monkeypatch):
     """The stage's means pass runs once: a resumed stage reads the same tensors back; other prompts, other
     batching or a broken file compute them again."""
     import keyheads.analysis.knockout_run as kr

@@ -144,7 +144,7 @@ def test_patch_command_with_max_memory(pair, tmp_path, monkeypatch):
     assert not _offloaded_layers(loaded[0]) and _offloaded_layers(loaded[1])  # the flags reached load_model
 
 
-def test_knockout_means_passes_and_curves(pair):
+def test_head_means_passes_and_curves(pair):
     plain, dispatched, _ = pair
     rows = make_rows(8)
     prompts, cf = [r["reference"] for r in rows], [r["counterfactual"] for r in rows]

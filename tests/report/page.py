@@ -3,7 +3,7 @@ import html
 import re
 
 
-def section_of(page: str, anchor: str) -> str:
+def section_text(page: str, anchor: str) -> str:
     m = re.search(rf'<section id="{anchor}">(.*?)</section>', page, re.S)
     assert m, f"no section {anchor}"
     return m.group(1)

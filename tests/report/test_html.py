@@ -15,7 +15,7 @@ from keyheads.report.html import render, write_html_report
 from keyheads.report.markup import PNG_SIGNATURE
 
 from .handmade import make_run
-from .page import section_of, table_rows
+from .page import section_text, table_rows
 
 ORDER = ["identify", "knockout", "transfer", "attention", "mlp", "improve", "findings", "manifest"]
 
@@ -40,7 +40,7 @@ def test_sections_in_the_papers_order(report):
         "Manifest",
     ):
         assert re.search(rf"<h2>[^<]*{heading}[^<]*</h2>", page), heading
-    assert not any("did not run" in section_of(page, a) for a in ORDER[:6])  # every stage ran
+    assert not any("did not run" in section_text(page, a) for a in ORDER[:6])  # every stage ran
 
 
 def test_every_image_is_an_inline_png_and_nothing_is_fetched(report, run_folder):
@@ -73,7 +73,7 @@ def test_numbers_shown_are_the_json_numbers(report, run_folder):
     assert [r[4][1] for r in rows] == [f"{100 * k['effect']:+.2f}%" for k in keys["heads"]]
 
     ko = read(run_folder / "knockout" / "knockout.json")["key_heads"]
-    headline = section_of(page, "knockout")
+    headline = section_text(page, "knockout")
     assert f"accuracy {100 * ko['accuracy_before']:.1f}% → {100 * ko['accuracy_after']:.1f}%" in headline
     curves = read(run_folder / "knockout" / "knockout.json")["curves"]
     assert [float(r[2][0]) for r in table_rows(page, "curves")] == curves["effect_rank"]
@@ -100,7 +100,7 @@ def test_numbers_shown_are_the_json_numbers(report, run_folder):
     assert table1["tiny-llama"][2][1] == "–"  # the base model was not trained
 
     tp = read(run_folder / "mlp" / "mlp.json")["turning_points"]
-    assert f"{tp['start']}–{tp['inflection']}–{tp['end']}" in section_of(page, "mlp")
+    assert f"{tp['start']}–{tp['inflection']}–{tp['end']}" in section_text(page, "mlp")
 
 
 def test_table2_only_when_the_ablation_ran(report, run_folder, tmp_path):
@@ -137,18 +137,18 @@ def test_missing_stages_say_so(run_folder, tmp_path):
         shutil.rmtree(copy / stage)
     page = render(copy)
     for anchor, stage in (("knockout", "knockout"), ("transfer", "knockout"), ("mlp", "mlp"), ("improve", "eval")):
-        assert f"The {stage} stage did not run" in section_of(page, anchor), anchor
-    assert "did not run" not in section_of(page, "identify") + section_of(page, "attention")
+        assert f"The {stage} stage did not run" in section_text(page, anchor), anchor
+    assert "did not run" not in section_text(page, "identify") + section_text(page, "attention")
     empty = tmp_path / "empty"
     empty.mkdir()
     page = write_html_report(empty).read_text()
     for anchor in ORDER[:6]:
-        assert "did not run" in section_of(page, anchor), anchor
-    assert "not recorded" in section_of(page, "manifest")
+        assert "did not run" in section_text(page, anchor), anchor
+    assert "not recorded" in section_text(page, "manifest")
 
 
 def test_manifest(report, run_folder, tmp_path):
-    page = section_of(report.read_text(), "manifest")
+    page = section_text(report.read_text(), "manifest")
     record = read(run_folder / "stages" / "data.json")
     assert record["outputs"]["pairs.jsonl"] == file_sha256(run_folder / "pairs.jsonl")
     assert record["outputs"]["pairs.jsonl"] in page and "matches the file" in page
@@ -166,7 +166,7 @@ def test_manifest(report, run_folder, tmp_path):
     shutil.rmtree(copy / "stages")
     shutil.rmtree(copy / "finetune")
     (copy / "pairs.jsonl").write_text((copy / "pairs.jsonl").read_text() + "\n{}\n")
-    page = section_of(render(copy), "manifest")
+    page = section_text(render(copy), "manifest")
     versions = table_rows(render(copy), "versions")
     assert [r[1][1] for r in versions] == ["not recorded"] * 4 and torch.__version__ not in page
     assert "DIFFERS" in page  # effects.json's recorded hash no longer matches the edited pairs file
@@ -262,7 +262,7 @@ def test_findings_give_the_item_by_item_tests_and_name_single_random_draws(tmp_p
     knockout = next(e for c, e in by_claim.items() if c.startswith("Knocking out the key heads"))
     assert "(mean of 2 random draws)" in knockout  # the handmade curves have 2 random orderings
     page = write_html_report(run).read_text()
-    assert f"{len(pairs)} tests of this table" in section_of(page, "improve")
+    assert f"{len(pairs)} tests of this table" in section_text(page, "improve")
     assert [r[0][1] for r in table_rows(page, "pairs")] == ["knockout", "precise", "full"]
 
 
@@ -292,8 +292,16 @@ def test_random_heads_are_one_draw_or_a_band_over_seeds(tmp_path):
 
 def test_the_identify_section_says_how_the_key_heads_were_chosen(report, tmp_path):
     """Chosen by top-k (the tiny run's top 3), the rule is said so, not as 'threshold None'."""
-    text = section_of(report.read_text(), "identify")
+    text = section_text(report.read_text(), "identify")
     assert "chosen as the top 3 by effect" in text and "None" not in text
     folder = make_run(tmp_path / "handmade", holds=True)  # chosen by the paper's -5% threshold
     page = render(folder)
-    assert "chosen as effect below -0.05" in section_of(page, "identify")
+    assert "chosen as effect below -0.05" in section_text(page, "identify")
+
+
+def test_table1_says_its_knockout_row_is_not_the_papers(report):
+    import html
+
+    text = section_text(report.read_text(), "improve")
+    assert "<td>knockout (aligned mean)</td>" in text  # the tiny run's table has a knockout row
+    assert "A knockout row is keyheads' addition: the paper's table 1 has none" in html.unescape(text)

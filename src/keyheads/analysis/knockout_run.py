@@ -36,7 +36,7 @@ from .knockout_curves import CurveSettings, knockout_curves, plot_curves, random
 from .selection import HeadChoice, Notes, choose_heads
 from .settings import KnockoutSettings
 
-MEANS_PARTIAL = "knockout_means.partial.safetensors"
+MEANS_PARTIAL = "head_means.partial.safetensors"
 
 
 @dataclass(frozen=True)

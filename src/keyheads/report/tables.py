@@ -60,8 +60,10 @@ def table1(t: EvalTable, runs: dict[str, dict]) -> Markup:
         if t.base
         else ""
     )
+    added = (" A knockout row is keyheads' addition: the paper's table 1 has none (its knockouts are figures 3 "
+             "and 4)." if any(r.kind == "knockout" for r in t.rows) else "")
     return join([heading("Table 1: accuracy of every evaluated variant"),
-                 note(f"Δ: percentage points from {t.base.label if t.base else 'the first row'}. {n}."),
+                 note(f"Δ: percentage points from {t.base.label if t.base else 'the first row'}. {n}.{added}"),
                  table(header, rows, "table1")], "")
 
 
