@@ -379,7 +379,7 @@ def report_records(folders: list[Path], data_dir: Path) -> str:
         total_cap, total_cfg = total_cap + at_cap, total_cfg + at_cap * scale
         ext.append(f"| {b} | {full:,} | {len(cells)} | {items} | {per_item * items:.1f} | {cap or '-'} | "
                    f"{at_cap / 3600:.2f} h | {at_cap * scale / 3600:.2f} h |")
-    ext.append(f"| all | | | | | | {total_cap / 3600:.1f} h | {total_cap and total_cfg / 3600:.1f} h |")
+    ext.append(f"| all | | | | | | {total_cap / 3600:.1f} h | {total_cfg / 3600:.1f} h |")
     return f"""Measured 2026-11-27 on one NVIDIA H200, on a randomly initialised LLaMA-2-7B shape in bf16 (SmolLM2's
 tokenizer, as in "The paper config end to end on one GPU"), `configs/paper-llama2-7b.yaml` under torchrun (one
 process, FSDP2). The records are committed: each folder holds the run's meta, the planner's plan, every stage's

@@ -14,6 +14,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field
 
+from .errors import SettingError
+
 KnockoutMean = Literal["aligned", "global"]
 MEANS: tuple[str, ...] = get_args(KnockoutMean)
 DEFAULT_MEAN: KnockoutMean = "aligned"
@@ -32,7 +34,7 @@ def mean_field() -> Any:
 
 def check_mean(mean: str) -> KnockoutMean:
     if mean not in MEANS:
-        raise ValueError(f"unknown knockout mean {mean!r}: use one of {', '.join(MEANS)}")
+        raise SettingError("knockout mean", mean, f"must be one of {', '.join(MEANS)}")
     return mean  # type: ignore[return-value]
 
 

@@ -20,7 +20,7 @@ from ..finetune.adapter import load_finetuned, read_info
 from ..heads import heads_of
 from ..io import file_sha256
 from ..knockout import compute_means, end_aligned_length
-from ..mean import DEFAULT_MEAN, MEANS
+from ..mean import DEFAULT_MEAN, check_mean
 from ..models.fingerprint import short_sha, weights_fingerprint
 from ..models.loading import load_tokenizer
 from ..models.model import HookedModel
@@ -160,8 +160,7 @@ def _knockout(variant: Variant, loader: Loader) -> Prepared:
         raise SettingError("knockout needs counterfactual prompts: pass --knockout-data PAIRS.jsonl "
                            "(one JSON object per line with reference, counterfactual, answer)")
     mean = variant.opt("mean", DEFAULT_MEAN)
-    if mean not in MEANS:
-        raise SettingError("knockout mean", mean, f"must be one of {', '.join(MEANS)}")
+    check_mean(mean)
     prompts = read_counterfactuals(data)
     window = end_aligned_length(model, prompts) if mean == "aligned" else 0
 
