@@ -1,4 +1,5 @@
-"""Update one section of bench/RESULTS.md, leaving the other sections as they are."""
+"""Update one section of bench/RESULTS.md, leaving the other sections as they are, and keep the index of sections
+at the file's top in step with them."""
 from __future__ import annotations
 
 import re
@@ -10,17 +11,37 @@ from keyheads.io import atomic_write_text  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 HEADER = "# Benchmark results\n\nEach section is written by the script it names; figures are measured, with the date.\n"
+SECTION = re.compile(r"^## (.+)$", re.M)
+INDEX = "Sections:"  # the line that opens the index; the index runs from it to the first section
 
 
-def write_section(title: str, body: str, path: Path = RESULTS) -> None:
-    text = path.read_text() if path.exists() else HEADER
+def anchor(title: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, each space a hyphen."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def with_index(text: str) -> str:
+    """`text` with its index rebuilt: one link per `## ` section, in order, between the preamble and the first
+    section (a text without sections is returned as it is)."""
+    first = SECTION.search(text)
+    if first is None:
+        return text
+    preamble = re.split(rf"^{re.escape(INDEX)}$", text[:first.start()], maxsplit=1, flags=re.M)[0]
+    links = "\n".join(f"- [{t}](#{anchor(t)})" for t in SECTION.findall(text))
+    return f"{preamble.rstrip()}\n\n{INDEX}\n\n{links}\n\n{text[first.start():]}"
+
+
+def write_section(title: str, body: str, path: Path = RESULTS, header: str = HEADER) -> None:
+    """Replace the section `## title` of `path` with `body` (or add it at the end), and rebuild the index.
+    `header` starts a file that does not exist yet."""
+    text = path.read_text() if path.exists() else header
     section = f"## {title}\n\n{body.strip()}\n"
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
         text = pattern.sub(lambda _: section + "\n", text).rstrip() + "\n"
     else:
         text = text.rstrip() + "\n\n" + section
-    atomic_write_text(path, text)
+    atomic_write_text(path, with_index(text))
 
 
 def matmul_rate(d: int, d_ff: int, rows: int = 4096, repeats: int = 10) -> float:

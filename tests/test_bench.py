@@ -23,6 +23,24 @@ def test_bench_script_imports(name):
         assert callable(module.main)
 
 
+def test_write_section_replaces_or_adds_one_section_and_keeps_the_index_in_step(tmp_path):
+    results = importlib.import_module("results")
+    path = tmp_path / "RESULTS.md"
+    results.write_section("Speed: a (bench/a.py)", "first", path)
+    results.write_section("Memory, b", "second", path)
+    results.write_section("Speed: a (bench/a.py)", "first, again", path)
+    assert path.read_text() == (
+        results.HEADER + "\nSections:\n\n- [Speed: a (bench/a.py)](#speed-a-benchapy)\n- [Memory, b](#memory-b)\n\n"
+        "## Speed: a (bench/a.py)\n\nfirst, again\n\n## Memory, b\n\nsecond\n")
+    assert results.with_index(path.read_text()) == path.read_text()
+
+
+def test_the_results_file_indexes_its_sections():
+    results = importlib.import_module("results")
+    text = results.RESULTS.read_text()
+    assert results.with_index(text) == text
+
+
 def test_analysis_bench_makes_the_demos_pairs_and_one_template_behind_one_prefix(tmp_path):
     analysis = importlib.import_module("analysis")
     demo = analysis.make_data(tmp_path / "demo", analysis.CASES["demo"][1])
