@@ -31,7 +31,7 @@ from keyheads.evaluation.cache import read_rows  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 
 MODEL = "smollm2-135m"
-# The ten heads of the knockout illustration in this file ("Knockout row"), from an addition knockout run.
+# The ten heads of the knockout illustration in studies/RESULTS.md ("Knockout row"), from an addition knockout run.
 HEADS = "21.2,23.3,18.3,24.4,20.4,27.7,23.0,20.3,17.5,20.2"
 
 

@@ -1,5 +1,9 @@
-"""Update one section of bench/RESULTS.md, leaving the other sections as they are, and keep the index of sections
-at the file's top in step with them."""
+"""Update one section of a RESULTS file, leaving the other sections as they are, and keep the index of sections at
+the file's top in step with them.
+
+bench/RESULTS.md (the default) holds this folder's speed and memory benchmarks; studies/RESULTS.md holds the
+studies' findings, written through studies/study_results.py with this same function.
+"""
 from __future__ import annotations
 
 import re
@@ -10,7 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from keyheads.io import atomic_write_text  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
-HEADER = "# Benchmark results\n\nEach section is written by the script it names; figures are measured, with the date.\n"
+HEADER = """# Benchmark results
+
+Speed and memory of keyheads' steps. A section whose title names a script (in bench/) is written by it; figures are
+measured, with the date. What the studies found (accuracies, effects, tables 1 and 2) is in studies/RESULTS.md.
+"""
 SECTION = re.compile(r"^## (.+)$", re.M)
 INDEX = "Sections:"  # the line that opens the index; the index runs from it to the first section
 

@@ -1,25 +1,34 @@
-"""The benchmark scripts still import and set up against today's API (they are run by hand, not by CI)."""
+"""The scripts of bench/ (speed and memory) and studies/ (findings) still import and set up against today's API
+(they are run by hand, not by CI)."""
 import importlib
 import json
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # runs the bench scripts, one about 25 s
+pytestmark = pytest.mark.slow  # runs the bench and study scripts, one about 25 s
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py"))
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = (ROOT / "bench", ROOT / "studies")
+SCRIPTS = sorted(p.stem for folder in FOLDERS for p in folder.glob("*.py"))
+HELPERS = ("results", "study_results")  # what the scripts share: they write a section of a RESULTS file
 
 
 @pytest.fixture(autouse=True)
-def bench_on_path(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
+def scripts_on_path(monkeypatch):
+    for folder in FOLDERS:
+        monkeypatch.syspath_prepend(str(folder))
+
+
+def test_script_names_are_unique_over_both_folders():
+    """A script is imported by its name alone (as the scripts import each other), so no name may be in both."""
+    assert len(SCRIPTS) == len(set(SCRIPTS))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_bench_script_imports(name):
+def test_script_imports(name):
     module = importlib.import_module(name)
-    if name != "results":
+    if name not in HELPERS:
         assert callable(module.main)
 
 
@@ -35,10 +44,18 @@ def test_write_section_replaces_or_adds_one_section_and_keeps_the_index_in_step(
     assert results.with_index(path.read_text()) == path.read_text()
 
 
-def test_the_results_file_indexes_its_sections():
-    results = importlib.import_module("results")
-    text = results.RESULTS.read_text()
+@pytest.mark.parametrize("helper", HELPERS)
+def test_each_results_file_indexes_its_sections(helper):
+    results, path = importlib.import_module("results"), importlib.import_module(helper).RESULTS
+    text = path.read_text()
     assert results.with_index(text) == text
+
+
+def test_studies_write_their_own_results_file_with_its_header(tmp_path):
+    study_results = importlib.import_module("study_results")
+    assert study_results.RESULTS == ROOT / "studies" / "RESULTS.md"
+    study_results.write_section("A finding", "body", tmp_path / "RESULTS.md")
+    assert (tmp_path / "RESULTS.md").read_text().startswith(study_results.HEADER + "\nSections:\n\n- [A finding]")
 
 
 def test_analysis_bench_makes_the_demos_pairs_and_one_template_behind_one_prefix(tmp_path):

@@ -1,5 +1,5 @@
 """The findings table (one row per claim of the paper, one column per model) is said once: README.md and
-bench/RESULTS.md carry the same rows."""
+studies/RESULTS.md carry the same rows."""
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,6 +14,6 @@ def findings_table(path: Path) -> list[str]:
 
 
 def test_readme_and_results_carry_the_same_findings_table():
-    readme, results = findings_table(ROOT / "README.md"), findings_table(ROOT / "bench" / "RESULTS.md")
+    readme, results = findings_table(ROOT / "README.md"), findings_table(ROOT / "studies" / "RESULTS.md")
     assert len(results) == 12  # header, rule and the paper's ten claims
     assert readme == results

@@ -1,4 +1,4 @@
-"""bench/transfer_band.py re-measures the knockout stage's transfer table: with the same settings, its seed-0
+"""studies/transfer_band.py re-measures the knockout stage's transfer table: with the same settings, its seed-0
 draw is the stage's control and its accuracies are the stage's; the other seeds are other draws; a finished
 run resumes without a pass."""
 import argparse
@@ -14,12 +14,12 @@ from tests.helpers import make_rows, write_rows
 
 pytestmark = pytest.mark.slow  # a knockout stage and its re-measure, about 10 s
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
 
 @pytest.fixture
 def band(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(STUDIES))
     return importlib.import_module("transfer_band")
 
 

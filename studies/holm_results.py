@@ -1,10 +1,10 @@
-"""Rewrite the item-by-item cells of bench/RESULTS.md: the change in points with its 95% interval, and the
+"""Rewrite the item-by-item cells of studies/RESULTS.md: the change in points with its 95% interval, and the
 McNemar p with Holm's correction over each table's family, from the counts the cells already give.
 
-    python bench/holm_results.py [--check] [FILE]
+    python studies/holm_results.py [--check] [FILE]
 
 Two kinds of table list item-by-item results:
-- the `Item by item against the base row` tables of bench/table1.py: each row against the base row,
+- the `Item by item against the base row` tables of studies/table1.py: each row against the base row,
   "+gained / -lost (p ...)"; the base row's accuracy (for the paired interval) is the `(base)` row of the
   same section's Table 1, and n the section's "N items per benchmark";
 - the knockout control table (`| set | base | 10 key heads out | 10 random heads out | key against random`):
@@ -87,7 +87,7 @@ def check_p(cell: Cell, p: float) -> None:
         raise SystemExit(f"line {cell.line + 1}: printed p {cell.old_p}, recount {p:.3g}")
 
 
-# ---- tables of bench/table1.py ----------------------------------------------------------------------
+# ---- tables of studies/table1.py ----------------------------------------------------------------------
 def section_bounds(lines: list[str], at: int) -> tuple[int, int]:
     start = max(i for i in range(at + 1) if lines[i].startswith("## "))
     end = next((i for i in range(at + 1, len(lines)) if lines[i].startswith("## ")), len(lines))

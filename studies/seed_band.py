@@ -7,7 +7,7 @@ of the control (a knockout of random heads, or an adapter trained on random head
 and no longer on disk can be given with --recorded as its accuracies in points, out of the same items; it
 enters the band, not the item-by-item tests.
 
-    python bench/seed_band.py --title TITLE --recorded "seed 0: arith-mul=50,gsm8k=38,kl=0.041" \
+    python studies/seed_band.py --title TITLE --recorded "seed 0: arith-mul=50,gsm8k=38,kl=0.041" \
         "seed 1=RUN/seed1" "seed 2=RUN/seed2" [--no-write]
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "studies"))
 
 from paired_rows import wrong_ids  # noqa: E402
-from results import write_section  # noqa: E402
+from study_results import write_section  # noqa: E402
 
 from keyheads.report.stats import band, fmt_p, paired_sets, with_holm  # noqa: E402
 from keyheads.runfolder import variant_slug  # noqa: E402

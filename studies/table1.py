@@ -1,10 +1,10 @@
 """Tables 1 and 2 of the paper and the math-gain vs generic-drift figure, from a finished run folder.
 
 The run is `keyheads run configs/table1-<model>.yaml` (fine-tuning variants, then one evaluation of
-all of them); this script only reads what it wrote, and writes a section of bench/RESULTS.md and
-bench/figures/table1-<model>.png.
+all of them); this script only reads what it wrote, and writes a section of studies/RESULTS.md and
+studies/figures/table1-<model>.png.
 
-    python bench/table1.py runs/table1-smollm2 [--no-write]
+    python studies/table1.py runs/table1-smollm2 [--no-write]
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import write_section  # noqa: E402
+from study_results import write_section  # noqa: E402
 
 from keyheads.mean import run_mean  # noqa: E402
 from keyheads.plotting import new_figure, save_figure  # noqa: E402
@@ -168,7 +168,7 @@ def main() -> None:
     n_train = next(((info.get("data") or {}).get("n") for info in runs.values()), "?")
     lines = [f"- date: {datetime.date.today().isoformat()}; commands: `keyheads run configs/{run.name}.yaml` (with "
              f"the flags its header gives; the effective settings are in {run.name}/config.json), then "
-             f"`python bench/table1.py {run}{' --partial' if missing else ''}`",
+             f"`python studies/table1.py {run}{' --partial' if missing else ''}`",
              f"- training data `{ft['train']}` ({n_train} examples), {ft['epochs']} epoch(s), lr "
              f"{ft['lr']}, batch {ft['optimizer_batch_size']}, optimizer {ft.get('optimizer') or 'adamw'}, "
              f"{config.get('dtype') or 'default dtype'}; "

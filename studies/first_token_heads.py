@@ -11,7 +11,7 @@ of the top 10 and the top 32, the Spearman rank correlation of all head effects,
 original, as a fraction, so -0.05 is the paper's -5%). Then each set's knockout curves (top-k by its own
 effects against 5 random orders, k = 0..20, END-aligned means, no transfer) are drawn side by side.
 
-    python bench/first_token_heads.py [--model smollm2-135m] [--threads 2] [--limit 300]
+    python studies/first_token_heads.py [--model smollm2-135m] [--threads 2] [--limit 300]
                                       [--out-root /root/kh-runs/first-token] [--no-knockout]
 
 Each model has its own section of RESULTS. `--limit` is the knockout's seeded subset of each set's prompts
@@ -37,9 +37,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "studies"))
 
-from results import write_section  # noqa: E402
+from study_results import write_section  # noqa: E402
 
 from keyheads.effects import Effects  # noqa: E402
 
@@ -49,14 +49,14 @@ DATA = ["--task", "all", "-n", "120", "--few-shot", "3", "--shared-prefix", "--k
 TOP_K = 32
 CURVE_K, CURVE_SEEDS, SHOWN_K = 20, 5, (2, 6, 10, 20)  # knockout curves: k = 0..20 against 5 random orders
 LIMIT = 300  # knockout prompts per set, as `keyheads knockout --limit` defaults
-FIGURE = ROOT / "bench" / "figures"
+FIGURE = ROOT / "studies" / "figures"
 WAYS = {"single-token": (["--single-token-answer"], []),        # (data flags, patch flags)
         "first-token": (["--no-single-token-answer"], ["--first-token"])}
 
 
 def title(model: str) -> str:
     """Each model's own section of RESULTS."""
-    return f"Key heads with first-token answers against single-token answers: {model} (bench/first_token_heads.py)"
+    return f"Key heads with first-token answers against single-token answers: {model} (studies/first_token_heads.py)"
 
 
 def commands(model: str, folder: Path, threads: int, limit: int = LIMIT) -> dict[str, list[list[str]]]:
@@ -258,7 +258,7 @@ set's counterfactual prompts):
 (wall time of each step's last start, with any time it was paused for another job; a step run before its time
 was kept has none: {timing}), with
 
-    python bench/first_token_heads.py --model {args.model} --threads {args.threads} --limit {args.limit}
+    python studies/first_token_heads.py --model {args.model} --threads {args.threads} --limit {args.limit}
 
 which runs (skipping a step whose output exists):
 

@@ -1,7 +1,7 @@
 """Each row of an eval folder against its first row, item by item: for every benchmark the items gained and
 lost, the change with its 95% Newcombe interval, and McNemar's p, Holm-adjusted over the row's benchmarks.
 
-    python bench/paired_rows.py RUN/eval/full       # prints a markdown table
+    python studies/paired_rows.py RUN/eval/full       # prints a markdown table
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def compare(eval_dir: Path) -> str:
 
 def main() -> None:
     if len(sys.argv) != 2:
-        sys.exit("usage: python bench/paired_rows.py EVAL_FOLDER")
+        sys.exit("usage: python studies/paired_rows.py EVAL_FOLDER")
     print(compare(Path(sys.argv[1])))
 
 

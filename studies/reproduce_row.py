@@ -5,8 +5,8 @@ evaluation settings, then compares every per-item result (generation or choice s
 one the run's own evaluation cached under the same key (the key hashes the adapter's weights, the
 prompt and the settings, so equal keys mean the same question asked of the same weights).
 
-    python bench/reproduce_row.py runs/study-qwen1.5b --variant precise@10 --limit 20 [--no-write]
-    python bench/reproduce_row.py --adapter RUN/full --eval RUN/eval/full   # a `keyheads eval --adapter` folder
+    python studies/reproduce_row.py runs/study-qwen1.5b --variant precise@10 --limit 20 [--no-write]
+    python studies/reproduce_row.py --adapter RUN/full --eval RUN/eval/full   # a `keyheads eval --adapter` folder
 
 generic-kl is left out by default: it compares against the base row, which --no-base skips.
 """
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import write_section  # noqa: E402
+from study_results import write_section  # noqa: E402
 
 from keyheads.config.run import RunSettings  # noqa: E402
 from keyheads.evaluation.cache import ResultCache  # noqa: E402
@@ -125,7 +125,7 @@ def main() -> None:
     differ = {b: c["differ"] for b, c in found.items() if c["differ"]}
     shown = shlex.join(cmd).replace(tmp, "EMPTY_DIR")  # the temporary folder's name means nothing later
     source = f"{args.run} --variant {args.variant}" if args.run else f"--adapter {args.adapter} --eval {args.eval}"
-    again = f"python bench/reproduce_row.py {source} --limit {limit}" + (
+    again = f"python studies/reproduce_row.py {source} --limit {limit}" + (
         f" --benchmarks {args.benchmarks}" if args.benchmarks else "")
     body = "\n".join([
         f"- date: {datetime.date.today()}; `{shown}` ({seconds:.0f} s), compared by `{again}`",

@@ -7,7 +7,7 @@ still picks the prompts) and draws the control again with seeds SEED, SEED+1, ..
 (`control_heads`), so seed SEED re-measures the stage's column and the others give the band. Every knockout of
 one set runs in one batched pass over that set's prompts.
 
-    python bench/transfer_band.py --model qwen2.5-coder-1.5b --data PAIRS --heads 19.11,23.9,... \
+    python studies/transfer_band.py --model qwen2.5-coder-1.5b --data PAIRS --heads 19.11,23.9,... \
         --limit 120 --transfer-n 40 --data-dir ../shared/data/benchmarks --seeds 3 [--transfer-data PAIRS2]
 """
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "studies"))
 
-from results import write_section  # noqa: E402
+from study_results import write_section  # noqa: E402
 
 from keyheads.analysis.common import all_heads, read_pair_rows  # noqa: E402
 from keyheads.analysis.knockout_run import cached_means, control_heads, transfer_sets  # noqa: E402
@@ -141,7 +141,7 @@ def main() -> None:
     if "--compare" in shown:  # the paragraph is the section's text, not part of the measurement
         i = shown.index("--compare")
         del shown[i:i + 2]
-    command = "python bench/transfer_band.py " + shlex.join(a for a in shown if a != "--no-write")
+    command = "python studies/transfer_band.py " + shlex.join(a for a in shown if a != "--no-write")
     drawn = "; ".join(f"seed {args.seed + i} {','.join(map(str, d))}" for i, d in enumerate(draws))
     intro = (f"Measured {datetime.date.today().isoformat()} on the CPU (fp32, {args.threads or 'torch default'} "
              "thread(s); no timing: a resumed call measures only what was left), added after the results. The "
@@ -159,12 +159,12 @@ def main() -> None:
     if args.compare:
         paragraphs.append(fill(args.compare))
     body = "\n\n".join(paragraphs) + "\n"
-    title = f"Transfer control over {args.seeds} random draws: {args.model} (bench/transfer_band.py)"
+    title = f"Transfer control over {args.seeds} random draws: {args.model} (studies/transfer_band.py)"
     if args.no_write:
         print(f"## {title}\n\n{body}")
     else:
         write_section(title, body)
-        print(f"wrote the section '{title}' of bench/RESULTS.md")
+        print(f"wrote the section '{title}' of studies/RESULTS.md")
 
 
 if __name__ == "__main__":
