@@ -21,7 +21,7 @@ from .errors import BadFile, MissingFile, UserError
 from .heads import Head, heads_of, parse_heads, parse_layers
 from .io import read_json
 
-__all__ = ["Components", "Threshold", "TopK", "key_heads_record", "rank_heads"]
+__all__ = ["Components", "Threshold", "TopK", "rank_heads", "rank_mlps"]
 
 # The rule's two settings, declared once: each settings type that takes them (`keyheads patch`, a run's
 # `patch:` section, the analysis commands) says `threshold: Threshold = None` and `top_k: TopK = None`.
@@ -38,7 +38,8 @@ def rank_heads(effects: Effects, threshold: float | None = None, top_k: int | No
     return [h for h in ranked if threshold is None or effects.effect(h) < threshold][:top_k]
 
 
-def _ranked_mlps(effects: Effects, threshold: float | None = None) -> list[int]:
+def rank_mlps(effects: Effects, threshold: float | None = None) -> list[int]:
+    """The MLP layers most negative first, below `threshold` (None: no cut); unmeasured (NaN) ones never."""
     ranked = sorted((v, layer) for layer, v in enumerate(effects.mlps) if not math.isnan(v))
     return [layer for v, layer in ranked if threshold is None or v < threshold]
 
@@ -50,8 +51,8 @@ def cut_of(threshold: float | None, top_k: int | None) -> float | None:
 
 
 def rule_text(threshold: float | None, top_k: int | None) -> str:
-    """How a key_heads.json record chose its heads, in words: "the top 32 by effect", "effect below -0.05",
-    "the top 10 of those with effect below -0.05"."""
+    """How a key_heads.json record (keyheads.results.identify.KeyHeads) chose its heads, in words: "the top 32 by
+    effect", "effect below -0.05", "the top 10 of those with effect below -0.05"."""
     if threshold is None and top_k is None:
         return "every head"
     if threshold is None:
@@ -59,20 +60,6 @@ def rule_text(threshold: float | None, top_k: int | None) -> str:
     if top_k is None:
         return f"effect below {threshold:g}"
     return f"the top {top_k} of those with effect below {threshold:g}"
-
-
-def key_heads_record(effects: Effects, threshold: float | None = None, top_k: int | None = None) -> dict:
-    """The key_heads.json record. With neither `threshold` nor `top_k` the paper's -5% applies; with
-    both, the top K of those below the threshold. It may be empty: it then records the threshold that
-    gave nothing. The "label" of each head is for people reading the file; code reads layer and head."""
-    threshold = cut_of(threshold, top_k)
-    chosen = rank_heads(effects, threshold, top_k)
-    return {
-        "metric": effects.metric, "threshold": threshold, "top_k": top_k,
-        "n_heads_total": sum(len(r) for r in effects.heads),
-        "heads": [{**h.to_json(), "label": str(h), "effect": effects.effect(h)} for h in chosen],
-        "mlps": [{"layer": layer, "effect": effects.mlps[layer]} for layer in _ranked_mlps(effects, threshold)],
-    }
 
 
 @dataclass(frozen=True)
@@ -156,7 +143,7 @@ class Components:
             best = f" (the most negative is {measured[0]} at {effects.effect(measured[0]):+.4f})" if measured else ""
             raise UserError(f"no head has an effect below the threshold {cut:+g}{best}; "
                             "lower it with --threshold or choose the number of heads with --top-k")
-        mlps = _ranked_mlps(effects)
+        mlps = rank_mlps(effects)
         if n_mlps > len(mlps):
             raise UserError(f"{name} has only {len(mlps)} measured MLPs; asked for the top {n_mlps}")
         what = f"top-{top_k} heads" if cut is None else f"heads below {cut:+g}" + (f", top {top_k}" if top_k else "")

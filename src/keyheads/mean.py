@@ -23,8 +23,11 @@ MEAN_HELP = ("what a knocked-out head's output is replaced by: aligned (the mean
              "over the counterfactual prompts; positions before their length and generated tokens get the mean over "
              "all positions) or global (one mean over all positions)")
 
-# the names the mean was saved under before it had one name, by the records that used them
+# the names the mean was saved under before it had one name, by the records that used them: knockout.json and its
+# config, results.json's config; and a knockout row's info in results.json, the evaluator's first knockout rows
+# (the global mean)
 _FORMER_NAMES = ("mean_mode", "knockout_mean")
+_FORMER_ROW_NAME = "mode"
 
 
 def mean_field() -> Any:
@@ -46,12 +49,28 @@ def run_mean(config: dict) -> str:
 
 
 def upgraded(record: Any) -> Any:
-    """A saved record (knockout.json, an eval config) with its mean under a former name read as today's: the
-    one converter at the edge, applied where records are read, so no reader knows the old names."""
+    """A saved record (knockout.json, results.json, an eval config) with its mean under a former name read as
+    today's: the one converter at the edge, applied where records are read (the typed results' from_json), so
+    no reader knows the old names."""
     if not isinstance(record, dict):
         return record
     out = {k: upgraded(v) if k == "config" else v for k, v in record.items() if k not in _FORMER_NAMES}
     former = [record[k] for k in _FORMER_NAMES if k in record]
     if former:
         out.setdefault("mean", former[0])
+    if isinstance(out.get("variants"), list):
+        out["variants"] = [_upgraded_row(row) for row in out["variants"]]
     return out
+
+
+def _upgraded_row(row: Any) -> Any:
+    """A results.json row whose knockout info says "mode" for the mean."""
+    info = row.get("info") if isinstance(row, dict) else None
+    if not isinstance(info, dict):
+        return row
+    knockout = info.get("knockout")
+    if not isinstance(knockout, dict) or _FORMER_ROW_NAME not in knockout:
+        return row
+    now = {k: v for k, v in knockout.items() if k != _FORMER_ROW_NAME}
+    now.setdefault("mean", knockout[_FORMER_ROW_NAME])
+    return {**row, "info": {**info, "knockout": now}}

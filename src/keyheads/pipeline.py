@@ -57,6 +57,7 @@ from .models.fingerprint import base_fingerprint
 from .patching import describe as describe_effects
 from .patching import identify
 from .report.html import write_html_report
+from .results.run import ModelInfo
 from .runfolder import RunFolder
 from .stages import Runner, Stage
 
@@ -207,9 +208,9 @@ def _main_prints():
 
 
 def _write_model_info(run: RunFolder, model) -> None:
-    write_json(run.model_info, {"name": model.name, "source": str(model.source), "fingerprint":
-                                    base_fingerprint(model), "n_layers": model.n_layers, "n_heads": model.n_heads,
-                                    "dtype": str(model.dtype), "device": str(model.device)})
+    info = ModelInfo(name=model.name, source=str(model.source), fingerprint=base_fingerprint(model),
+                     n_layers=model.n_layers, n_heads=model.n_heads, dtype=str(model.dtype), device=str(model.device))
+    write_json(run.model_info, info.to_json())
 
 
 # ---- the stages ------------------------------------------------------------------------------

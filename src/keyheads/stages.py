@@ -35,6 +35,7 @@ from .errors import MissingFile
 from .io import file_sha256, read_json, write_json
 from .log import logger
 from .provenance import changed_settings, machine_record, versions
+from .results.run import StageRecord
 from .runfolder import RunFolder
 
 
@@ -185,11 +186,11 @@ class Runner:
         return sig, inputs, [] if stage.partial else missing
 
     def _record(self, stage: Stage, sig: str, inputs: dict, started: float) -> None:
-        record = {"stage": stage.name, "signature": sig, "settings": stage.settings, "inputs": inputs,
-                  "outputs": hash_tree(self.run, stage.owns, stage.keep, stage.resume), "versions": versions(),
-                  "seconds": round(time.perf_counter() - started, 3), "machine": machine_record(),
-                  "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        write_json(self.record_path(stage.name), record)
+        record = StageRecord(stage=stage.name, signature=sig, settings=stage.settings, inputs=inputs,
+                             outputs=hash_tree(self.run, stage.owns, stage.keep, stage.resume), versions=versions(),
+                             seconds=round(time.perf_counter() - started, 3), machine=machine_record(),
+                             finished=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        write_json(self.record_path(stage.name), record.to_json())
         self.record_path(stage.name).with_suffix(".started").unlink(missing_ok=True)
 
     def _prepare(self, stage: Stage, sig: str) -> float:

@@ -59,7 +59,7 @@ def test_labels_follow_where_attention_goes():
     labels = label_heads([(0, 0), (1, 1), (2, 2)], m)
     assert [l.label for l in labels] == ["operand", "operator", "text"]
     assert [l.lean for l in labels] == ["operand", "operator", "operand"]
-    assert labels[0].operand == pytest.approx(0.6)
+    assert labels[0].operand_A_plus_B == pytest.approx(0.6)
 
 
 def test_top_other_tokens_marks_the_end_token(llama):

@@ -50,12 +50,12 @@ def test_evaluate_equals_direct_knockout(llama, tmp_path):
     direct_ko = compute_means(llama, cfs, heads=heads, progress=False)
     after_logits = llama.run(llama.encode(refs), edit=direct_ko.edits())[0][:, -1]
     ids = torch.tensor(tset.answer_ids)
-    assert row.before == (clean == ids).float().mean().item()
-    assert row.after == (after_logits.argmax(-1) == ids).float().mean().item()
-    assert row.relative_drop == (row.after - row.before) / row.before
+    assert row.accuracy_before == (clean == ids).float().mean().item()
+    assert row.accuracy_after == (after_logits.argmax(-1) == ids).float().mean().item()
+    assert row.relative_change == (row.accuracy_after - row.accuracy_before) / row.accuracy_before
     direct_control = compute_means(llama, cfs, heads=[(0, 0), (0, 2), (1, 3)], progress=False)
     control_logits = llama.run(llama.encode(refs), edit=direct_control.edits())[0][:, -1]
-    assert row.control == (control_logits.argmax(-1) == ids).float().mean().item()
+    assert row.accuracy_random_heads == (control_logits.argmax(-1) == ids).float().mean().item()
     assert case.prompt == refs[0] and len(case.before) == 5
     assert case.before[0][0] == answers[0]
     p = after_logits[0].softmax(-1)
@@ -71,8 +71,9 @@ def test_longer_prompts_report_the_fallback(llama):
 
 
 def test_table_says_n_a_when_nothing_was_right_before():
-    from keyheads.analysis.transfer import TransferRow, format_table
+    from keyheads.analysis.transfer import format_table
+    from keyheads.results.knockout import TransferRow
 
-    table = format_table([TransferRow("svamp", 10, 0.0, 0.0, ""), TransferRow("add", 10, 0.5, 0.2, "")])
+    table = format_table([TransferRow.measured("svamp", 10, 0.0, 0.0), TransferRow.measured("add", 10, 0.5, 0.2)])
     rows = table.splitlines()[2:]
     assert rows[0].split()[-1] == "n/a" and rows[1].split()[-1] == "-60.0%"

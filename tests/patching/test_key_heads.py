@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from keyheads.components import Components, key_heads_record
+from keyheads.components import Components
 from keyheads.effects import Effects
+from keyheads.results.identify import KeyHeads
 from keyheads.testing import tiny_model
 
 from tests.helpers import write_effects
@@ -19,8 +20,8 @@ def test_ranking_is_most_negative_first_with_nan_last(tmp_path):
     assert list(Components.select(eff, threshold=None, top_k=4).heads) == [(1, 2), (0, 1), (1, 0), (1, 1)]
     assert list(Components.select(eff, threshold=-0.05, top_k=2).heads) == [(1, 2), (0, 1)]
     # the key_heads.json record makes the same choice, and never lists an unmeasured head
-    record = key_heads_record(eff, threshold=None, top_k=10)
-    assert [(r["layer"], r["head"]) for r in record["heads"]] == [(1, 2), (0, 1), (1, 0), (1, 1), (0, 0)]
+    record = KeyHeads.chosen(eff, threshold=None, top_k=10)
+    assert record.heads_ranked == [(1, 2), (0, 1), (1, 0), (1, 1), (0, 0)]
 
 
 def test_empty_selection_names_the_threshold_and_suggests_top_k(tmp_path):
@@ -28,7 +29,7 @@ def test_empty_selection_names_the_threshold_and_suggests_top_k(tmp_path):
     with pytest.raises(ValueError) as err:
         list(Components.select(eff, threshold=-0.05).heads)
     assert "-0.05" in str(err.value) and "--top-k" in str(err.value) and "1.1" in str(err.value)
-    assert key_heads_record(eff)["heads"] == []  # the record may be empty; it carries the threshold that gave nothing
+    assert KeyHeads.chosen(eff).heads == []  # the record may be empty; it carries the threshold that gave nothing
     with pytest.raises(ValueError, match="positive"):
         list(Components.select(eff, top_k=0).heads)
 
@@ -49,3 +50,14 @@ def test_not_an_effects_file(tmp_path):
         Effects.load(tmp_path / "x.json")
     with pytest.raises(FileNotFoundError, match="keyheads patch"):
         Effects.load(tmp_path / "missing.json")
+
+
+def test_a_field_of_the_wrong_type_is_named(tmp_path):
+    from keyheads.errors import BadFile
+
+    path = write_effects(tmp_path / "e.json", [[0.0, -0.1]])
+    data = json.loads(path.read_text())
+    data["n_samples"] = "many"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BadFile, match=f"{path}.*n_samples"):
+        Effects.load(path)

@@ -4,10 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from keyheads.components import key_heads_record
 from keyheads.effects import Effects
 from keyheads.patching import BadSample, PatchSettings, draw_heatmap, sweep
 from keyheads.patching import run as run_module
+from keyheads.results.identify import KeyHeads
 from keyheads.testing import tiny_model
 
 pytestmark = pytest.mark.slow  # patching runs with resume, about 10 s in all
@@ -49,7 +49,7 @@ def test_relative_metric_excludes_near_zero_logits(model, tmp_path):
 def test_outputs_and_key_heads(model, tmp_path):
     data = write_pairs(tmp_path / "pairs.jsonl")
     effects, _ = sweep(model, data, PatchSettings(metric="logit-diff"), progress=False)
-    effects.write(tmp_path)
+    effects.write(tmp_path / "effects.json")
     saved = json.loads((tmp_path / "effects.json").read_text())
     for key in ("metric", "method", "model", "n_samples", "n_excluded", "data_sha256", "heads", "mlps"):
         assert key in saved
@@ -57,11 +57,11 @@ def test_outputs_and_key_heads(model, tmp_path):
     rows = (tmp_path / "effects.csv").read_text().splitlines()
     assert len(rows) == 1 + model.n_layers * model.n_heads + model.n_layers
     flat = sorted((v, l, h) for l, r in enumerate(effects.heads) for h, v in enumerate(r))
-    top3 = key_heads_record(effects, threshold=None, top_k=3)
-    assert [(k["layer"], k["head"]) for k in top3["heads"]] == [(l, h) for _, l, h in flat[:3]]
+    top3 = KeyHeads.chosen(effects, threshold=None, top_k=3)
+    assert top3.heads_ranked == [(l, h) for _, l, h in flat[:3]]
     cut = flat[4][0]
-    below = key_heads_record(effects, threshold=cut)
-    assert len(below["heads"]) == 4 and all(k["effect"] < cut for k in below["heads"])
+    below = KeyHeads.chosen(effects, threshold=cut)
+    assert len(below.heads) == 4 and all(k.effect < cut for k in below.heads)
     png = draw_heatmap(effects, tmp_path / "heatmap.png", key=[(1, 2)])
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert Effects.load(tmp_path / "effects.json").heads == effects.heads

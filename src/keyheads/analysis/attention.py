@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -26,6 +25,7 @@ from ..heads import Head
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet, clean_passes
 from ..plotting import save_figure, subplots, token_label
+from ..results.attention import HeadLabel
 from .common import AnalysisError, Sample
 
 ROLES = ("A", "B", "operator", "other", "first")
@@ -103,21 +103,6 @@ def top_other_tokens(model: HookedModel, end_rows: Sequence[np.ndarray], samples
     return [sorted(((t, v / n) for t, v in tot.items()), key=lambda tv: -tv[1])[:k] for tot in totals]
 
 
-@dataclass
-class HeadLabel:
-    head: Head
-    label: str
-    lean: str
-    operand: float
-    operator: float
-    text: float
-    first: float
-
-    def as_dict(self) -> dict:
-        return {"head": self.head.to_json(), "label": self.label, "lean": self.lean, "operand_A_plus_B": self.operand,
-                "operator": self.operator, "other_words": self.text, "first_token": self.first}
-
-
 def label_heads(heads: Sequence[Head], mean_by_role: np.ndarray) -> list[HeadLabel]:
     """mean_by_role [n_heads, 5] -> operand / operator / text labels (see the module docstring)."""
     labels = []
@@ -125,7 +110,8 @@ def label_heads(heads: Sequence[Head], mean_by_role: np.ndarray) -> list[HeadLab
         operand, operator, text = m[0] + m[1], m[2], m[3]
         label = ("operand", "operator", "text")[int(np.argmax([operand, operator, text]))]
         lean = "operand" if operand >= operator else "operator"
-        labels.append(HeadLabel(head, label, lean, float(operand), float(operator), float(text), float(m[4])))
+        labels.append(HeadLabel(head=head, label=label, lean=lean, operand_A_plus_B=float(operand),
+                                operator=float(operator), other_words=float(text), first_token=float(m[4])))
     return labels
 
 

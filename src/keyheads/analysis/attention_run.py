@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..heads import Head
 from ..io import write_json
 from ..log import logger
 from ..models.model import HookedModel
 from ..plotting import write_csv
+from ..results.attention import AttentionResult, HeadEffect
 from ..runfolder import ATTENTION_JSON
 from . import attention as att
 from . import transfer as tr
@@ -17,7 +17,7 @@ from .settings import AttentionSettings
 
 
 def run_attention(model: HookedModel, pairs: str | Path, out: str | Path, heads: HeadChoice,
-                  settings: AttentionSettings, *, batch_size: int = 16, progress: bool = True) -> dict:
+                  settings: AttentionSettings, *, batch_size: int = 16, progress: bool = True) -> AttentionResult:
     """Where `heads` look from END on the pairs file `pairs` (it needs positions), written into `out`."""
     data, out = str(pairs), Path(out)
     notes = Notes()
@@ -47,7 +47,8 @@ def run_attention(model: HookedModel, pairs: str | Path, out: str | Path, heads:
     # figure 16: the full pattern of the strongest operator head and operand head
     drawn = []
     for kind in ("operator", "operand"):
-        best = max((l for l in labels if l.label == kind), key=lambda l: getattr(l, kind), default=None)
+        best = max((l for l in labels if l.label == kind), default=None,
+                   key=lambda l: l.operator if kind == "operator" else l.operand_A_plus_B)
         if best is None:
             continue
         task_cases = cases[:4]
@@ -62,34 +63,28 @@ def run_attention(model: HookedModel, pairs: str | Path, out: str | Path, heads:
         for h, lab, vals in zip(chosen, labels, m):
             csv_rows.append([t, str(h), lab.label, *[float(v) for v in vals]])
     write_csv(out / "attention_by_role.csv", ["task", "head", "label", *att.ROLES], csv_rows)
-    result = {
-        "model": model.name,
-        "data": data,
-        "n_samples": len(samples),
-        "heads": [h.to_json() for h in chosen],
-        "roles": list(att.ROLES),
-        "per_task": {t: per_task[t].tolist() for t in tasks},
-        "counts": counts,
-        "all": roles.mean(0).tolist(),
-        "labels": [{**l.as_dict(), "top_other_tokens": t} for l, t in zip(labels, top_other)],
-        "effects": [{**h.to_json(), "effect": effects.effect(h)} for h in chosen] if effects else None,
-        "notes": list(notes),
-    }
-    write_json(out / ATTENTION_JSON, result)
+    for lab, top in zip(labels, top_other):
+        lab.top_other_tokens = top
+    result = AttentionResult(
+        model=model.name, data=data, n_samples=len(samples), heads=chosen, roles=list(att.ROLES),
+        per_task={t: per_task[t].tolist() for t in tasks}, counts=counts, all=roles.mean(0).tolist(), labels=labels,
+        effects=[HeadEffect(layer=h.layer, head=h.head, effect=effects.effect(h)) for h in chosen] if effects else None,
+        notes=list(notes))
+    write_json(out / ATTENTION_JSON, result.to_json())
     logger.info("wrote %s/%s, attention_by_role.csv, attention_by_role.png, attention_cases.png, "
                 "attention_transfer_cases.png%s", out, ATTENTION_JSON, "".join(f", {d}" for d in drawn))
     return result
 
 
-def describe(result: dict) -> str:
+def describe(result: AttentionResult) -> str:
     """Where the heads look, for people: each head's mean END attention by token role and its label."""
-    counts = result["counts"]
-    lines = [f"{result['model']}: END-token attention of {len(result['heads'])} key heads over "
-             f"{result['n_samples']} reference prompts ({', '.join(f'{t}: {n}' for t, n in counts.items())})",
+    counts = result.counts
+    lines = [f"{result.model}: END-token attention of {len(result.heads)} key heads over "
+             f"{result.n_samples} reference prompts ({', '.join(f'{t}: {n}' for t, n in counts.items())})",
              f"{'head':<7} {'label':<9} {'lean':<9} " + " ".join(f"{att.ROLE_NAMES[r]:>11}" for r in att.ROLES)
              + "  most-attended other tokens"]
-    for lab, vals in zip(result["labels"], result["all"]):
-        lines.append(f"{str(Head.from_json(lab['head'])):<7} {lab['label']:<9} {lab['lean']:<9} "
+    for lab, vals in zip(result.labels, result.all):
+        lines.append(f"{str(lab.head):<7} {lab.label:<9} {lab.lean:<9} "
                      + " ".join(f"{v:>11.3f}" for v in vals) + "  "
-                     + ", ".join(f"{t} {v:.2f}" for t, v in lab["top_other_tokens"]))
+                     + ", ".join(f"{t} {v:.2f}" for t, v in lab.top_other_tokens))
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
@@ -21,6 +21,7 @@ from ..mean import KnockoutMean
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..plotting import write_csv
+from ..results.knockout import HeadsKnockout, KnockoutCurves, KnockoutResult, Transfer
 from ..runfolder import KNOCKOUT_JSON
 from . import transfer as tr
 from .common import (
@@ -64,7 +65,7 @@ class _Call:
 
 def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: HeadChoice,
                  settings: KnockoutSettings, *, transfer_data: str | None = None, data_dir: str | None = None,
-                 batch_size: int = 32, progress: bool = True) -> dict:
+                 batch_size: int = 32, progress: bool = True) -> KnockoutResult:
     """The curves, the key heads' knockout and the transfer table of `heads` on the pairs file `pairs`
     (`transfer_data`: another pairs file, one more transfer row per task or template; `data_dir`: the
     benchmark folder of the SVAMP and GSM8K rows), written into `out`."""
@@ -94,9 +95,7 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
     full = cached_means(model, cf, candidates, settings.mean, out / MEANS_PARTIAL, batch_size, progress)
     prompts = PromptSet(model, [s.prompt for s in samples], batch_size)
     notes.add(fallback_note(full, prompts).text("reference prompts"))
-    result: dict = {"model": model.name, "data": cfg.data, "n_samples": len(samples), "n_counterfactual": len(cf),
-                    "mean": settings.mean, "effects": heads.effects, "config": cfg.record()}
-
+    curves_found: KnockoutCurves | None = None
     if effects is not None and k:
         # the key heads' own knockout rides along with the curves' sets
         # everything the accuracies depend on: the settings, the data, the model and its ranking
@@ -108,44 +107,46 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
                                  extra=[key_heads], checkpoint=(out / "knockout_curves.partial.json",
                                                                 hashlib.sha256(key.encode()).hexdigest()))
         base, after = curves.effect[0], curves.extra[0]
-        result["curves"] = {"k": curves.ks, "effect_rank": curves.effect, "random_rank": curves.random,
-                            "random_mean": curves.random_mean.tolist(), "random_std": curves.random_std.tolist(),
-                            "effect_order": [h.to_json() for h in curves.effect_order],
-                            "random_orders": [[h.to_json() for h in o] for o in curves.random_orders]}
+        curves_found = KnockoutCurves(k=curves.ks, effect_rank=curves.effect, random_rank=curves.random,
+                                      random_mean=curves.random_mean.tolist(), random_std=curves.random_std.tolist(),
+                                      effect_order=curves.effect_order, random_orders=curves.random_orders)
         if is_main():
             _write_curves(out, curves, model.name)
     else:
         base, after = set_accuracies(model, prompts, answers, full, [[], key_heads])
-    rel = (after - base) / base if base else float("nan")
-    result["key_heads"] = {"heads": [h.to_json() for h in key_heads], "accuracy_before": base,
-                           "accuracy_after": after, "relative_change": rel}
-
-    if settings.transfer:
-        result["transfer"] = _run_transfer(model, cfg, full, key_heads, notes, out)
-    result["notes"] = list(notes)
-    if not is_main():  # every process holds the whole result; one writes it
+    knocked = HeadsKnockout(heads=key_heads, accuracy_before=base, accuracy_after=after,
+                            relative_change=(after - base) / base if base else float("nan"))
+    transfer = _run_transfer(model, cfg, full, key_heads, notes, out) if settings.transfer else None
+    result = KnockoutResult(model=model.name, data=cfg.data, n_samples=len(samples), n_counterfactual=len(cf),
+                            mean=settings.mean, effects=heads.effects, config=cfg.record(), key_heads=knocked,
+                            notes=list(notes))
+    if curves_found is not None:  # set only when there are some: the file has no "curves" otherwise
+        result.curves = curves_found
+    if transfer is not None:  # None when transfer is off, and on the processes that do not write
+        result.transfer = transfer
+    if not is_main():  # every process holds the whole result but the transfer table; one writes it
         return result
-    write_json(out / KNOCKOUT_JSON, result)  # no timing inside: the same inputs give the same bytes
+    write_json(out / KNOCKOUT_JSON, result.to_json())  # no timing inside: the same inputs give the same bytes
     for partial in ("knockout_curves.partial.json", MEANS_PARTIAL):
         (out / partial).unlink(missing_ok=True)
     logger.info("wrote %s/%s%s%s (%.0f s)", out, KNOCKOUT_JSON,
-                ", knockout_curves.csv, knockout_curves.png" if "curves" in result else "",
+                ", knockout_curves.csv, knockout_curves.png" if result.curves is not None else "",
                 ", transfer.csv, transfer_cases.txt" if settings.transfer else "", time.time() - t0)
     return result
 
 
-def describe(result: dict) -> str:
+def describe(result: KnockoutResult) -> str:
     """What a knockout run found, for people: the curves, the key heads' knockout and the transfer table."""
-    parts = [_format_curves(result["curves"])] if "curves" in result else []
-    k = result["key_heads"]
-    heads = ",".join(str(Head.from_json(h)) for h in k["heads"])
-    base, after, rel = k["accuracy_before"], k["accuracy_after"], k["relative_change"]
-    parts.append(f"knockout of {len(k['heads'])} heads [{heads}]: accuracy {base:.1%} -> {after:.1%} "
+    parts = [_format_curves(result.curves)] if result.curves is not None else []
+    k = result.key_heads
+    heads = ",".join(map(str, k.heads))
+    base, after, rel = k.accuracy_before, k.accuracy_after, k.relative_change
+    parts.append(f"knockout of {len(k.heads)} heads [{heads}]: accuracy {base:.1%} -> {after:.1%} "
                  + (f"({rel:+.1%} relative)" if base else "(none right before: no relative change)"))
-    if result.get("transfer"):
-        table = tr.format_table([tr.TransferRow.from_dict(r) for r in result["transfer"]["rows"]])
-        cases = "\n\n".join(tr.Case(**c).text() for c in result["transfer"]["cases"])
-        parts.append(f"\ntransfer: knocking out {len(k['heads'])} key heads [{heads}]\n{table}\n\n{cases}")
+    if result.transfer is not None:
+        table = tr.format_table(result.transfer.rows)
+        cases = "\n\n".join(c.text() for c in result.transfer.cases)
+        parts.append(f"\ntransfer: knocking out {len(k.heads)} key heads [{heads}]\n{table}\n\n{cases}")
     return "\n".join(parts)
 
 
@@ -182,13 +183,12 @@ def _write_curves(out: Path, curves, model_name: str) -> None:
                 f"{model_name}: knocking out top-k heads (effect-rank vs random-rank, {seeds} seeds)")
 
 
-def _format_curves(curves: dict) -> str:
+def _format_curves(curves: KnockoutCurves) -> str:
     lines = ["   k  head    effect-rank  random-rank (mean ± std)"]
-    order = [Head.from_json(h) for h in curves["effect_order"]]
-    for i, k in enumerate(curves["k"]):
-        head = str(order[k - 1]) if k else "-"
-        lines.append(f"{k:>4}  {head:<6}  {curves['effect_rank'][i]:>10.1%}  {curves['random_mean'][i]:>10.1%} ± "
-                     f"{curves['random_std'][i]:.1%}")
+    for i, k in enumerate(curves.k):
+        head = str(curves.effect_order[k - 1]) if k else "-"
+        lines.append(f"{k:>4}  {head:<6}  {curves.effect_rank[i]:>10.1%}  {curves.random_mean[i]:>10.1%} ± "
+                     f"{curves.random_std[i]:.1%}")
     return "\n".join(lines)
 
 
@@ -220,7 +220,8 @@ def control_heads(model: HookedModel, key_heads: list[Head], seed: int) -> list[
     return random_order(others, seed)[:len(key_heads)]
 
 
-def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -> dict:
+def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -> Transfer | None:
+    """The transfer table (the processes that do not write get None)."""
     s = cfg.settings
     sets = transfer_sets(model, cfg.data, s, cfg.transfer_data, cfg.data_dir, notes)
     ko = knockout_subset(full, key_heads)
@@ -232,18 +233,16 @@ def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -
     for tset, row in zip(sets, rows):
         notes.add(f"{tset.name}: {row.fallback}" if row.fallback else "")
     if not is_main():
-        return {}
+        return None
     table = tr.format_table(rows)
     case_text = "\n\n".join(c.text() for c in cases)
     write_csv(out / "transfer.csv", ["set", "n", "accuracy_before", "accuracy_after", "relative_change",
                                      "accuracy_random_heads", "relative_change_random_heads", "note"],
-              [[r.name, r.n, r.before, r.after, r.relative_drop, "" if r.control is None else r.control,
-                r.control_drop, "; ".join(x for x in (r.note, r.fallback) if x)] for r in rows])
+              [[r.set, r.n, r.accuracy_before, r.accuracy_after, r.relative_change,
+                "" if r.accuracy_random_heads is None else r.accuracy_random_heads, r.relative_change_random_heads,
+                "; ".join(x for x in (r.note, r.fallback) if x)] for r in rows])
     header = f"knocked out: {','.join(map(str, key_heads))}" + (
         f"\nrandom control: {','.join(map(str, control_draw))}" if control else ""
     )
     atomic_write_text(out / "transfer_cases.txt", f"{header}\n\n{table}\n\n{case_text}\n")
-    return {"heads": [h.to_json() for h in key_heads],
-            "random_heads": [h.to_json() for h in control_draw] if control else None,
-            "rows": [r.as_dict() for r in rows],
-            "cases": [asdict(c) for c in cases]}
+    return Transfer(heads=key_heads, random_heads=control_draw if control else None, rows=rows, cases=cases)

@@ -25,7 +25,6 @@ The paper reads (13-18-28) for LLaMA2-7B off the same kind of curves (figures 6,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -33,6 +32,7 @@ import torch
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet, clean_passes
 from ..plotting import new_figure, save_figure, subplots
+from ..results.mlp import TurningPoints
 from .common import AnalysisError, Sample, number_token
 
 RULE = (
@@ -131,16 +131,6 @@ def contrasts(means: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return (means["in_A"] + means["in_B"]) / 2 - means["in_other"], means["write_C"] - means["write_other"]
 
 
-@dataclass
-class TurningPoints:
-    start: int
-    inflection: int
-    end: int
-
-    def text(self) -> str:
-        return f"{self.start}-{self.inflection}-{self.end}"
-
-
 def turning_points(operand_curve: Sequence[float] | np.ndarray, answer_curve: Sequence[float] | np.ndarray,
                    frac: float = 0.1) -> TurningPoints:
     """Start, inflection and end layers by the rule in the module docstring."""
@@ -152,7 +142,7 @@ def turning_points(operand_curve: Sequence[float] | np.ndarray, answer_curve: Se
     below = [l for l in range(inflection) if s[l] < level]
     start = below[-1] + 1 if below else 0
     end = inflection + int(np.argmax(c[inflection:]))
-    return TurningPoints(start, inflection, end)
+    return TurningPoints(start=start, inflection=inflection, end=end)
 
 
 # ---- figure 6(c): one case, layer by layer --------------------------------------------------

@@ -1,13 +1,13 @@
 """The MLP step: MLP inputs and outputs against the unembedding of operands and answer, by layer."""
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from ..io import write_json
 from ..log import logger
 from ..models.model import HookedModel
 from ..plotting import write_csv
+from ..results.mlp import MLPCase, MLPResult
 from ..runfolder import MLP_JSON
 from . import mlp as mlpmod
 from .common import answer_token, load_samples
@@ -28,7 +28,7 @@ def case_prompt(samples) -> str:
 
 
 def run_mlp(model: HookedModel, pairs: str | Path, out: str | Path, settings: MLPSettings, *,
-            batch_size: int = 16, progress: bool = True) -> dict:
+            batch_size: int = 16, progress: bool = True) -> MLPResult:
     """The MLP probes over the pairs file `pairs` and the layer-by-layer case, written into `out`."""
     cfg, data, out = settings, str(pairs), Path(out)
     samples = load_samples(model, data, cfg.limit, cfg.seed)
@@ -53,43 +53,30 @@ def run_mlp(model: HookedModel, pairs: str | Path, out: str | Path, settings: ML
             for l in range(L)
         ],
     )
-    result = {
-        "model": model.name,
-        "data": data,
-        "n_samples": len(samples),
-        "read_point": mlpmod.mlp_read_point(model),
-        "curves": {k: v.tolist() for k, v in means.items()},
-        "operand_contrast": operand.tolist(),
-        "answer_contrast": answer.tolist(),
-        "turning_points": asdict(tp),
-        "rule": mlpmod.RULE,
-        "case": {
-            "prompt": prompt,
-            "answer": cfg.case_answer,
-            "numbers": names,
-            "top3_per_layer": tops,
-            "cosine": cos.tolist(),
-        },
-    }
-    write_json(out / MLP_JSON, result)
+    result = MLPResult(
+        model=model.name, data=data, n_samples=len(samples), read_point=mlpmod.mlp_read_point(model),
+        curves={k: v.tolist() for k, v in means.items()}, operand_contrast=operand.tolist(),
+        answer_contrast=answer.tolist(), turning_points=tp, rule=mlpmod.RULE,
+        case=MLPCase(prompt=prompt, answer=cfg.case_answer, numbers=names, top3_per_layer=tops, cosine=cos.tolist()))
+    write_json(out / MLP_JSON, result.to_json())
     logger.info("wrote %s/%s, mlp_curves.csv, mlp_input_operands.png, mlp_output_answer.png, mlp_case.png", out,
                 MLP_JSON)
     return result
 
 
-def describe(result: dict) -> str:
+def describe(result: MLPResult) -> str:
     """What the MLP probes found, for people: the curves by layer, the turning layers and the case."""
-    c, operand, answer = result["curves"], result["operand_contrast"], result["answer_contrast"]
-    tp, case = result["turning_points"], result["case"]
-    lines = [f"{result['model']}: MLP probes at END over {result['n_samples']} reference prompts "
-             f"({result['read_point']} as MLP_in)",
+    c, operand, answer = result.curves, result.operand_contrast, result.answer_contrast
+    tp, case = result.turning_points, result.case
+    lines = [f"{result.model}: MLP probes at END over {result.n_samples} reference prompts "
+             f"({result.read_point} as MLP_in)",
              "layer  cos(in,A)  cos(in,B)  cos(in,other)  operand  cos(write,C)  cos(write,other)  answer  "
              "top numbers in the case's MLP write"]
     for l in range(len(operand)):
         lines.append(f"{l:>5}  {c['in_A'][l]:>9.3f}  {c['in_B'][l]:>9.3f}  {c['in_other'][l]:>13.3f}  "
                      f"{operand[l]:>7.3f}  {c['write_C'][l]:>12.3f}  {c['write_other'][l]:>16.3f}  {answer[l]:>6.3f}  "
-                     f"{' '.join(case['top3_per_layer'][l])}")
-    lines.append(f"start-inflection-end: {tp['start']}-{tp['inflection']}-{tp['end']} (the operand contrast climbs "
-                 f"from layer {tp['start']} and peaks at {tp['inflection']}; the answer contrast peaks at {tp['end']})")
-    lines.append(f"case {case['prompt'].splitlines()[-1]!r} -> answer {case['answer']}")
+                     f"{' '.join(case.top3_per_layer[l])}")
+    lines.append(f"start-inflection-end: {tp.text()} (the operand contrast climbs "
+                 f"from layer {tp.start} and peaks at {tp.inflection}; the answer contrast peaks at {tp.end})")
+    lines.append(f"case {case.prompt.splitlines()[-1]!r} -> answer {case.answer}")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ and SVAMP / GSM8K questions ending in "The answer is ".
 """
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from ..knockout import Knockout
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..numbers import format_number
+from ..results.knockout import Case, TransferRow
 from .common import AnalysisError, answer_token, fallback_note, read_pair_rows
 from .passes import EndPasses
 
@@ -143,57 +145,6 @@ def from_pairs(model: HookedModel, path: str | Path, by: str = "task", n: int | 
 
 # ---- evaluation ----------------------------------------------------------------------------
 
-@dataclass
-class TransferRow:
-    name: str
-    n: int
-    before: float
-    after: float
-    fallback: str
-    note: str = ""
-    control: float | None = None  # accuracy with as many random (non-key) heads knocked out
-
-    @property
-    def relative_drop(self) -> float:
-        return (self.after - self.before) / self.before if self.before > 0 else float("nan")
-
-    @property
-    def control_drop(self) -> float:
-        if self.control is None or self.before <= 0:
-            return float("nan")
-        return (self.control - self.before) / self.before
-
-    def as_dict(self) -> dict:
-        return {"set": self.name, "n": self.n, "accuracy_before": self.before, "accuracy_after": self.after,
-                "relative_change": self.relative_drop, "accuracy_random_heads": self.control,
-                "relative_change_random_heads": self.control_drop, "fallback": self.fallback, "note": self.note}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TransferRow:
-        return cls(d["set"], d["n"], d["accuracy_before"], d["accuracy_after"], d["fallback"], d["note"],
-                   d["accuracy_random_heads"])
-
-
-@dataclass
-class Case:
-    """A figure-4 case: the input and the top-5 next tokens before and after the knockout."""
-
-    name: str
-    prompt: str
-    answer: str
-    before: list[tuple[str, float]]
-    after: list[tuple[str, float]]
-
-    def text(self, show_chars: int = 300) -> str:
-        shown = self.prompt if len(self.prompt) <= show_chars else "…" + self.prompt[-show_chars:]
-        lines = [f"[{self.name}]  answer: {self.answer}", f"> Input: {shown!r}"]
-        for label, top in (("before knockout", self.before), ("after knockout", self.after)):
-            lines.append(f"  {label}:  > Next token: {top[0][0]!r}")
-            lines.append("    > Top-5 prediction probability: "
-                         + ", ".join(f"{t!r} {p:.2%}" for t, p in top))
-        return "\n".join(lines)
-
-
 def evaluate(model: HookedModel, tset: TransferSet, ko: Knockout, batch_size: int = 16,
              progress: bool = True, control: Knockout | None = None) -> tuple[TransferRow, Case]:
     """Accuracy before and after the knockout on one set, and its figure-4 case.
@@ -207,21 +158,21 @@ def evaluate(model: HookedModel, tset: TransferSet, ko: Knockout, batch_size: in
     preds = EndPasses(model, prompts, ko).predict(sets, tset.answer_ids, topk=5, progress=progress)
     before, after = preds[0], preds[1]
     note = fallback_note(ko, prompts)
-    row = TransferRow(tset.name, len(tset.prompts), before.accuracy(tset.answer_ids),
-                      after.accuracy(tset.answer_ids), note.text(), tset.note)
-    if control is not None:
-        row.control = preds[2].accuracy(tset.answer_ids)
+    row = TransferRow.measured(tset.name, len(tset.prompts), before.accuracy(tset.answer_ids),
+                               after.accuracy(tset.answer_ids), note.text(), tset.note,
+                               control=preds[2].accuracy(tset.answer_ids) if control is not None else None)
     i = tset.case
     tok = model.tokenizer
     top = lambda pred: [(tok.decode([int(t)]), float(p)) for t, p in zip(pred.topk_ids[i], pred.topk_probs[i])]  # noqa: E731
-    return row, Case(tset.name, tset.prompts[i], tset.answers[i], top(before), top(after))
+    return row, Case(name=tset.name, prompt=tset.prompts[i], answer=tset.answers[i], before=top(before),
+                     after=top(after))
 
 
 def format_table(rows: Sequence[TransferRow]) -> str:
-    width = max([len(r.name) for r in rows] + [10])
+    width = max([len(r.set) for r in rows] + [10])
     lines = [f"{'set':<{width}}  {'n':>5}  {'before':>7}  {'after':>7}  {'relative':>8}",
              f"{'-' * width}  {'-' * 5}  {'-' * 7}  {'-' * 7}  {'-' * 8}"]
     for r in rows:
-        rel = "n/a" if r.relative_drop != r.relative_drop else f"{r.relative_drop:+.1%}"  # NaN: none right before
-        lines.append(f"{r.name:<{width}}  {r.n:>5}  {r.before:>7.1%}  {r.after:>7.1%}  {rel:>8}")
+        rel = "n/a" if math.isnan(r.relative_change) else f"{r.relative_change:+.1%}"  # NaN: none right before
+        lines.append(f"{r.set:<{width}}  {r.n:>5}  {r.accuracy_before:>7.1%}  {r.accuracy_after:>7.1%}  {rel:>8}")
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from .. import (
 from ..io import atomic_write_text, write_json, write_jsonl
 from ..mean import DEFAULT_MEAN, KnockoutMean
 from ..models.model import HookedModel
+from ..results.evaluation import BenchmarkSummary, EvalResults, VariantResult
 from ..runfolder import RESULTS_JSON
 from .cache import ResultCache, item_key
 from .config import EvalSettings, check_benchmarks
@@ -139,21 +140,22 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalSettings, out: str | Path,
         summary["timing"] = timing
         if isinstance(task, MathTask):  # scored by generation: math and arith
             summary["max_new_tokens"] = cfg.new_tokens(name)
-        write_json(folder / f"{name}.json", summary)
+        write_json(folder / f"{name}.json", BenchmarkSummary.from_json(summary).to_json())
         write_jsonl(folder / f"{name}.wrong.jsonl",
                     (task.wrong_case(it, r) for it, r in zip(task.items, rows) if not r["correct"]))
         summaries[name] = summary
     result = {"label": prepared.label, "fingerprint": prepared.fingerprint, "info": prepared.info,
               "benchmarks": summaries}
     if cfg.shard is None:
-        write_json(folder / "summary.json", result)
+        write_json(folder / "summary.json", VariantResult.from_json(result).to_json())
     return result
 
 
 def write_table(results: Sequence[dict], cfg: EvalSettings, out: str | Path) -> str:
     out = Path(out)
     md = to_markdown(results, cfg.benchmarks)
-    write_json(out / RESULTS_JSON, {"config": asdict(cfg), "variants": list(results)})
+    table = EvalResults(config=asdict(cfg), variants=[VariantResult.from_json(r) for r in results])
+    write_json(out / RESULTS_JSON, table.to_json())
     atomic_write_text(out / "table.md", md)
     atomic_write_text(out / "table.csv", to_csv(results, cfg.benchmarks))
     return md

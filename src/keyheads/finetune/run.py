@@ -16,6 +16,7 @@ from ..models.fingerprint import base_fingerprint
 from ..models.loading import place
 from ..models.model import HookedModel
 from ..provenance import versions
+from ..results.finetune import FinetuneResult, Training
 from .adapter import INFO, save_adapter
 from .checkpoint import ResumeMismatch, describe_differences, differing_keys
 from .config import FinetuneSettings
@@ -29,7 +30,8 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
              components: Components | None = None, data_name: str = "", accelerator=None,
              progress: bool = True, device: str | torch.device | None = None,
              compute_dtype: torch.dtype | None = None) -> dict:
-    """Train `model` (modified in place) and write `out`; returns the finetune.json record.
+    """Train `model` (modified in place) and write `out`; returns the finetune.json record (the JSON of a
+    keyheads.results.finetune.FinetuneResult).
 
     A finished folder with the same settings is returned as it is; an interrupted one resumes.
     Under FSDP2 (cfg.parallel "fsdp") the model is sharded in place: use it only through what this
@@ -73,15 +75,14 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
     par = make_parallel(cfg.parallel, torch.device(device), compute_dtype or model.dtype, cfg.offload, accelerator)
     t0 = time.perf_counter()
     result = train(tuned, data, cfg, out, meta, parallel=par, progress=progress)
-    info = {**meta, "config": cfg.to_json(), "kv": cfg.kv if cfg.method == "precise" else None,
-            "tuned_params": tuned.n_trainable, "total_params": total_params,
-            "train": {"steps": len(result.losses), "steps_this_run": result.steps, "samples_this_run": result.samples,
-                      "seconds_this_run": round(result.seconds, 3),
-                      "samples_per_second": result.samples_per_second, "final_loss": result.losses[-1],
-                      "losses": result.losses, "wall_seconds": round(time.perf_counter() - t0, 3),
-                      "processes": par.world, "parallel": par.name,
-                      "device": str(par.device)},
-            "versions": versions()}
+    trained = Training(steps=len(result.losses), steps_this_run=result.steps, samples_this_run=result.samples,
+                       seconds_this_run=round(result.seconds, 3), samples_per_second=result.samples_per_second,
+                       final_loss=result.losses[-1], losses=result.losses,
+                       wall_seconds=round(time.perf_counter() - t0, 3), processes=par.world, parallel=par.name,
+                       device=str(par.device))
+    info = FinetuneResult(**meta, config=cfg.to_json(), kv=cfg.kv if cfg.method == "precise" else None,
+                          tuned_params=tuned.n_trainable, total_params=total_params, train=trained,
+                          versions=versions()).to_json()
     par.barrier()
     # Under FSDP2 every process gathers the shards (a collective); the main process writes them.
     if cfg.method == "precise":

@@ -10,12 +10,13 @@ from pathlib import Path
 from scipy.stats import spearmanr
 
 from .. import distributed
-from ..components import key_heads_record, rule_text
+from ..components import rule_text
 from ..effects import Effects
-from ..heads import Head, heads_of
+from ..heads import Head
 from ..io import write_json
 from ..models.model import HookedModel
-from ..runfolder import KEY_HEADS_JSON
+from ..results.identify import KeyHeads
+from ..runfolder import EFFECTS_JSON, KEY_HEADS_JSON
 from .heatmap import draw_heatmap
 from .run import sweep
 from .settings import PatchSettings
@@ -32,12 +33,13 @@ def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: s
     """
     out = Path(out)
     effects, state = sweep(model, data, config, out=out, batch_size=batch_size, progress=progress)
-    keys = key_heads_record(effects, threshold=config.threshold, top_k=config.top_k)
+    chosen = KeyHeads.chosen(effects, threshold=config.threshold, top_k=config.top_k)
     main = distributed.is_main()
     if main:
-        effects.write(out)
-        write_json(out / KEY_HEADS_JSON, keys)  # no timing inside: the same inputs give the same bytes
-        draw_heatmap(effects, out / "heatmap.png", key=heads_of(keys["heads"]))
+        effects.write(out / EFFECTS_JSON)
+        write_json(out / KEY_HEADS_JSON, chosen.to_json())  # no timing inside: the same inputs give the same bytes
+        draw_heatmap(effects, out / "heatmap.png", key=chosen.heads_ranked)
+    keys = chosen.to_json()
     keys["seconds"] = state["seconds"]
     if config.method == "attribution":
         exact, _ = sweep(model, data, replace(config, method="path"), out=None, batch_size=batch_size,
@@ -60,9 +62,9 @@ def describe(effects: Effects, keys: dict) -> str:
     lines.append(f"key heads ({len(keys['heads'])} of {keys['n_heads_total']}; "
                  f"{rule_text(keys['threshold'], keys['top_k'])}): {shown or 'none'}")
     if not keys["heads"]:
-        best = key_heads_record(effects, threshold=None, top_k=3)["heads"]
+        best = KeyHeads.chosen(effects, threshold=None, top_k=3).heads
         lines.append("no head passed the threshold; the most negative are "
-                     + ", ".join(f"{Head.from_json(k)} ({fmt(k['effect'])})" for k in best)
+                     + ", ".join(f"{k.label} ({fmt(k.effect)})" for k in best)
                      + ". Small models spread the work thinly: pick key heads with --top-k K")
     if "spearman_vs_path" in keys:
         lines.append(f"attribution vs exact path patching: Spearman rank correlation over heads = "
