@@ -42,10 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
 from keyheads.data.benchmarks import data_dir_from  # noqa: E402
-from keyheads.evaluation.config import EvalSettings  # noqa: E402
 from keyheads.evaluation.engine import PrefixKV, common_prefix_len, eos_ids  # noqa: E402
 from keyheads.evaluation.prompts import STOPS, cut_at_stop  # noqa: E402
 from keyheads.evaluation.runner import batches  # noqa: E402
+from keyheads.evaluation.settings import EvalSettings  # noqa: E402
 from keyheads.evaluation.tasks import make_task, prompt_ids  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.testing.oracles import greedy_generate  # noqa: E402
@@ -165,7 +165,7 @@ def first_diff(a: str, b: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=64, help="first N GSM8K test questions")
-    ap.add_argument("--batch-size", type=int, default=EvalSettings.batch_size,
+    ap.add_argument("--batch-size", type=int, default=16,
                     help="prompts per batch (default: the runner's)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     ap.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA, else ../shared/data/benchmarks "
@@ -188,23 +188,22 @@ def main() -> None:
     data_dir = data_dir_from(args.data_dir)
     if data_dir is None and (ROOT.parent / "shared" / "data" / "benchmarks").is_dir():
         data_dir = ROOT.parent / "shared" / "data" / "benchmarks"
-    cfg = EvalSettings(benchmarks=(BENCH,), data_dir=str(data_dir) if data_dir else None, limit=args.n,
-                     batch_size=args.batch_size, progress=False)
+    cfg = EvalSettings(benchmarks=(BENCH,), limit=args.n)
     model = load_model("smollm2-135m", device="cpu", dtype="float32")
     model.hf.eval()
-    task = make_task(BENCH, cfg)
+    task = make_task(BENCH, cfg, str(data_dir) if data_dir else None)
     budget = cfg.new_tokens(BENCH)
     # the runner's order and batches: by prompt length within a group, at most batch_size per batch
     items = sorted(task.items, key=lambda it: (task.group(it), len(it.prompt), it.prompt))
-    runs = batches(items, cfg.batch_size, task.group)
+    runs = batches(items, args.batch_size, task.group)
     rows = prompt_ids(model, [it.prompt for it in items])
     lengths, shared = [len(r) for r in rows], common_prefix_len(rows)
 
-    engine, hf = Engine(model, budget, cfg.batch_size), HFGenerate(model, budget)
+    engine, hf = Engine(model, budget, args.batch_size), HFGenerate(model, budget)
     clock_engine: list[float] = []
     clock_hf: list[float] = []
     with torch.no_grad():
-        Engine(model, 4, cfg.batch_size)(runs[0])  # warm-up, not timed
+        Engine(model, 4, args.batch_size)(runs[0])  # warm-up, not timed
         HFGenerate(model, 4)(runs[0])
         machine0, own0 = cpu_seconds()
         engine_out = timed(engine, items, clock_engine)  # every item in one call, as the runner does
@@ -212,7 +211,7 @@ def main() -> None:
         for batch in runs:
             hf_out += timed(hf, batch, clock_hf)
         machine1, own1 = cpu_seconds()
-        harness = None if args.no_harness else run_lm_eval(model, items, budget, cfg.batch_size)
+        harness = None if args.no_harness else run_lm_eval(model, items, budget, args.batch_size)
     t_engine, t_hf = sum(clock_engine), sum(clock_hf)
     engine_tokens, hf_tokens = engine.tokens(engine_out), hf.useful
     others = max(0.0, (machine1 - machine0) - (own1 - own0))  # CPU time other processes took meanwhile

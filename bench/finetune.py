@@ -87,9 +87,9 @@ def memory_now(device: str) -> float:
 
 def run_one(args) -> dict:
     """One case in this process: -> step times, peak memory, tuned parameters."""
-    from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.data import collate
     from keyheads.finetune.model import make_trainable
+    from keyheads.finetune.settings import FinetuneSettings
     from keyheads.finetune.train import completion_loss_sum, train
 
     if args.threads:

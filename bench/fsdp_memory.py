@@ -44,8 +44,8 @@ def worker(args) -> None:
     from keyheads import models
     from keyheads.components import Components
     from keyheads.finetune import finetune
-    from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.data import Example
+    from keyheads.finetune.settings import FinetuneSettings
 
     before = memory.peak
     t0 = time.perf_counter()

@@ -41,8 +41,8 @@ def main(spec_path: str, results: str) -> None:
     from keyheads import distributed
     from keyheads.components import Components
     from keyheads.finetune import load_examples
-    from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.run import finetune
+    from keyheads.finetune.settings import FinetuneSettings
     from keyheads.log import configure
     from keyheads.models import load_placed, place
 

@@ -56,10 +56,10 @@ def main() -> None:
     rows = []
     for name, variant in variants.items():
         cache = work / f"cache-{name}"
-        cfg = EvalSettings(benchmarks=(args.benchmark,), data_dir=str(data_dir), limit=args.n, cache_dir=str(cache),
-                         progress=False)
+        cfg = EvalSettings(benchmarks=(args.benchmark,), limit=args.n)
         t0 = time.perf_counter()
-        evaluate([variant], cfg, work / f"out-{name}", loader=lambda _: model)
+        evaluate([variant], cfg, work / f"out-{name}", loader=lambda _: model, data_dir=str(data_dir),
+                 cache_dir=str(cache), progress=False)
         seconds = time.perf_counter() - t0
         done = read_rows(cache / f"{args.benchmark}.sqlite")
         outputs, finishes = [r["output"] for r in done], [r["finish"] for r in done]

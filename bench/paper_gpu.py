@@ -338,7 +338,7 @@ def report_records(folders: list[Path], data_dir: Path) -> str:
     """The RESULTS section of phase C from committed records (each a folder with meta.json, stages.jsonl,
     record.json and run/): stage times and memory, and the evaluation's time extrapolated to the full sets."""
     from keyheads.data.benchmarks import load
-    from keyheads.evaluation.config import DEFAULT_NEW_TOKENS
+    from keyheads.evaluation.settings import DEFAULT_NEW_TOKENS
 
     gib = lambda b: "-" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
     lines, runs = [], []

@@ -30,7 +30,6 @@ from study_results import write_section  # noqa: E402
 from keyheads.analysis.common import all_heads, read_pair_rows  # noqa: E402
 from keyheads.analysis.knockout_run import cached_means, control_heads, transfer_sets  # noqa: E402
 from keyheads.analysis.passes import EndPasses  # noqa: E402
-from keyheads.analysis.selection import Notes  # noqa: E402
 from keyheads.analysis.settings import KnockoutSettings  # noqa: E402
 from keyheads.components import Components  # noqa: E402
 from keyheads.errors import BadFile, UserError  # noqa: E402
@@ -40,6 +39,7 @@ from keyheads.mean import DEFAULT_MEAN, MEAN_HELP, MEANS  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
 from keyheads.models.prompt_set import PromptSet  # noqa: E402
 from keyheads.report.stats import band  # noqa: E402
+from keyheads.selection import Notes  # noqa: E402
 
 
 def fill(text: str) -> str:

@@ -62,10 +62,10 @@ def check_distributed(r: int) -> dict:
 def check_patch(r: int, argv: list[str]) -> dict:
     import numpy as np
 
-    import keyheads.patching.run as run_module
+    import keyheads.patching.sweep as sweep_module
     from keyheads.cli import main
 
-    real = run_module.PATCH_METHODS["path"]
+    real = sweep_module.PATCH_METHODS["path"]
     calls = {"n": 0}
 
     def crash_on_rank1(*args, **kwargs):
@@ -80,19 +80,19 @@ def check_patch(r: int, argv: list[str]) -> dict:
 
     out = Path(argv[argv.index("--out") + 1])
     facts = {}
-    run_module.PATCH_METHODS["path"] = crash_on_rank1
+    sweep_module.PATCH_METHODS["path"] = crash_on_rank1
     facts["crash"] = outcome(lambda: main(argv))[1]
     facts["crash_calls"] = calls["n"]
     with np.load(out / f"per_sample.rank{r}of2.npz") as saved:
         facts["checkpointed"] = np.flatnonzero(saved["done"]).tolist()
-    run_module.PATCH_METHODS["path"] = counting
+    sweep_module.PATCH_METHODS["path"] = counting
     for name, args in (("resume", argv), ("restart", argv + ["--restart"])):
         calls["n"] = 0
         code, error = outcome(lambda args=args: main(args))
         facts[name] = {"code": code, "error": error, "calls": calls["n"]}
         if name == "resume":
             facts["effects_after_resume"] = (out / "effects.json").read_text() if r == 0 else None
-    run_module.PATCH_METHODS["path"] = real
+    sweep_module.PATCH_METHODS["path"] = real
     return facts
 
 

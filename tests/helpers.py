@@ -8,9 +8,11 @@ import csv
 import json
 import random
 import types
+from typing import Any, NamedTuple
 
 import pytest
 
+from keyheads.evaluation import EvalSettings, evaluate
 from keyheads.evaluation.variants import Prepared
 from keyheads.models.fingerprint import parameters_fingerprint, short_sha
 from keyheads.models.model import HookedModel
@@ -60,8 +62,9 @@ CHOICE = [  # (question, choices, label)
 ]
 
 
-def write_tiny_benchmarks(root):
-    """A data folder of every benchmark, a few items each, small enough for tiny random models."""
+def write_tiny_benchmarks(root, mmlu_subjects: tuple[str, str] = ("math", "science")):
+    """A data folder of every benchmark, a few items each, small enough for tiny random models; MMLU has two
+    subjects (name real ones, e.g. formal_logic and astronomy, for the MMLU categories)."""
     (root / "gsm8k").mkdir()
     for split, rows in (("train", MATH[:3]), ("test", MATH)):
         with open(root / "gsm8k" / f"{split}.jsonl", "w") as f:
@@ -77,8 +80,9 @@ def write_tiny_benchmarks(root):
     (root / "svamp" / "SVAMP.json").write_text(json.dumps(
         [{"ID": f"chal-{i}", "Body": q.split(". ")[0] + ".", "Question": q.split(". ")[-1], "Equation": str(a),
           "Answer": a, "Type": "Addition"} for i, (q, a) in enumerate(plain)]))
-    for split, subjects in (("dev", {"math": CHOICE[:2], "science": CHOICE[2:4]}),
-                            ("test", {"math": CHOICE[:3], "science": CHOICE[3:]})):
+    first, second = mmlu_subjects
+    for split, subjects in (("dev", {first: CHOICE[:2], second: CHOICE[2:4]}),
+                            ("test", {first: CHOICE[:3], second: CHOICE[3:]})):
         (root / "mmlu" / split).mkdir(parents=True)
         for subject, rows in subjects.items():
             with open(root / "mmlu" / split / f"{subject}_{split}.csv", "w", newline="") as f:
@@ -144,3 +148,23 @@ def kill_at_optimizer_step(monkeypatch, n: int, error: type[BaseException] = Kil
         return optimizer
 
     monkeypatch.setattr(train_mod, "make_optimizer", make)
+
+
+class Evaluation(NamedTuple):
+    """An evaluation's settings, and the caller's arguments of `evaluate` (data, batch, cache, progress, shard)."""
+
+    settings: Any
+    work: dict
+
+
+def evaluation(data_dir=None, cache_dir=None, **kw) -> Evaluation:
+    """EvalSettings from `kw`'s settings, the rest (batch_size, progress, shard) as the caller's arguments."""
+    caller = {k: kw.pop(k) for k in ("batch_size", "progress", "shard") if k in kw}
+    work = {"data_dir": None if data_dir is None else str(data_dir),
+            "cache_dir": None if cache_dir is None else str(cache_dir), **caller}
+    return Evaluation(EvalSettings(**kw), work)
+
+
+def run_evaluation(variants, cfg: Evaluation, out, **kw):
+    """`evaluate` with an Evaluation's settings and arguments."""
+    return evaluate(variants, cfg.settings, out, **{**cfg.work, **kw})

@@ -155,7 +155,7 @@ def test_each_process_resumes_its_own_share(runs):
 
 def test_one_process_resumes_from_two(runs, tmp_path, monkeypatch, capsys):
     """Samples are independent, so one process finishes, or reuses, what two processes did."""
-    import keyheads.patching.run as run_module
+    import keyheads.patching.sweep as sweep_module
 
     root, inputs, _, _ = runs
     out = tmp_path / "run"
@@ -163,13 +163,13 @@ def test_one_process_resumes_from_two(runs, tmp_path, monkeypatch, capsys):
     for name in ("effects.json", "key_heads.json"):
         (out / name).unlink()
     calls = {"n": 0}
-    real = run_module.PATCH_METHODS["path"]
+    real = sweep_module.PATCH_METHODS["path"]
 
     def counting(*args, **kwargs):
         calls["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setitem(run_module.PATCH_METHODS, "path", counting)
+    monkeypatch.setitem(sweep_module.PATCH_METHODS, "path", counting)
     assert main(patch_argv(inputs, out)) == 0
     assert calls["n"] == 0
     assert f"resuming: {len(PAIRS)}/{len(PAIRS)} samples already done in 2 checkpoints" in capsys.readouterr().err

@@ -5,7 +5,7 @@ without a model library.
 Each module is imported in a fresh interpreter, since this one has torch loaded already. keyheads.config.run
 and keyheads.config.commands compose every step's settings: each step's settings class lives beside its code
 (README "Architecture") in a module of its own that loads without torch (analysis.settings, data.settings,
-patching.settings, finetune.config, evaluation.config), and the packages that hold them load their
+patching.settings, finetune.settings, evaluation.settings), and the packages that hold them load their
 torch-bound names on first use (keyheads.lazy).
 """
 import importlib
@@ -23,14 +23,14 @@ TORCH_FREE = [
     "keyheads.config",
     "keyheads.config.base",  # the machine fields: torch only when a check of a GPU runs
     "keyheads.machine",
-    "keyheads.evaluation.config",  # the benchmark names the report shows
+    "keyheads.evaluation.settings",  # the benchmark names the report shows
     "keyheads.config.run",  # a run's config validates without a model library
     "keyheads.config.commands",
     "keyheads.analysis.settings",
-    "keyheads.analysis.selection",  # HeadChoice, ComponentChoice
+    "keyheads.selection",  # HeadChoice, ComponentChoice
     "keyheads.data.settings",
     "keyheads.patching.settings",
-    "keyheads.finetune.config",
+    "keyheads.finetune.settings",
     "keyheads.models.bundled",  # DEFAULT_MODEL
 ]
 HEAVY = ("torch", "transformers")

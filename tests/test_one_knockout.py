@@ -54,7 +54,7 @@ class FirstToken(Task):
     def settings(self, tokenizer, cfg):
         return {"type": "first-token"}
 
-    def run(self, model, items, prefix, cfg):
+    def run(self, model, items, prefix, cfg, batch_size):
         rows = [model.tokenizer(it.prompt)["input_ids"] for it in items]  # as the eval tasks tokenise
         logits = next_token_logits(model, rows, prefix)
         return enumerate({"pred": int(row.argmax()), "logits": row.tolist()} for row in logits)
@@ -67,7 +67,7 @@ def eval_stage_variants(cfg, run, model, monkeypatch):
     """What the eval stage hands the evaluator: its variants, settings and loader."""
     seen = {}
     monkeypatch.setattr(pipeline, "key_heads", lambda folder: Components(tuple(HEADS)))
-    monkeypatch.setattr(pipeline, "evaluate", lambda variants, settings, out, loader: seen.update(
+    monkeypatch.setattr(pipeline, "evaluate", lambda variants, settings, out, loader, **work: seen.update(
         variants=variants, settings=settings, loader=loader))
     pipeline._eval(cfg, RunFolder(run), model, progress=False)
     return seen
@@ -109,7 +109,7 @@ def curve_and_eval(llama, run, cfg, stage, tmp_path):
 
     prepared = prepare(next(v for v in stage["variants"] if v.kind == "knockout"), stage["loader"])
     task = FirstToken(prompts, clean)
-    rows, _ = run_task(prepared, task, stage["settings"], ResultCache(tmp_path / "first-token.sqlite"))
+    rows, _ = run_task(prepared, task, stage["settings"], ResultCache(tmp_path / "first-token.sqlite"), progress=False)
     return clean, curves.effect[len(HEADS)], curve_preds, curve_logits, rows, prepared
 
 
@@ -215,13 +215,13 @@ def _next_with_generated_global(model, ko: Knockout, ids, prompt_len):
 
 
 def test_the_eval_command_and_its_files_name_the_global_mean(tmp_path, run, llama, monkeypatch):
-    settings = EvalSettings(benchmarks=("arith-add",), limit=2, few_shot=1, max_new_tokens=2, progress=False,
-                            cache_dir=str(tmp_path / "cache"))
+    settings = EvalSettings(benchmarks=("arith-add",), limit=2, few_shot=1, max_new_tokens=2)
     pairs = str(run / "pairs.jsonl")
     rows = [Variant.make("model", "tiny", label="tiny"),
             Variant.make("knockout", "tiny", label="tiny - 4 key heads knocked out (global mean)",
                          heads=[h.to_json() for h in HEADS], data=pairs)]  # no mean: the caller's
-    evaluate(rows, settings, run / "eval", loader=lambda _: llama, mean="global")
+    evaluate(rows, settings, run / "eval", loader=lambda _: llama, mean="global", cache_dir=tmp_path / "cache",
+             progress=False)
     results = json.loads((run / "eval" / "results.json").read_text())
     ko = results["variants"][1]
     assert ko["info"]["knockout"]["mean"] == "global" and ko["info"]["variant"]["options"]["mean"] == "global"

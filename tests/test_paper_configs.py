@@ -59,7 +59,7 @@ def paper_run(tmp_path_factory):
     root = tmp_path_factory.mktemp(name)
     model = tiny_of(CONFIGS[name], root / "model")
     (root / "benchmarks").mkdir()
-    write_tiny_benchmarks(root / "benchmarks")
+    write_tiny_benchmarks(root / "benchmarks", mmlu_subjects=("formal_logic", "astronomy"))  # a humanities one
     with open(root / "benchmarks" / "gsm8k" / "train.jsonl", "w") as f:  # training questions no test set holds
         for a in range(4):
             f.write(json.dumps({"question": f"Tom has {a + 2} pens and buys {a + 3} more. How many pens now?",
@@ -96,7 +96,12 @@ def test_the_config_is_the_papers_protocol(paper_run):
               "rescale": True, "train": "trainset"}
     assert {k: used["finetune"][k] for k in recipe} == recipe
     assert used["eval"]["split"] == "full" and set(used["eval"]["benchmarks"]) == {
-        "gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa"}
+        "gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa", "mmlu-humanities"}  # appendix E's MMLU-Humanities
+    base, knockout = json.loads((run / "eval" / "results.json").read_text())["variants"][:2]
+    for row in (base, knockout):  # its knockout against the base, from MMLU's items
+        humanities = row["benchmarks"]["mmlu-humanities"]
+        assert humanities["n"] == 3 and set(humanities["subjects"]) == {"formal_logic"}
+        assert humanities["timing"]["computed"] == 0  # MMLU, evaluated first, scored them
     for variant in ("precise@32", "full", "lora", "random@32", "precise@8", "precise@64", "precise@32+mlp3"):
         assert variant in used["variants"]
 

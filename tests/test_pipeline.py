@@ -339,7 +339,7 @@ def test_training_on_the_trainset_evaluates_only_untrained_items(run, tiny_data,
         [{"ID": f"chal-{i}", "Body": f"Bob had {i} cards.", "Question": "He lost 1. How many cards now?",
           "Equation": f"( {i} - 1 )", "Answer": i - 1, "Type": "Subtraction"} for i in range(8)]))
     cfg = config(run, data, finetune=dict(train="trainset"), eval=dict(benchmarks=["svamp"], limit=None, few_shot=0))
-    assert cfg.resolved_eval_split() == "heldout"
+    assert cfg.eval.split == "heldout"
     run_pipeline(cfg, stages=["data", "identify", "finetune", "eval"])
     res = json.loads((run / "eval" / "results.json").read_text())["variants"][0]["benchmarks"]["svamp"]
     held = heldout_splits(str(data), SplitSettings())["svamp"][1]
@@ -347,8 +347,8 @@ def test_training_on_the_trainset_evaluates_only_untrained_items(run, tiny_data,
     assert res["split"].startswith("heldout") and 0 < res["n"] == len(held) < 8
     assert not any(r.question in p for r in held for p in trained)
     # asked for explicitly, or with other training data, the whole set as in the paper
-    assert config(run, data, finetune=dict(train="trainset"), eval=dict(split="full")).resolved_eval_split() == "full"
-    assert config(run, data).resolved_eval_split() == "full"
+    assert config(run, data, finetune=dict(train="trainset"), eval=dict(split="full")).eval.split == "full"
+    assert config(run, data).eval.split == "full"
 
 
 @pytest.mark.parametrize("command", ["run", "demo"])

@@ -14,13 +14,13 @@ import pytest
 from pydantic import BaseModel
 
 from keyheads import pipeline
-from keyheads.analysis.selection import HeadChoice
 from keyheads.components import Components
-from keyheads.config.base import fields_of
 from keyheads.config.run import RunSettings, merge_settings
-from keyheads.finetune.config import FinetuneSettings
+from keyheads.data.trainset import SplitSettings
+from keyheads.finetune.settings import FinetuneSettings
 from keyheads.heads import Head
 from keyheads.models import Placement
+from keyheads.selection import HeadChoice
 
 VARIANTS = ["precise", "precise+mlp", "full", "lora"]
 # single-token answers, so that patch.first_token can take either value (first-token data needs it on)
@@ -41,6 +41,7 @@ OTHER = {
     ("finetune", "adam_betas"): (0.8, 0.99),
     ("eval", "benchmarks"): ["arith-mul"],
     ("eval", "split"): "heldout",
+    ("eval", "heldout"): SplitSettings(seed=1),
 }
 # settings that a resumed run may change without changing any result (declared on the type itself)
 RESUMABLE = {("finetune", name) for name in FinetuneSettings.RESUMABLE_CHANGES}
@@ -73,9 +74,9 @@ def section_fields():
     cfg = RunSettings.make(**BASE)
     for section in ("data", "patch", "knockout", "attention", "mlp", "finetune", "eval"):
         kind = type(getattr(cfg, section))
-        for name, (annotation, info) in fields_of(kind).items():
+        for name, info in kind.model_fields.items():
             if name not in NOT_SETTABLE:
-                yield section, name, info.alias or name, annotation
+                yield section, name, info.alias or name, info.annotation
 
 
 class Calls:
@@ -168,6 +169,6 @@ def test_the_walk_fails_when_a_stage_drops_a_setting(tmp_path, monkeypatch):
     calls = Calls(monkeypatch)
     cfg = RunSettings.make(out=str(tmp_path / "a"), **merge_settings(BASE, {"knockout": {"k": 7}}))
     monkeypatch.setattr(pipeline, "_knockout", lambda cfg, run, model, progress=True: pipeline.run_knockout(
-        model, run, run, None, dataclasses.replace(cfg.knockout, k=20)))
+        model, run, run, None, cfg.knockout.model_copy(update={"k": 20})))
     stages_of(cfg, tmp_path / "a", calls)["knockout"].run()
     assert not calls.reached("k", "k", 7)

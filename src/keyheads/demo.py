@@ -11,7 +11,7 @@ from .config.run import RunSettings, merge_settings
 from .data.benchmarks import data_dir_from
 from .distributed import is_main
 from .evaluation.arith import ARITH_FIRST
-from .evaluation.config import TABLE_BENCHMARKS
+from .evaluation.settings import TABLE_BENCHMARKS
 from .log import logger
 
 DEMO = dict(

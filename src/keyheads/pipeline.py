@@ -18,12 +18,9 @@ import contextlib
 import gc
 import os
 from collections.abc import Callable
-from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Literal
-
-from pydantic import TypeAdapter
 
 from . import distributed, models
 from .analysis.attention_run import describe as describe_attention
@@ -32,9 +29,7 @@ from .analysis.knockout_run import describe as describe_knockout
 from .analysis.knockout_run import run_knockout
 from .analysis.mlp_run import describe as describe_mlp
 from .analysis.mlp_run import run_mlp
-from .analysis.selection import ComponentChoice, HeadChoice
 from .components import Components
-from .config.base import take
 from .config.run import ALSO_IDENTIFY, VARIANT, RunSettings
 from .data.benchmarks import data_dir_from
 from .data.benchmarks import load as load_benchmark
@@ -42,14 +37,13 @@ from .data.generate import pairs_for
 from .data.pairs import Pair, write_pairs
 from .data.settings import WORD_PROBLEMS
 from .data.templates import TASKS
-from .data.trainset import SplitSettings
 from .data.wordproblems import word_problem_pairs
 from .errors import NothingCorrect, SettingError
-from .evaluation import EvalSettings, Variant, evaluate
+from .evaluation import Variant, evaluate
 from .finetune import describe as describe_training
 from .finetune import finetune, load_examples
-from .finetune.config import FinetuneSettings
 from .finetune.parallel import check_setup
+from .finetune.settings import FinetuneSettings
 from .io import write_json
 from .log import logger
 from .mean import DEFAULT_MEAN, KnockoutMean
@@ -59,6 +53,8 @@ from .patching import identify
 from .report.html import write_html_report
 from .results.run import ModelInfo
 from .runfolder import RunFolder
+from .section import Section
+from .selection import ComponentChoice, HeadChoice
 from .stages import Runner, Stage
 
 STAGE_GROUPS = ("data", "identify", "knockout", "attention", "mlp", "finetune", "eval", "report")
@@ -78,8 +74,8 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
     run = RunFolder.of(folder)
     model_key = {"model": cfg.model, "dtype": cfg.dtype}
     seeded = {**model_key, "seed": cfg.seed}
-    def section(part) -> dict:  # the YAML's keys
-        return TypeAdapter(type(part)).dump_python(part, mode="json", by_alias=True)
+    def section(part: Section) -> dict:  # the YAML's keys
+        return part.to_json()
 
     stages = [
         Stage("data", {**model_key, **section(cfg.data)}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
@@ -115,7 +111,6 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
     if cfg.eval.benchmarks:
         # the knockout row takes the run's one mean, the knockout section's
         stages.append(Stage("eval", {**model_key, **section(cfg.eval), "mean": cfg.knockout.mean,
-                                     "split": cfg.resolved_eval_split(),
                                      "data_dir": cfg.data_dir},
                             [PAIRS, KEY_HEADS] + [RunFolder.finetune_rel(v) for v in cfg.variants], [RunFolder.EVAL],
                             lambda: _eval(cfg, run, get_model(), progress), keep=[RunFolder.EVAL_CACHE], spread=True))
@@ -256,7 +251,8 @@ def _pairs_of(cfg: RunSettings, name: str, model, progress: bool) -> list[Pair]:
     """The pairs of also_identify's `name`, with the run's data settings; one line when keep_correct keeps none."""
     try:
         if name in TASKS:
-            return pairs_for(model, replace(cfg.data, task=name), batch_size=cfg.batch_size, progress=progress)
+            return pairs_for(model, cfg.data.model_copy(update={"task": name}), batch_size=cfg.batch_size,
+                             progress=progress)
         questions = load_benchmark(WORD_PROBLEMS, "test", data_dir=_data_dir(cfg))
         return word_problem_pairs(model, questions, cfg.data, name, batch_size=cfg.batch_size, progress=progress)
     except NothingCorrect:
@@ -349,10 +345,8 @@ def _eval(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> Non
             return model
         return _load(cfg, name)
 
-    settings = take(cfg.eval, EvalSettings, split=cfg.resolved_eval_split(), heldout=SplitSettings(),
-                    data_dir=_data_dir(cfg), batch_size=cfg.batch_size, cache_dir=str(run.eval_cache),
-                    progress=progress, shard=None)
-    evaluate(variants, settings, run.eval, loader=loader)
+    evaluate(variants, cfg.eval, run.eval, loader=loader, data_dir=_data_dir(cfg), batch_size=cfg.batch_size,
+             cache_dir=str(run.eval_cache), progress=progress)
 
 
 def _report(run: RunFolder) -> None:

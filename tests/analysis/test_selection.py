@@ -5,10 +5,10 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from keyheads.analysis.selection import ComponentChoice, HeadChoice, choose_heads
 from keyheads.components import Components
 from keyheads.effects import Effects
 from keyheads.heads import Head
+from keyheads.selection import ComponentChoice, HeadChoice, choose_heads
 
 from tests.helpers import write_effects
 

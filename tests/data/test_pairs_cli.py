@@ -33,7 +33,7 @@ def test_cli_writes_aligned_pairs_for_all_tasks(tiny_folder, tmp_path, capsys):
 def test_cli_template_selection_and_operands(tiny_folder, tmp_path):
     out = tmp_path / "sel.jsonl"
     assert main(["data", "--model", str(tiny_folder), "--task", "all", "-n", "6", "--out", str(out),
-                 "--templates", "add-eq-1,sub-qa-2", "--operands", "2-4"]) == 0
+                 "--templates", "add-eq-1,sub-qa-2", "--a-range", "2,4", "--b-range", "2,4"]) == 0
     pairs = read_pairs(out)
     assert {p.template for p in pairs} == {"add-eq-1", "sub-qa-2"} and len(pairs) == 12
     assert all(2 <= int(v) <= 4 for p in pairs for v in p.operands.values())
@@ -49,6 +49,6 @@ def test_cli_bad_inputs_are_explained(tiny_folder, tmp_path, capsys):
     assert "my-add" in err and "{OP}" in err
     assert main(base + ["--templates", "add-nope-1"]) == 2
     assert "add-nope-1" in capsys.readouterr().err
-    assert main(base + ["--operands", "9-1"]) == 2
-    assert "--operands" in capsys.readouterr().err
+    assert main(base + ["--a-range", "9,1"]) == 2
+    assert "--a-range [9, 1]: needs 0 <= LO <= HI" in capsys.readouterr().err
     assert not out.exists()

@@ -13,7 +13,7 @@ import pytest
 from keyheads.data.arithmetic import EitherOrder, NumberRange
 from keyheads.data.render import render
 from keyheads.data.templates import load_templates
-from keyheads.evaluation import ARITH, EvalSettings, evaluate
+from keyheads.evaluation import ARITH, EvalSettings
 from keyheads.evaluation import arith as arith_module
 from keyheads.evaluation import tasks as tasks_module
 from keyheads.evaluation.arith import (
@@ -26,16 +26,16 @@ from keyheads.evaluation.arith import (
     heldout_templates,
 )
 from keyheads.evaluation.cache import read_rows
-from keyheads.evaluation.config import check_benchmarks
 from keyheads.evaluation.extract import NUMBER
+from keyheads.evaluation.settings import check_benchmarks
 from keyheads.evaluation.tasks import make_task
 from keyheads.finetune.data import ARITH_KINDS, arithmetic_examples
 
-from tests.helpers import prepared
+from tests.helpers import evaluation, prepared, run_evaluation
 
 TEMPLATED = ("arith-add", "arith-sub", "arith-decimal", "arith-mul", "arith-add4")  # arith-multi: three operands
 # Short enough for the tiny models' 256 positions (one character a token).
-QUICK = dict(benchmarks=ARITH, few_shot=1, batch_size=8, progress=False)
+QUICK = dict(benchmarks=ARITH, few_shot=1, batch_size=8, progress=False)  # settings and the caller's
 
 
 def _all(name):
@@ -208,8 +208,8 @@ def test_known_benchmarks():
 
 
 def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_data, monkeypatch):
-    cfg = EvalSettings(limit=5, cache_dir=str(tmp_path / "cache"), **QUICK)
-    first = evaluate([prepared(tiny, label="tiny")], cfg, tmp_path / "run")[0]["benchmarks"]
+    cfg = evaluation(cache_dir=tmp_path / "cache", limit=5, **QUICK)
+    first = run_evaluation([prepared(tiny, label="tiny")], cfg, tmp_path / "run")[0]["benchmarks"]
     table = (tmp_path / "run" / "table.md").read_text()
     assert table.startswith("| Model | Train speed | Tuned params | arith-add Acc. | arith-add Δ | arith-sub Acc. |")
     for name in ARITH:
@@ -227,7 +227,7 @@ def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_d
         raise AssertionError("a re-run generated instead of reading the cache")
 
     monkeypatch.setattr(tasks_module, "generate_stream", no_generation)
-    again = evaluate([prepared(tiny, label="tiny")], cfg, tmp_path / "again")[0]["benchmarks"]
+    again = run_evaluation([prepared(tiny, label="tiny")], cfg, tmp_path / "again")[0]["benchmarks"]
     for name in ARITH:
         assert again[name]["timing"]["computed"] == 0 and again[name]["timing"]["cached"] == 5
         assert again[name]["correct"] == first[name]["correct"]
@@ -241,10 +241,10 @@ def test_evaluation_needs_no_data_and_reruns_from_the_cache(tiny, tmp_path, no_d
     ("no idea", 0.0),
 ])
 def test_scoring(tiny, tmp_path, no_data, monkeypatch, says, accuracy):
-    cfg = EvalSettings(limit=10, cache_dir=str(tmp_path / "cache"), **QUICK)
+    cfg = evaluation(cache_dir=tmp_path / "cache", limit=10, **QUICK)
     answers = {}  # prompt tokens -> the right answer
     for name in ARITH:
-        for it, item in zip(make_task(name, cfg).items, arith_items(name)[0]):
+        for it, item in zip(make_task(name, cfg.settings).items, arith_items(name)[0]):
             answers[tuple(tiny.tokenizer(it.prompt)["input_ids"])] = Decimal(item.answer)
 
     def fake(model, rows, budget, stop, prefix=None, batch_size=None):
@@ -255,7 +255,7 @@ def test_scoring(tiny, tmp_path, no_data, monkeypatch, says, accuracy):
             yield j, (text[:stop(text)], "stop")
 
     monkeypatch.setattr(tasks_module, "generate_stream", fake)
-    result = evaluate([prepared(tiny, label="t")], cfg, tmp_path / "run")[0]["benchmarks"]
+    result = run_evaluation([prepared(tiny, label="t")], cfg, tmp_path / "run")[0]["benchmarks"]
     for name in ARITH:
         assert (result[name]["n"], result[name]["accuracy"]) == (10, accuracy)
     assert result["arith-add"]["no_number"] == (10 if says == "no idea" else 0)

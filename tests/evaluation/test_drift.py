@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from keyheads.evaluation import EvalSettings, Variant, evaluate
+from keyheads.evaluation import Variant
 from keyheads.evaluation.cache import ResultCache
 from keyheads.evaluation.drift import DriftTask, bootstrap, drift_items
 from keyheads.evaluation.runner import run_task
@@ -17,12 +17,12 @@ from keyheads.evaluation.variants import prepare
 from keyheads.knockout import away_from_end
 from keyheads.models.model import HookedModel
 
-from tests.helpers import prepared
+from tests.helpers import evaluation, prepared, run_evaluation
 
 
 def cfg(data, tmp_path, **kw):
-    return EvalSettings(benchmarks=("generic-kl",), data_dir=str(data), limit=6, batch_size=4,
-                      cache_dir=str(tmp_path / "cache"), progress=False, **kw)
+    return evaluation(data, tmp_path / "cache", benchmarks=("generic-kl",), limit=6, batch_size=4, progress=False,
+                      **kw)
 
 
 def perturbed(model, scale=0.05):
@@ -54,9 +54,9 @@ def direct(ref_model, var_model, texts, var_edits=None, no_end=False):
 
 def test_kl_and_perplexity_match_a_direct_computation(tiny, tiny_data, tmp_path):
     tuned = perturbed(tiny)
-    rows = evaluate([prepared(tiny, label="base"), prepared(tuned, label="tuned")],
+    rows = run_evaluation([prepared(tiny, label="base"), prepared(tuned, label="tuned")],
                     cfg(tiny_data, tmp_path), tmp_path / "run")
-    texts = [it.prompt for it in drift_items(cfg(tiny_data, tmp_path))]
+    texts = [it.prompt for it in drift_items(cfg(tiny_data, tmp_path).settings, str(tiny_data))]
     assert len(texts) >= 4 and len(set(texts)) == len(texts)
     base, var = rows[0]["benchmarks"]["generic-kl"], rows[1]["benchmarks"]["generic-kl"]
     kl, ppl = direct(tiny, tuned, texts)
@@ -74,8 +74,8 @@ def test_knockout_row_drifts_with_its_edits_and_the_reference_without(tiny, tiny
     """A text scored at every position has no END: either mean gives the heads the mean over all positions."""
     ko = prepare(Variant.make("knockout", "tiny", label="ko", heads=[[1, 0], [2, 1]], data=str(pairs_file),
                               mean=mean), lambda name: tiny)
-    rows = evaluate([prepared(tiny, label="base"), ko], cfg(tiny_data, tmp_path), tmp_path / "run")
-    texts = [it.prompt for it in drift_items(cfg(tiny_data, tmp_path))]
+    rows = run_evaluation([prepared(tiny, label="base"), ko], cfg(tiny_data, tmp_path), tmp_path / "run")
+    texts = [it.prompt for it in drift_items(cfg(tiny_data, tmp_path).settings, str(tiny_data))]
     kl, ppl = direct(tiny, tiny, texts, var_edits=ko.edits, no_end=True)
     got = rows[1]["benchmarks"]["generic-kl"]
     assert got["kl"] == pytest.approx(kl, rel=1e-4) and kl > 0
@@ -84,13 +84,13 @@ def test_knockout_row_drifts_with_its_edits_and_the_reference_without(tiny, tiny
 
 def test_rerun_is_served_from_the_cache(tiny, tiny_data, tmp_path, monkeypatch):
     variants = [prepared(tiny, label="base"), prepared(perturbed(tiny), label="tuned")]
-    first = evaluate(variants, cfg(tiny_data, tmp_path), tmp_path / "a")
+    first = run_evaluation(variants, cfg(tiny_data, tmp_path), tmp_path / "a")
 
     def fail(*a, **k):
         raise AssertionError("computed again")
 
     monkeypatch.setattr("keyheads.evaluation.drift.log_probs", fail)
-    second = evaluate(variants, cfg(tiny_data, tmp_path), tmp_path / "b")
+    second = run_evaluation(variants, cfg(tiny_data, tmp_path), tmp_path / "b")
     for a, b in zip(first, second):
         assert a["benchmarks"]["generic-kl"]["kl"] == b["benchmarks"]["generic-kl"]["kl"]
         assert b["benchmarks"]["generic-kl"]["timing"]["computed"] == 0
@@ -140,16 +140,17 @@ class Recording(PairwiseTask):
 
 def test_the_runner_dispatches_on_the_pairwise_type(tiny, tiny_data, tmp_path):
     assert issubclass(DriftTask, PairwiseTask)
-    items = drift_items(cfg(tiny_data, tmp_path))[:3]
+    items = drift_items(cfg(tiny_data, tmp_path).settings, str(tiny_data))[:3]
     task = Recording(items)
     base, tuned = prepared(tiny, label="base"), prepared(perturbed(tiny), label="tuned")
-    rows, timing = run_task(tuned, task, cfg(tiny_data, tmp_path), ResultCache(tmp_path / "c.sqlite"), base)
+    rows, timing = run_task(tuned, task, cfg(tiny_data, tmp_path).settings, ResultCache(tmp_path / "c.sqlite"), base,
+                            progress=False)
     assert task.calls == [("tuned", "base", 3)] and len(rows) == 3 and timing["computed"] == 3
     with pytest.raises(TypeError, match="run_pair"):
-        task.run(tiny, items, None, cfg(tiny_data, tmp_path))
+        task.run(tiny, items, None, cfg(tiny_data, tmp_path).settings, 4)
     # without a reference, a variant is compared with itself
     alone = Recording(items)
-    run_task(base, alone, cfg(tiny_data, tmp_path), ResultCache(tmp_path / "d.sqlite"))
+    run_task(base, alone, cfg(tiny_data, tmp_path).settings, ResultCache(tmp_path / "d.sqlite"), progress=False)
     assert alone.calls == [("base", "base", 3)]
 
 

@@ -79,8 +79,8 @@ def test_letter_tokens_for_a_tokenizer_that_merges_the_space():
 
 @pytest.mark.parametrize("bench", ["mmlu", "csqa"])
 def test_letter_scores_equal_a_direct_forward(tiny, tiny_data, bench):
-    task = make_task(bench, EvalSettings(data_dir=str(tiny_data), few_shot=1))
-    rows = [r for _, r in sorted(task.run(tiny, task.items, PrefixKV(tiny, min_len=4), EvalSettings()))]
+    task = make_task(bench, EvalSettings(few_shot=1), str(tiny_data))
+    rows = [r for _, r in sorted(task.run(tiny, task.items, PrefixKV(tiny, min_len=4), EvalSettings(), 16))]
     tok = tiny.tokenizer
     for item, row in zip(task.items, rows):
         ids = tok(item.prompt + " ")["input_ids"]  # the char tokenizer: the space is its own token
@@ -101,8 +101,8 @@ def test_boosted_letter_wins(tiny, tiny_data):
     handle = tiny.hf.get_output_embeddings().register_forward_hook(boost)
     try:
         for bench in ("mmlu", "csqa"):
-            task = make_task(bench, EvalSettings(data_dir=str(tiny_data), few_shot=1))
-            raw = [r for _, r in sorted(task.run(tiny, task.items, None, EvalSettings()))]
+            task = make_task(bench, EvalSettings(few_shot=1), str(tiny_data))
+            raw = [r for _, r in sorted(task.run(tiny, task.items, None, EvalSettings(), 16))]
             rows = [task.score(it, r) for it, r in zip(task.items, raw)]
             assert all(r["pred"] == 2 for r in rows)
             summary = task.summarize(task.items, rows)

@@ -41,7 +41,7 @@ def test_mmlu_letter_scores_agree_with_lm_eval_for_base_knockout_and_precise_ada
     agree within 1e-4, for the base model, a knockout and a precise-SFT run folder (adapter=DIR)."""
     import keyheads.evaluation.lm_eval_adapter as adapter
     from keyheads.components import Components
-    from keyheads.evaluation.config import EvalSettings
+    from keyheads.evaluation.settings import EvalSettings
     from keyheads.evaluation.tasks import ChoiceTask
     from keyheads.evaluation.variants import prepare
     from keyheads.finetune import FinetuneSettings, finetune
@@ -59,15 +59,15 @@ def test_mmlu_letter_scores_agree_with_lm_eval_for_base_knockout_and_precise_ada
     finetune(tiny_model("llama"), examples, FinetuneSettings(max_steps=2, optimizer_batch_size=4, micro_batch_size=2,
                                                              lr=5e-2),
              tmp_path / "ft", Components(((1, 0), (2, 1)), ()), progress=False)
-    cfg = EvalSettings(benchmarks=("mmlu",), data_dir=str(data))
-    task = ChoiceTask("mmlu", cfg)
+    cfg = EvalSettings(benchmarks=("mmlu",))
+    task = ChoiceTask("mmlu", cfg, str(data))
     assert len(task.items) >= 3
     rows_by = {}
     for name, args in {"base": {}, "knockout": {"knockout": "0.1;2.2", "knockout_data": str(pairs)},
                        "precise": {"adapter": str(tmp_path / "ft")}}.items():
         prepared = prepare(adapter.variant_from_args("tiny", **args), lambda _: tiny_model("llama"))
         with prepared.model.hooks(edit=prepared.edits):
-            ours = [row for _, row in sorted(task.run(prepared.model, task.items, None, cfg))]
+            ours = [row for _, row in sorted(task.run(prepared.model, task.items, None, cfg, 16))]
         lm = adapter.KeyheadsLM(model="tiny", batch_size=1, **args)
         letters = "ABCDEFGH"
         for item, row in zip(task.items, ours):

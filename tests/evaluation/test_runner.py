@@ -9,16 +9,16 @@ import pytest
 
 from keyheads.data.benchmarks import DataNotFound, question_key
 from keyheads.data.trainset import SplitSettings, build_trainset
-from keyheads.evaluation import EvalSettings, Prepared, Variant, evaluate, prepare
+from keyheads.evaluation import EvalSettings, Prepared, Variant, prepare
 from keyheads.evaluation import tasks as tasks_module
 from keyheads.evaluation import variants as variants_module
 from keyheads.evaluation.cache import ResultCache, read_rows
-from keyheads.evaluation.config import TABLE_BENCHMARKS, check_benchmarks
+from keyheads.evaluation.settings import TABLE_BENCHMARKS, check_benchmarks
 from keyheads.evaluation.table import to_csv, to_markdown
 from keyheads.evaluation.tasks import make_task
 from keyheads.heads import read_heads
 
-from tests.helpers import prepared
+from tests.helpers import evaluation, prepared, run_evaluation
 
 pytestmark = pytest.mark.slow  # whole evaluation runs, several seconds each
 
@@ -40,17 +40,17 @@ class Counter:
 
 
 def _cfg(tiny_data, tmp_path, **kw):
-    return EvalSettings(data_dir=str(tiny_data), cache_dir=str(tmp_path / "cache"), **{**QUICK, **kw})
+    return evaluation(tiny_data, tmp_path / "cache", **{**QUICK, **kw})
 
 
 def test_second_run_is_served_from_the_cache(tiny, tiny_data, tmp_path):
     cfg = _cfg(tiny_data, tmp_path)
     counter = Counter(tiny)
     try:
-        first = evaluate([prepared(tiny)], cfg, tmp_path / "a")
+        first = run_evaluation([prepared(tiny)], cfg, tmp_path / "a")
         assert counter.calls > 0
         counter.calls = 0
-        second = evaluate([prepared(tiny)], cfg, tmp_path / "b")
+        second = run_evaluation([prepared(tiny)], cfg, tmp_path / "b")
         assert counter.calls == 0
     finally:
         counter.close()
@@ -66,16 +66,16 @@ def test_interrupted_run_resumes_and_matches_a_clean_run(tiny, tiny_data, tmp_pa
     cfg = _cfg(tiny_data, tmp_path, benchmarks=("gsm8k",), batch_size=2)
     real_run = tasks_module.MathTask.run
 
-    def flaky(self, model, items, prefix, cfg):
+    def flaky(self, model, items, prefix, cfg, batch_size):
         """Interrupted after two items have ended, while others are still being generated."""
-        for n, result in enumerate(real_run(self, model, items, prefix, cfg)):
+        for n, result in enumerate(real_run(self, model, items, prefix, cfg, batch_size)):
             if n == 2:
                 raise KeyboardInterrupt
             yield result
 
     monkeypatch.setattr(tasks_module.MathTask, "run", flaky)
     with pytest.raises(KeyboardInterrupt):
-        evaluate([prepared(tiny)], cfg, tmp_path / "run")
+        run_evaluation([prepared(tiny)], cfg, tmp_path / "run")
     cache_file = tmp_path / "cache" / "gsm8k.sqlite"
     assert len(read_rows(cache_file)) == 2  # the items that had ended were kept
     crash_mid_write(cache_file)
@@ -83,13 +83,13 @@ def test_interrupted_run_resumes_and_matches_a_clean_run(tiny, tiny_data, tmp_pa
 
     counter = Counter(tiny)
     try:
-        resumed = evaluate([prepared(tiny)], cfg, tmp_path / "run")[0]["benchmarks"]["gsm8k"]
+        resumed = run_evaluation([prepared(tiny)], cfg, tmp_path / "run")[0]["benchmarks"]["gsm8k"]
     finally:
         counter.close()
     assert resumed["timing"] == {**resumed["timing"], "computed": 4, "cached": 2}
     rows = read_rows(cache_file)
     assert len(rows) == 6 and "abc" not in {r["key"] for r in rows}  # the half-written batch is gone
-    clean = evaluate([prepared(tiny)], _cfg(tiny_data, tmp_path / "clean", benchmarks=("gsm8k",)),
+    clean = run_evaluation([prepared(tiny)], _cfg(tiny_data, tmp_path / "clean", benchmarks=("gsm8k",)),
                      tmp_path / "clean")[0]["benchmarks"]["gsm8k"]
     assert (clean["n"], clean["correct"]) == (resumed["n"], resumed["correct"])
     wrong = lambda p: [json.loads(x)["output"] for x in p.read_text().split("\n") if x]  # noqa: E731
@@ -125,7 +125,7 @@ def test_knockout_variant_changes_the_outputs(tiny, tiny_data, tmp_path, pairs_f
     fewer = Variant.make("knockout", "tiny", heads=heads[:3], data=str(pairs_file))
     assert prepare(fewer, lambda name: tiny).fingerprint != prepared[1].fingerprint
 
-    results = evaluate(variants, cfg, tmp_path / "run", loader=lambda name: tiny)
+    results = run_evaluation(variants, cfg, tmp_path / "run", loader=lambda name: tiny)
     assert [r["label"] for r in results] == ["tiny", "tiny - knockout"]
     assert results[1]["info"]["knockout"]["counterfactual_prompts"] == 4
     scores = {}
@@ -138,7 +138,7 @@ def test_knockout_variant_changes_the_outputs(tiny, tiny_data, tmp_path, pairs_f
         outputs.setdefault(row["variant"], []).append(row["output"])
     assert outputs["tiny"] != outputs["tiny - knockout"]
     # hooks are removed after evaluation: the plain model is unchanged
-    again = evaluate([Variant.make("model", "tiny")], _cfg(tiny_data, tmp_path / "again", benchmarks=("mmlu",)),
+    again = run_evaluation([Variant.make("model", "tiny")], _cfg(tiny_data, tmp_path / "again", benchmarks=("mmlu",)),
                      tmp_path / "again", loader=lambda name: tiny)
     assert again[0]["benchmarks"]["mmlu"]["correct"] == results[0]["benchmarks"]["mmlu"]["correct"]
 
@@ -151,16 +151,16 @@ def test_rows_are_built_only_for_items_not_cached_and_released_after(tiny, tiny_
     cfg = _cfg(tiny_data, tmp_path, benchmarks=("mmlu",))
     knockout = Variant.make("knockout", "tiny", label="ko", heads=[[1, 0]], data=str(pairs_file))
     rows = [Variant.make("model", "tiny"), knockout]
-    first = evaluate(rows, cfg, tmp_path / "a", loader=lambda name: tiny)
+    first = run_evaluation(rows, cfg, tmp_path / "a", loader=lambda name: tiny)
     assert len(means) == 1
-    again = evaluate(rows, cfg, tmp_path / "b", loader=lambda name: tiny)  # every item cached: no means
+    again = run_evaluation(rows, cfg, tmp_path / "b", loader=lambda name: tiny)  # every item cached: no means
     assert len(means) == 1 and again[1]["benchmarks"]["mmlu"]["timing"]["computed"] == 0
     assert [r["benchmarks"]["mmlu"]["correct"] for r in again] == [r["benchmarks"]["mmlu"]["correct"] for r in first]
 
     built = []
     base = prepared(tiny, label="base")
     later = Prepared(base.fingerprint + "x", "later", tiny.tokenizer, lambda: built.append(1) or (tiny, {}))
-    evaluate([base, later], cfg, tmp_path / "c")
+    run_evaluation([base, later], cfg, tmp_path / "c")
     assert len(built) == 1 and later._built is None and base._built is not None  # the reference stays
 
 
@@ -193,7 +193,7 @@ def test_table_format():
 
 
 def test_run_folder_has_table_results_and_wrong_cases(tiny, tiny_data, tmp_path):
-    evaluate([prepared(tiny, label="tiny")], _cfg(tiny_data, tmp_path), tmp_path / "run")
+    run_evaluation([prepared(tiny, label="tiny")], _cfg(tiny_data, tmp_path), tmp_path / "run")
     run = tmp_path / "run"
     table = (run / "table.md").read_text()
     assert table.startswith("| Model | Train speed | Tuned params | GSM8K Acc. |") and "| tiny |" in table
@@ -212,7 +212,7 @@ def test_run_folder_has_table_results_and_wrong_cases(tiny, tiny_data, tmp_path)
 def test_generation_without_a_number_counts_as_wrong(tiny, tiny_data, tmp_path, monkeypatch):
     monkeypatch.setattr(tasks_module, "generate_stream",
                         lambda model, rows, *a, **k: ((j, ("no idea", "stop")) for j in range(len(rows))))
-    res = evaluate([prepared(tiny, label="t")], _cfg(tiny_data, tmp_path, benchmarks=("svamp",)),
+    res = run_evaluation([prepared(tiny, label="t")], _cfg(tiny_data, tmp_path, benchmarks=("svamp",)),
                    tmp_path / "run")[0]["benchmarks"]["svamp"]
     assert res["correct"] == 0 and res["no_number"] == res["n"] == 6
     wrong = [json.loads(x) for x in (tmp_path / "run" / "t" / "svamp.wrong.jsonl").read_text().split("\n") if x]
@@ -226,17 +226,17 @@ def test_bad_benchmark_and_missing_data_are_explained(tmp_path, monkeypatch):
         check_benchmarks(["gsm8k", "gsm9k"])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataNotFound, match=f"{tmp_path}/csqa/dev_rand_split.jsonl.*tau/commonsense_qa"):
-        make_task("csqa", EvalSettings(data_dir=str(tmp_path)))
+        make_task("csqa", EvalSettings(), data_dir=str(tmp_path))
 
 
 def test_limit_is_deterministic_and_mmlu_spreads_over_subjects(shared_data):
-    cfg = EvalSettings(data_dir=str(shared_data), limit=57)
-    a, b = make_task("mmlu", cfg), make_task("mmlu", cfg)
+    cfg = EvalSettings(limit=57)
+    a, b = make_task("mmlu", cfg, str(shared_data)), make_task("mmlu", cfg, str(shared_data))
     assert [i.record.id for i in a.items] == [i.record.id for i in b.items]
     assert len({i.record.subject for i in a.items}) == 57
     # each MMLU prompt is 5-shot from its own subject's dev questions
     assert all(i.prompt.count("\nAnswer: ") == 5 and i.record.subject.replace("_", " ") in i.prompt for i in a.items)
-    gsm = make_task("gsm8k", EvalSettings(data_dir=str(shared_data), limit=10))
+    gsm = make_task("gsm8k", EvalSettings(limit=10), str(shared_data))
     assert [i.record.id for i in gsm.items] == [str(n) for n in range(10)]
 
 
@@ -244,9 +244,9 @@ def test_heldout_evaluation_is_disjoint_from_the_training_set(shared_data):
     split = SplitSettings(seed=0, train_fraction=0.3)
     rows, manifest = build_trainset(shared_data, split)
     trained = {question_key(r["question"]) for r in rows}
-    cfg = EvalSettings(data_dir=str(shared_data), split="heldout", heldout=split)
+    cfg = EvalSettings(split="heldout", heldout=split)
     for name in ("gsm8k", "addsub", "singleeq", "svamp"):
-        task = make_task(name, cfg)
+        task = make_task(name, cfg, str(shared_data))
         evaluated = {question_key(i.record.question) for i in task.items}
         assert evaluated and not evaluated & trained
         assert len(task.items) == manifest["evaluated"][name]["size"]
@@ -270,12 +270,12 @@ def test_batches_do_not_mix_mmlu_subjects(tiny, tiny_data, tmp_path, monkeypatch
     seen = []
     real_run = tasks_module.ChoiceTask.run
 
-    def spy(self, model, items, prefix, cfg):
+    def spy(self, model, items, prefix, cfg, batch_size):
         seen.append([it.record.subject for it in items])
-        return real_run(self, model, items, prefix, cfg)
+        return real_run(self, model, items, prefix, cfg, batch_size)
 
     monkeypatch.setattr(tasks_module.ChoiceTask, "run", spy)
-    evaluate(
+    run_evaluation(
         [prepared(tiny)], _cfg(tiny_data, tmp_path, benchmarks=("mmlu",), batch_size=16), tmp_path / "r"
     )
     assert sorted(map(tuple, seen)) == [("math",) * 3, ("science",) * 3]
@@ -285,20 +285,20 @@ def test_shards_split_the_work_and_the_table_comes_from_the_cache(tiny, tiny_dat
     cfg = dict(benchmarks=("gsm8k", "mmlu"))
     computed = {}
     for k in range(3):
-        res = evaluate([prepared(tiny)], _cfg(tiny_data, tmp_path, shard=(k, 3), **cfg), tmp_path / "s")
+        res = run_evaluation([prepared(tiny)], _cfg(tiny_data, tmp_path, shard=(k, 3), **cfg), tmp_path / "s")
         computed[k] = {b: r["timing"]["computed"] for b, r in res[0]["benchmarks"].items()}
     assert not (tmp_path / "s" / "table.md").exists()  # a shard writes no table
     counter = Counter(tiny)
     try:
-        joined = evaluate([prepared(tiny)], _cfg(tiny_data, tmp_path, **cfg), tmp_path / "joined")
+        joined = run_evaluation([prepared(tiny)], _cfg(tiny_data, tmp_path, **cfg), tmp_path / "joined")
     finally:
         counter.close()
     assert counter.calls == 0  # the shards together did every item
-    direct = evaluate([prepared(tiny)], _cfg(tiny_data, tmp_path / "direct", **cfg), tmp_path / "direct")
+    direct = run_evaluation([prepared(tiny)], _cfg(tiny_data, tmp_path / "direct", **cfg), tmp_path / "direct")
     for b in cfg["benchmarks"]:
         n = direct[0]["benchmarks"][b]["n"]
         assert sum(c[b] for c in computed.values()) == n  # each item in exactly one shard
         assert (joined[0]["benchmarks"][b]["correct"], joined[0]["benchmarks"][b]["n"]) == \
             (direct[0]["benchmarks"][b]["correct"], n)
     with pytest.raises(ValueError, match="0 <= K < N"):
-        EvalSettings(shard=(2, 2))
+        run_evaluation([prepared(tiny)], _cfg(tiny_data, tmp_path, shard=(2, 2), **cfg), tmp_path / "bad")

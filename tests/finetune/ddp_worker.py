@@ -24,9 +24,9 @@ def main(spec_path: str, out: str, results: str) -> None:
     import keyheads.finetune.checkpoint as checkpoint_mod
     import keyheads.finetune.run as run_mod
     from keyheads.components import Components
-    from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.data import Example
     from keyheads.finetune.run import finetune
+    from keyheads.finetune.settings import FinetuneSettings
     from keyheads.testing import tiny_model
 
     spec = json.loads(Path(spec_path).read_text())

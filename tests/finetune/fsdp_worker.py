@@ -25,9 +25,9 @@ def main(spec_path: str, results: str) -> None:
     import keyheads.finetune.train as train_mod
     from keyheads import models
     from keyheads.components import Components
-    from keyheads.finetune.config import FinetuneSettings
     from keyheads.finetune.data import Example
     from keyheads.finetune.run import finetune
+    from keyheads.finetune.settings import FinetuneSettings
     from keyheads.log import configure
     from keyheads.testing import tiny_model
     from keyheads.testing.memory import STATUS, AnonymousPeak

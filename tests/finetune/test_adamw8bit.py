@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import keyheads.finetune.train as train_mod
-from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.run import finetune
+from keyheads.finetune.settings import FinetuneSettings
 from keyheads.testing import tiny_model
 
 from tests.helpers import Killed, kill_at_optimizer_step

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 from keyheads.components import Components
 from keyheads.finetune.adapter import ADAPTER, INFO
-from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.run import finetune
+from keyheads.finetune.settings import FinetuneSettings
 from keyheads.testing import tiny_model
 
 COMPONENTS = Components(((1, 0), (1, 1), (2, 3)), (2,))

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from keyheads.components import Components
-from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.data import collate, n_loss_tokens, tokenize
 from keyheads.finetune.model import precise, slice_plan
+from keyheads.finetune.settings import FinetuneSettings
 from keyheads.finetune.train import batch_indices, completion_loss_sum, train
 from keyheads.testing import TINY_FAMILIES, tiny_model
 

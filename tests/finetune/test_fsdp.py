@@ -18,8 +18,8 @@ from transformers import AutoModelForCausalLM
 
 from keyheads.components import Components
 from keyheads.finetune.adapter import ADAPTER
-from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.run import finetune
+from keyheads.finetune.settings import FinetuneSettings
 from keyheads.testing import tiny_model
 
 WORKER = Path(__file__).with_name("fsdp_worker.py")

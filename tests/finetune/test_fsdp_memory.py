@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from keyheads.components import Components
-from keyheads.finetune.config import FinetuneSettings
+from keyheads.finetune.settings import FinetuneSettings
 from keyheads.testing import char_tokenizer
 
 from .test_fsdp import facts, launch, run_spec

@@ -5,7 +5,6 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,8 @@ import keyheads.finetune.train as train_mod
 from keyheads.components import Components
 from keyheads.finetune.adapter import ADAPTER, INFO
 from keyheads.finetune.checkpoint import ResumeMismatch
-from keyheads.finetune.config import FinetuneSettings
 from keyheads.finetune.run import finetune
+from keyheads.finetune.settings import FinetuneSettings
 from keyheads.io import read_json
 from keyheads.testing import tiny_model
 
@@ -73,7 +72,7 @@ def assert_same_as(uninterrupted, out: Path, info: dict, model) -> None:
 @pytest.mark.parametrize("at, saved, resume_cfg", [
     (4, 2, CFG),  # dies in step 4: the newest checkpoint is of step 2
     (5, 4, CFG),  # dies in step 5: the newest checkpoint is of step 4
-    (5, 4, replace(CFG, save_every=3)),  # a setting a resume may change
+    (5, 4, CFG.model_copy(update=dict(save_every=3))),  # a setting a resume may change
 ])
 def test_killed_run_resumes_bit_identical(at, saved, resume_cfg, examples, uninterrupted, tmp_path, monkeypatch,
                                           caplog):
@@ -145,9 +144,9 @@ def test_stale_temporaries_do_not_block_saving(examples, uninterrupted, tmp_path
 
 
 @pytest.mark.parametrize("change, keys", [
-    (dict(cfg=replace(CFG, lr=2e-2)), ["config.lr"]),
+    (dict(cfg=CFG.model_copy(update=dict(lr=2e-2))), ["config.lr"]),
     (dict(components=Components(((1, 0), (2, 3)), (2,))), ["components.heads"]),
-    (dict(cfg=replace(CFG, optimizer_batch_size=4, micro_batch_size=2)),
+    (dict(cfg=CFG.model_copy(update=dict(optimizer_batch_size=4, micro_batch_size=2))),
      ["config.optimizer_batch_size", "config.micro_batch_size"]),
 ])
 def test_resume_with_other_settings_is_refused(change, keys, examples, tmp_path, monkeypatch):
@@ -228,7 +227,7 @@ def test_checkpoints_by_time_when_steps_are_slow(save_minutes, saved, examples, 
     """With no step interval, a checkpoint still follows every step once save_minutes have passed (here at
     once); with both off only the end is saved. The time-saved run resumes to the same bits."""
     out = tmp_path / "run"
-    cfg = replace(CFG, save_every=0, save_minutes=save_minutes)
+    cfg = CFG.model_copy(update=dict(save_every=0, save_minutes=save_minutes))
     kill_at_optimizer_step(monkeypatch, 4)
     with pytest.raises(Killed):
         finetune(tiny_model("llama", seed=0), examples, cfg, out, COMPONENTS, progress=False)
@@ -238,6 +237,6 @@ def test_checkpoints_by_time_when_steps_are_slow(save_minutes, saved, examples, 
         return
     assert read_json(out / "checkpoint" / "record.json")["step"] == saved
     model = tiny_model("llama", seed=0)
-    info = finetune(model, examples, replace(cfg, save_minutes=30.0), out, COMPONENTS, progress=False)
+    info = finetune(model, examples, cfg.model_copy(update=dict(save_minutes=30.0)), out, COMPONENTS, progress=False)
     assert info["train"]["steps_this_run"] == CFG.max_steps - saved
     assert_same_as(uninterrupted, out, info, model)

@@ -193,9 +193,9 @@ def test_eval_items(pair, tiny_data, tmp_path):
                 Variant.make("knockout", folder, heads=[[0, 1], [2, 0]], mlps=[1], data=str(pairs))]
     items = []
     for name, model in (("plain", plain), ("auto", dispatched)):
-        cfg = EvalSettings(benchmarks=("gsm8k", "mmlu", "arith-add"), data_dir=str(tiny_data), limit=3, few_shot=1,
-                         max_new_tokens=6, batch_size=2, progress=False, cache_dir=str(tmp_path / name / "cache"))
-        evaluate(variants, cfg, tmp_path / name / "out", loader=lambda _, model=model: model)
+        cfg = EvalSettings(benchmarks=("gsm8k", "mmlu", "arith-add"), limit=3, few_shot=1, max_new_tokens=6)
+        evaluate(variants, cfg, tmp_path / name / "out", loader=lambda _, model=model: model, data_dir=str(tiny_data),
+                 batch_size=2, progress=False, cache_dir=str(tmp_path / name / "cache"))
         items.append({b: read_rows(tmp_path / name / "cache" / f"{b}.sqlite") for b in cfg.benchmarks})
     want, got = items
     for bench in want:

@@ -58,7 +58,6 @@ def run_folder(tmp_path_factory, tiny_data):
     from keyheads.analysis.attention_run import run_attention
     from keyheads.analysis.knockout_run import run_knockout
     from keyheads.analysis.mlp_run import run_mlp
-    from keyheads.analysis.selection import HeadChoice
     from keyheads.analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
     from keyheads.components import Components
     from keyheads.effects import Effects
@@ -67,6 +66,7 @@ def run_folder(tmp_path_factory, tiny_data):
     from keyheads.heads import heads_of
     from keyheads.models.fingerprint import base_fingerprint
     from keyheads.patching import PatchSettings, identify
+    from keyheads.selection import HeadChoice
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models are fastest on one thread
@@ -120,10 +120,9 @@ def run_folder(tmp_path_factory, tiny_data):
                                  data=str(pairs))]
         variants += [Variant.make("adapter", str(out / "finetune" / name), label=f"{model.name} + {name}")
                      for name in FINETUNES]
-        evaluate(variants, EvalSettings(benchmarks=("addsub", "mmlu"), data_dir=str(tiny_data), limit=2, few_shot=1,
-                                      max_new_tokens=3, batch_size=4, cache_dir=str(out.parent / "eval-cache"),
-                                      progress=False),
-                 out / "eval", loader=_loader(model))
+        evaluate(variants, EvalSettings(benchmarks=("addsub", "mmlu"), limit=2, few_shot=1, max_new_tokens=3),
+                 out / "eval", loader=_loader(model), data_dir=str(tiny_data), batch_size=4,
+                 cache_dir=str(out.parent / "eval-cache"), progress=False)
         _record(out, "eval", time.perf_counter() - t, ["eval/results.json"], {"benchmarks": ["addsub", "mmlu"]})
         return out
     finally:

@@ -9,10 +9,10 @@ from ..models.model import HookedModel
 from ..plotting import write_csv
 from ..results.attention import AttentionResult, HeadEffect
 from ..runfolder import ATTENTION_JSON
+from ..selection import HeadChoice, Notes, choose_heads
 from . import attention as att
 from . import transfer as tr
 from .common import AnalysisError, load_samples
-from .selection import HeadChoice, Notes, choose_heads
 from .settings import AttentionSettings
 
 

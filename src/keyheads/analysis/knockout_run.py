@@ -23,6 +23,7 @@ from ..models.prompt_set import PromptSet
 from ..plotting import write_csv
 from ..results.knockout import HeadsKnockout, KnockoutCurves, KnockoutResult, Transfer
 from ..runfolder import KNOCKOUT_JSON
+from ..selection import HeadChoice, Notes, choose_heads
 from . import transfer as tr
 from .common import (
     AnalysisError,
@@ -34,7 +35,6 @@ from .common import (
     read_pair_rows,
 )
 from .knockout_curves import CurveSettings, knockout_curves, plot_curves, random_order, set_accuracies
-from .selection import HeadChoice, Notes, choose_heads
 from .settings import KnockoutSettings
 
 MEANS_PARTIAL = "head_means.partial.safetensors"

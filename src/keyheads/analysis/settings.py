@@ -6,18 +6,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
-from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic import Field
 
 from ..mean import KnockoutMean, mean_field
+from ..section import Section
 
-# a step's settings: an unknown key is an error
-SETTINGS = ConfigDict(extra="forbid")
 SUBSET = "reference prompts used, a seeded subset (None: all)"
 
 
-@pydantic_dataclass(config=SETTINGS)
-class KnockoutSettings:
+class KnockoutSettings(Section):
     """What the knockout results depend on: the flags of `keyheads knockout` (with its files, head choice and
     machine) and a run's `knockout:` section, passed whole to `run_knockout`."""
 
@@ -37,8 +34,7 @@ class KnockoutSettings:
                                                              "transfer set (one more pass each)")
 
 
-@pydantic_dataclass(config=SETTINGS)
-class AttentionSettings:
+class AttentionSettings(Section):
     """What the attention results depend on: the flags of `keyheads attention` (with its files, head choice and
     machine) and a run's `attention:` section, passed whole to `run_attention`."""
 
@@ -46,8 +42,7 @@ class AttentionSettings:
     seed: int = Field(default=0, ge=0, description="picks the subset")
 
 
-@pydantic_dataclass(config=SETTINGS)
-class MLPSettings:
+class MLPSettings(Section):
     """What the MLP results depend on: the flags of `keyheads mlp` (with its files and machine) and a run's
     `mlp:` section, passed whole to `run_mlp`."""
 

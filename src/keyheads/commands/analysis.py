@@ -8,10 +8,10 @@ from ..analysis.knockout_run import describe as describe_knockout
 from ..analysis.knockout_run import run_knockout
 from ..analysis.mlp_run import describe as describe_mlp
 from ..analysis.mlp_run import run_mlp
-from ..analysis.selection import HeadChoice
 from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
 from ..config.base import take
 from ..config.commands import AttentionCommand, KnockoutCommand, MLPCommand
+from ..selection import HeadChoice
 from .flags import add_settings, settings
 from .models import load_from_args
 from .timing import work_time

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from .. import distributed
-from ..config.commands import EvalCommand
+from ..config.commands import EvalCommand, check_shard
 from ..errors import SettingError
 from ..evaluation import Variant, evaluate
 from ..finetune.adapter import read_info
@@ -57,13 +57,15 @@ def _adapter_base(folder: str) -> str:
 
 def cmd_eval(args) -> int:
     cfg: EvalCommand = settings(args)  # every setting, file and folder is checked before any model loads
-    config = cfg.eval_config(progress=not cfg.quiet and distributed.is_main())
+    shard = check_shard(cfg.shard)
     variants = variants_from_args(cfg)
     if any(v.kind == "adapter" for v in variants):  # fine-tuned weights are written into a copy of the base
         resident_only(cfg, "eval --adapter")
     start = time.time()
-    results = evaluate(variants, config, cfg.out, loader=lambda name: load_from_args(cfg, name))
-    if config.shard is not None:
+    results = evaluate(variants, cfg.eval_config(), cfg.out, loader=lambda name: load_from_args(cfg, name),
+                       data_dir=cfg.data_dir, batch_size=cfg.batch_size, cache_dir=cfg.cache_dir,
+                       progress=not cfg.quiet and distributed.is_main(), shard=shard)
+    if shard is not None:
         done = sum(b["timing"]["computed"] for r in results for b in r["benchmarks"].values())
         print(f"shard {cfg.shard}: computed {done} items in {time.time() - start:.0f} s; when every shard has "
               "finished, run the same command without --shard to write the table (all from the cache)")

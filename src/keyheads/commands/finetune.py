@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from .. import distributed, models
 from .. import finetune as training  # training.finetune looked up at call time: tests count its calls
-from ..analysis.selection import ComponentChoice
 from ..config.base import take
 from ..config.commands import FinetuneCommand, MergeCommand
 from ..errors import SettingError
 from ..finetune.adapter import check_new_folder, export_peft, merge, read_adapter
 from ..finetune.model import check_components
 from ..finetune.parallel import check_setup
+from ..selection import ComponentChoice
 from .flags import add_settings, settings
 from .models import resident_only
 from .timing import work_time

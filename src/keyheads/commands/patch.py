@@ -8,7 +8,7 @@ from ..config.base import take
 from ..config.commands import PatchCommand
 from ..patching import PatchSettings
 from ..patching.identify_run import describe, identify
-from ..patching.run import clear_checkpoints
+from ..patching.sweep import clear_checkpoints
 from .flags import add_settings, settings
 from .models import load_from_args
 from .timing import work_time

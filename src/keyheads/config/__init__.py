@@ -1,12 +1,13 @@
 """Every setting of every command, defined once.
 
-- keyheads.config.sections: what a command shares with `keyheads run` (a section of the run config);
-- keyheads.config.commands: one model per command: its section, its files and the machine;
-- keyheads.config.run: the run config, which composes the sections.
+- each step's settings type is declared in full in its own module (data/settings.py, patching/settings.py,
+  analysis/settings.py, finetune/settings.py, evaluation/settings.py; the head choice in keyheads.selection),
+  as a keyheads.section.Section;
+- keyheads.config.commands: one model per command, declared by inheriting its step's type beside its files
+  and the machine (keyheads.config.base's mixins);
+- keyheads.config.run: the run config, which holds the same step types as its sections.
 
-The method settings (PatchSettings, KnockoutRun, AttentionRun, MLPRun, EvalSettings, PairSettings,
-FinetuneSettings) are pydantic dataclasses beside the code that uses them; the sections and commands
-take their fields, descriptions and validators from them (`section_of`), never declaring them again.
+No settings class is made at run time, so mypy checks every field from YAML to the step.
 
 The flags are generated with pydantic-settings (its CliSettingsSource, given each subcommand's
 argparse parser as root_parser; keyheads.commands.flags). Chosen over jsonargparse and tyro because

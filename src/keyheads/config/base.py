@@ -1,27 +1,19 @@
 """What every command's settings share: the machine fields, the seed, and error messages.
 
-Each command's settings are one pydantic model (keyheads.config.commands); its fields, types,
-defaults and `Field(description=...)` are the only definition. pydantic-settings'
+Each command's settings are one pydantic model (keyheads.config.commands), declared by inheriting its
+step's settings type (keyheads.section.Section subclasses in each step's settings.py) beside the mixins
+here; the fields, types, defaults and `Field(description=...)` are the only definition. pydantic-settings'
 CliSettingsSource turns a model into the command's flags (keyheads.commands.flags) and
-keyheads.config.run composes the same sections into the YAML of `keyheads run`. Checks that depend
+keyheads.config.run holds the same step types as the sections of `keyheads run`'s YAML. Checks that depend
 on this machine (device, dtype, a writable folder) are keyheads.machine functions, called from
 validators here, so that one style validates everything before any model loads.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, get_args, get_origin
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    create_model,
-    field_validator,
-)
-from pydantic.fields import FieldInfo
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
 
 from ..errors import SettingError, UserError
 from ..machine import (
@@ -34,9 +26,10 @@ from ..machine import (
     check_writable_dir,
     set_torch_threads,
 )
+from ..section import Count, NonNegative, Section, is_bool_for_int
 
-Count = Annotated[int, Field(ge=1)]
-NonNegative = Annotated[int, Field(ge=0)]
+__all__ = ["Count", "NonNegative", "Section", "is_bool_for_int"]  # and the names defined below
+S = TypeVar("S", bound=Section)
 
 
 def _dtype(value: str | None, info: ValidationInfo) -> str | None:
@@ -77,29 +70,6 @@ OFFLOAD_DESCRIPTION = ("with --device auto: a folder for the weights that --max-
                        "read from it during their own layer's forward")
 
 
-class Section(BaseModel):
-    """A group of settings: unknown keys are errors, and assignments are checked too."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_int(cls, value, info: ValidationInfo):
-        """True would pass as 1 (pydantic's lax mode), in composed fields too."""
-        if info.field_name and is_bool_for_int(cls.model_fields[info.field_name].annotation, value):
-            raise SettingError(f"must be an integer, not {value}")
-        return value
-
-
-def is_bool_for_int(annotation: Any, value: Any) -> bool:
-    """Whether `value` is a bool given for an integer setting (which pydantic's lax mode would take as 0 or 1)."""
-    if not isinstance(value, bool):
-        return False
-    kinds = get_args(annotation) or (annotation,)  # int | None -> (int, None); Annotated[int, ...] -> (int, ...)
-    kinds += tuple(get_args(k)[0] for k in kinds if get_origin(k) is Annotated)  # Count | None
-    return int in kinds and bool not in kinds
-
-
 class DeviceSettings(Section):
     """Where the model runs and in which dtype: every model-loading command's, and the run config's."""
 
@@ -128,39 +98,43 @@ class Quiet(Section):
     quiet: bool = Field(False, description="no progress bars")
 
 
-def fields_of(cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> dict[str, tuple[Any, FieldInfo]]:
-    """A pydantic model's or dataclass's fields, for `create_model`: composed, not declared again."""
-    found = getattr(cls, "model_fields", None) or cls.__pydantic_fields__
-    return {name: (f.annotation, f) for name, f in found.items()
-            if name not in exclude and (not include or name in include)}
+class Batched(Section):
+    """The forward batch: how many prompts one forward pass takes (speed and memory, never a result)."""
+
+    batch_size: Count = Field(16, description="prompts per forward pass")
 
 
-def take(values: Any, cls, **given: Any):
-    """The step settings `cls` (a pydantic dataclass) from the fields of `values` that it declares, and
-    `given` for those a command spells otherwise: how a command, which composes them (`section_of`), hands
-    its step the settings whole."""
+class DataFolder(Section):
+    """The benchmark folder, for the steps that read a benchmark."""
+
+    data_dir: str | None = Field(None, description="benchmark folder with gsm8k/, svamp/, ..., mmlu/, csqa/ "
+                                                   "(default $KEYHEADS_DATA)")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, v):
+        if v is not None and not Path(v).is_dir():
+            raise SettingError("data_dir", v, "is not a folder (it should hold gsm8k/, svamp/, ..., mmlu/, csqa/)")
+        return v
+
+
+def take(values: Section, cls: type[S], **given: Any) -> S:
+    """The step settings `cls` from the fields of `values` (a command, which inherits `cls` beside its own
+    fields) that `cls` declares, and `given` for the rest: how a command hands its step the settings whole."""
     try:
-        return cls(**{name: given[name] if name in given else getattr(values, name) for name in fields_of(cls)})
+        return cls.model_validate({name: given[name] if name in given else getattr(values, name)
+                                   for name in cls.model_fields})
     except ValidationError as err:  # a check across fields (each field was checked with the flags)
         raise setting_error(err, flags=True) from None
-
-
-def section_of(name: str, cls, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> Any:
-    """A Section with (some of) the fields of a pydantic dataclass or model, and their field validators.
-    (Typed Any: a class made at run time, which type checkers accept as a base class only so.)"""
-    fields: dict[str, Any] = fields_of(cls, exclude, include)
-    validators: dict[str, Any] = {}
-    for key, dec in cls.__pydantic_decorators__.field_validators.items():
-        kept = [f for f in dec.info.fields if f in fields]
-        if kept:
-            validators[key] = field_validator(*kept, mode=dec.info.mode)(dec.func)
-    return create_model(name, __base__=Section, __validators__=validators, **fields)
 
 
 # ---- error messages -----------------------------------------------------------------------------
 # settings that were renamed: an old config or flag is told the new name
 RENAMED = {name: "knockout.mean (a run's one knockout mean; --mean of keyheads knockout and eval)"
            for name in ("mean_mode", "knockout_mean")}
+RENAMED |= {"operands": "a_range and b_range (--a-range LO,HI --b-range LO,HI)",
+            "heldout_seed": "heldout.seed (--heldout.seed)",
+            "heldout_fraction": "heldout.train_fraction (--heldout.train-fraction)"}
 
 
 def _why(e: Any) -> str:

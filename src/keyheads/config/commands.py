@@ -1,5 +1,6 @@
-"""One settings model per command: its section (keyheads.config.sections), its files and the
-machine. keyheads.commands.flags generates each command's flags from these models."""
+"""One settings model per command, declared by inheriting its step's settings type (whose fields are also the
+step's section of a run config) beside its files, the caller's concerns and the machine (keyheads.config.base).
+keyheads.commands.flags generates each command's flags from these models."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -7,20 +8,18 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
-from ..analysis.selection import ComponentChoice, HeadChoice
 from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
-from ..data.settings import PairSettings, parse_operands
-from ..data.trainset import SplitSettings
+from ..data.settings import PairSettings, check_template_ids
 from ..errors import SettingError
-from ..evaluation.config import EvalSettings
-from ..finetune.config import FinetuneSettings, check_train
+from ..evaluation.settings import EvalSettings
+from ..finetune.settings import FinetuneSettings, check_train
 from ..io import existing_file
 from ..machine import check_writable_dir, check_writable_file, parse_bytes
 from ..mean import KnockoutMean, mean_field
 from ..models import DEFAULT_MODEL
 from ..patching.settings import PatchSettings
-from .base import Count, MachineSettings, NonNegative, Quiet, Section, section_of, take
-from .sections import check_template_ids
+from ..selection import ComponentChoice, HeadChoice
+from .base import Batched, Count, DataFolder, MachineSettings, NonNegative, Quiet, Section, take
 
 MODEL_HELP = "bundled name, .gguf file, local HF folder or hub id"
 
@@ -52,15 +51,10 @@ class PairsIn(Section):
         return existing_file("data", v, "make one with `keyheads data`")
 
 
-_Pairs: Any = section_of("_Pairs", PairSettings, exclude=("a_range", "b_range"))  # typed as --operands
-
-
-class DataCommand(_Pairs, Works):
+class DataCommand(PairSettings, Batched, Works):
     out: str = Field(description="output .jsonl file")
     template_files: list[str] = Field(default_factory=list, description="YAML template files to use instead of "
                                       "the built-in ones; the word 'builtin' adds the built-in ones")
-    operands: str = Field("1-9", description="operand range LO-HI, or LO-HI,LO-HI for A and B")
-    batch_size: Count = Field(32, description="prompts per forward pass for keep_correct")
 
     @model_validator(mode="after")
     def _template_ids(self):
@@ -68,8 +62,7 @@ class DataCommand(_Pairs, Works):
         return self
 
     def pairs(self) -> PairSettings:
-        a_range, b_range = parse_operands(self.operands)
-        return take(self, PairSettings, a_range=a_range, b_range=b_range)
+        return take(self, PairSettings)
 
     @field_validator("out")
     @classmethod
@@ -77,36 +70,14 @@ class DataCommand(_Pairs, Works):
         check_writable_file(v, "out")
         return v
 
-    @field_validator("operands")
-    @classmethod
-    def _operands(cls, v):
-        try:
-            parse_operands(v)
-        except ValueError as err:
-            raise SettingError("operands", v, str(err).split(": ", 1)[-1]) from None
-        return v
 
-
-_Patch: Any = section_of("_Patch", PatchSettings)
-
-
-class PatchCommand(_Patch, OutFolder, PairsIn, Works):
-    batch_size: Count = Field(16, description="prompts per forward pass")
+class PatchCommand(PatchSettings, Batched, OutFolder, PairsIn, Works):
     restart: bool = Field(False, description="discard a checkpoint in out and start over")
 
 
-_HeadChoice: Any = section_of("_HeadChoice", HeadChoice)
-_Knockout: Any = section_of("_Knockout", KnockoutSettings)
-_Attention: Any = section_of("_Attention", AttentionSettings)
-_MLP: Any = section_of("_MLP", MLPSettings)
-
-
-class KnockoutCommand(_Knockout, _HeadChoice, OutFolder, PairsIn, Works):
+class KnockoutCommand(KnockoutSettings, HeadChoice, Batched, DataFolder, OutFolder, PairsIn, Works):
     transfer_data: str | None = Field(None, description="another pairs file (other templates / tasks), one transfer "
                                                         "set per value of its transfer_by field")
-    data_dir: str | None = Field(None, description="benchmark folder with svamp/SVAMP.json and gsm8k/test.jsonl "
-                                                   "(default $KEYHEADS_DATA)")
-    batch_size: Count = Field(32, description="prompts per forward pass")
 
     @field_validator("transfer_data")
     @classmethod
@@ -114,18 +85,15 @@ class KnockoutCommand(_Knockout, _HeadChoice, OutFolder, PairsIn, Works):
         return existing_file("transfer_data", v)
 
 
-class AttentionCommand(_Attention, _HeadChoice, OutFolder, PairsIn, Works):
-    batch_size: Count = Field(16, description="prompts per forward pass")
+class AttentionCommand(AttentionSettings, HeadChoice, Batched, OutFolder, PairsIn, Works):
+    """`keyheads attention`."""
 
 
-class MLPCommand(_MLP, OutFolder, PairsIn, Works):
-    batch_size: Count = Field(16, description="prompts per forward pass")
+class MLPCommand(MLPSettings, Batched, OutFolder, PairsIn, Works):
+    """`keyheads mlp`."""
 
 
-_EvalFlags: Any = section_of("_EvalFlags", EvalSettings, exclude=("split", "heldout", "progress", "shard"))
-
-
-class EvalCommand(_EvalFlags, OutFolder, Quiet, MachineSettings):
+class EvalCommand(EvalSettings, Batched, DataFolder, OutFolder, Quiet, MachineSettings):
     model: str | None = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
                                                                 "the adapter's base model)")
     knockout: str | None = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
@@ -140,9 +108,8 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, MachineSettings):
     baseline: str | None = Field(None, description="another model evaluated first, as the reference row for Δ")
     variant: list[dict[str, Any]] = Field(default_factory=list, description='more rows of any registered kind, as '
                                           'JSON: {"kind": ..., "model": ..., "label": ..., "options": {...}}')
-    split: Literal["full", "heldout"] = EvalSettings.__pydantic_fields__["split"]  # type: ignore[attr-defined]
-    heldout_seed: NonNegative = Field(0, description="seed of the held-out split")
-    heldout_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="training share of the held-out split")
+    cache_dir: str | None = Field(None, description="per-item result cache, shared by runs (entries are keyed by "
+                                  "model fingerprint, prompt and settings; default: $KEYHEADS_CACHE/eval)")
     shard: str | None = Field(None, description="K/N: compute only shard K of N (0-based) of every benchmark, so "
                                  "that N processes sharing cache_dir split the work; then run without it for the "
                                  "table. Under accelerate launch or torchrun the processes shard by themselves")
@@ -170,29 +137,25 @@ class EvalCommand(_EvalFlags, OutFolder, Quiet, MachineSettings):
             check_run_folder(folder)
         return v
 
-    def eval_config(self, progress: bool) -> EvalSettings:
-        return take(self, EvalSettings, heldout=SplitSettings(self.heldout_seed, self.heldout_fraction),
-                    progress=progress, shard=check_shard(self.shard))
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, v):
+        check_shard(v)
+        return v
+
+    def eval_config(self) -> EvalSettings:
+        return take(self, EvalSettings)
 
 
-_Recipe: Any = section_of("_Recipe", FinetuneSettings)
-
-
-_Components: Any = section_of("_Components", ComponentChoice)
-
-
-class FinetuneCommand(_Recipe, _Components, OutFolder, Works):
+class FinetuneCommand(FinetuneSettings, ComponentChoice, DataFolder, OutFolder, Works):
     train: str = Field(description="a JSONL of {prompt, completion}; 'trainset' (GSM8K train + held-out "
                        "AddSub/SingleEq/SVAMP); or 'arith:multidigit,decimal[:N]' from the templates")
-    data_dir: str | None = Field(None, description="benchmarks folder for 'trainset' (default: $KEYHEADS_DATA)")
     limit: Count | None = Field(None, description="use only the first N examples (None: all)")
 
     @field_validator("train")
     @classmethod
     def _train(cls, v):
         return check_train(v)
-
-
 
     def recipe(self) -> FinetuneSettings:
         return take(self, FinetuneSettings)
@@ -212,7 +175,7 @@ class GenerateCommand(Loads):
     escapes: bool = Field(False, description="interpret backslash escapes such as \\n in the prompt")
 
 
-class PlanCommand(Section):
+class PlanCommand(Batched):
     model: str = Field(DEFAULT_MODEL, description=MODEL_HELP + " (only its config is read)")
     gpus: Count = Field(1, description="GPUs per node")
     nodes: Count = Field(1, description="nodes (training spreads over all GPUs; analyses use one node's)")
@@ -220,10 +183,9 @@ class PlanCommand(Section):
     host_memory: str | None = Field(None, description="host memory per node for CPU offload, e.g. 512GiB "
                                                        "(null: not checked)")
     seq_len: Count = Field(512, description="training tokens a sample (padded length)")
-    micro_batch_size: Count = Field(FinetuneSettings.__pydantic_fields__["micro_batch_size"].default,  # type: ignore[attr-defined]
+    micro_batch_size: Count = Field(FinetuneSettings.model_fields["micro_batch_size"].default,
                                     description="training samples per forward pass and process; halved until "
                                                 "it fits")
-    batch_size: Count = Field(16, description="analysis prompts per forward pass; halved until it fits")
     prompt_len: Count = Field(256, description="analysis tokens a prompt (eval: prompt and generated tokens)")
     heads: Count = Field(32, description="heads trained by precise SFT")
     mlps: NonNegative = Field(3, description="whole MLP layers trained by precise + MLPs")
@@ -244,10 +206,13 @@ class ModelsCommand(Section):
 
 
 def check_shard(text: str | None) -> tuple[int, int] | None:
+    """"K/N" -> (K, N), shard K of N (0-based); None for none."""
     if not text:
         return None
     try:
         k, n = (int(x) for x in text.split("/"))
     except ValueError:
-        raise SettingError("--shard", text, "expected K/N, e.g. 0/4 for the first of four processes") from None
+        raise SettingError("shard", text, "expected K/N, e.g. 0/4 for the first of four processes") from None
+    if not (n >= 1 and 0 <= k < n):
+        raise SettingError("shard", text, "is not valid: use K/N with 0 <= K < N, e.g. 0/2 and 1/2")
     return k, n

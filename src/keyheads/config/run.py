@@ -1,8 +1,8 @@
 """The settings of a full run: the YAML of `keyheads run` and the flags of `run`/`demo`.
 
-RunSettings composes the sections the commands use (keyheads.config.sections): `data:`,
-`patch:`, `knockout:`, `attention:`, `mlp:`, `finetune:` and `eval:` hold exactly the settings of
-`keyheads data`, `patch`, ... of the same names; only what the whole run shares (model, out,
+RunSettings holds the step settings types the commands inherit: `data:`, `patch:`, `knockout:`,
+`attention:`, `mlp:`, `finetune:` and `eval:` hold exactly the settings of `keyheads data`, `patch`, ...
+of the same names; only what the whole run shares (model, out,
 device, dtype, seed, data_dir, the forward batch_size) and the fine-tuning variants sit at the
 top. pydantic checks every setting, and the validators add what depends on this machine, before
 any model loads; each error names the setting (`finetune.lr`), the value given and what is allowed.
@@ -11,34 +11,21 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
-from pydantic.dataclasses import is_pydantic_dataclass
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
 from ..data.benchmarks import data_dir_from
-from ..data.settings import WORD_PROBLEMS, PairSettings
+from ..data.settings import WORD_PROBLEMS, PairSettings, check_template_ids
 from ..data.templates import TASKS, load_templates
+from ..data.trainset import SplitSettings
 from ..errors import BadFile, SettingError
-from ..evaluation.config import ARITH
+from ..evaluation.settings import ARITH, EvalSettings
+from ..finetune.settings import FinetuneSection
 from ..io import read_yaml
 from ..machine import check_writable_dir
 from ..patching.settings import PatchSettings
-from .base import (
-    Count,
-    DeviceSettings,
-    NonNegative,
-    Section,
-    fields_of,
-    is_bool_for_int,
-    setting_error,
-)
-from .sections import (
-    EvalSection,
-    FinetuneSection,
-    check_template_ids,
-)
+from .base import Batched, DataFolder, DeviceSettings, NonNegative, Section, is_bool_for_int, setting_error
 
 # what also_identify takes: a task of the templates, or the pairs made of GSM8K's test questions
 ALSO_IDENTIFY = (*TASKS, WORD_PROBLEMS)
@@ -47,16 +34,14 @@ ALSO_IDENTIFY = (*TASKS, WORD_PROBLEMS)
 VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?|full|lora")
 
 
-class RunSettings(DeviceSettings):
-    """Settings of a full run."""
+class RunSettings(Batched, DataFolder, DeviceSettings):
+    """Settings of a full run. The forward batch (batch_size) is every stage's; fine-tuning has
+    finetune.micro_batch_size."""
 
     model: str = Field("smollm2-135m", description="bundled name, local folder, .gguf or hub id")
     out: str = Field("runs/demo", description="the run folder")
     seed: NonNegative = Field(0, description="seeds the pairs, the random orders, the random heads and the "
                                              "training order")
-    data_dir: str | None = Field(None, description="benchmark folder (default $KEYHEADS_DATA)")
-    batch_size: Count = Field(16, description="prompts per forward pass (every stage; fine-tuning has "
-                                              "finetune.micro_batch_size)")
     variants: list[str] = Field(default_factory=list, description=(
         "fine-tuning variants trained after the analysis: precise (the key heads), precise@K (the top K heads by "
         "effect), +mlp or +mlpM after either (also the top finetune.mlps or M MLPs), random or random@K (as "
@@ -82,14 +67,9 @@ class RunSettings(DeviceSettings):
     mlp: MLPSettings = Field(default_factory=lambda: MLPSettings(limit=300), description="`keyheads mlp`")
     finetune: FinetuneSection = Field(FinetuneSection(), description="the training recipe of every variant "
                                                                      "(`keyheads finetune`)")
-    eval: EvalSection = Field(EvalSection(limit=50, split="auto"), description="the evaluation table "
-                                                                               "(`keyheads eval`; empty "
-                                                                               "benchmarks: skip the stage)")
-
-    def resolved_eval_split(self) -> Literal["full", "heldout"]:
-        if self.eval.split != "auto":
-            return self.eval.split
-        return "heldout" if self.variants and self.finetune.train == "trainset" else "full"
+    eval: EvalSettings = Field(EvalSettings(limit=50), description=(
+        "the evaluation table (`keyheads eval`; empty benchmarks: skip the stage). split: by default heldout "
+        "when the run trains on 'trainset' (its held-out split is the training set's own), else full"))
 
     @model_validator(mode="before")
     @classmethod
@@ -102,19 +82,19 @@ class RunSettings(DeviceSettings):
         seed = out.get("seed", cls.model_fields["seed"].default)
         for name, field in cls.model_fields.items():
             default = field.get_default(call_default_factory=True)
-            if not isinstance(default, Section) and not is_pydantic_dataclass(type(default)):
+            if not isinstance(default, Section):
                 continue
             given = out.get(name)
             if isinstance(given, dict):
-                for key, value in given.items():  # a Section checks its own fields; a step's dataclass does not
-                    field_info = fields_of(type(default)).get(key)
-                    if field_info and is_bool_for_int(field_info[0], value):
+                for key, value in given.items():  # named as the section's key (a Section's own says only the key)
+                    field_info = type(default).model_fields.get(key)
+                    if field_info and is_bool_for_int(field_info.annotation, value):
                         raise SettingError(f"{name}.{key}", value, "must be an integer")
                 given_seed = given.get("seed", seed)
-                out[name] = merge_settings(TypeAdapter(type(default)).dump_python(default, by_alias=True), given)
+                out[name] = merge_settings(default.model_dump(by_alias=True), given)
             else:
                 given_seed = seed
-            if "seed" in fields_of(type(default)):
+            if "seed" in type(default).model_fields:
                 if given_seed != seed:
                     raise SettingError(f"{name}.seed", given_seed, f"a run has one seed ({seed}): set `seed` at "
                                                                    "the top of the config")
@@ -122,16 +102,23 @@ class RunSettings(DeviceSettings):
                 if isinstance(section, dict):
                     out[name] = {**section, "seed": seed}
                 elif section is None:
-                    out[name] = {**TypeAdapter(type(default)).dump_python(default, by_alias=True), "seed": seed}
+                    out[name] = {**default.model_dump(by_alias=True), "seed": seed}
         # patching scores the answer as the data does: its first token unless the data keeps one-token answers
         given_patch = values.get("patch")
         if not (isinstance(given_patch, dict) and "first_token" in given_patch):
             data, patch = out.get("data"), out.get("patch")
             single = data.get("single_token_answer") if isinstance(data, dict) else cls.model_fields[
                 "data"].get_default(call_default_factory=True).single_token_answer
-            patch = patch if isinstance(patch, dict) else TypeAdapter(PatchSettings).dump_python(
-                cls.model_fields["patch"].get_default(call_default_factory=True), by_alias=True)
+            patch = patch if isinstance(patch, dict) else cls.model_fields["patch"].get_default(
+                call_default_factory=True).model_dump(by_alias=True)
             out["patch"] = {**patch, "first_token": not single}
+        # the held-out split is evaluated when the run trains on the training set it was set apart from
+        given_eval = values.get("eval")
+        if not (isinstance(given_eval, dict) and "split" in given_eval) and isinstance(out.get("eval"), dict):
+            finetune = out.get("finetune")
+            train = finetune.get("train") if isinstance(finetune, dict) else None
+            heldout = bool(out.get("variants")) and train == "trainset"
+            out["eval"] = {**out["eval"], "split": "heldout" if heldout else "full"}
         return out
 
     @field_validator("out")
@@ -162,13 +149,6 @@ class RunSettings(DeviceSettings):
             raise SettingError("also_identify", v, "an entry is listed twice")
         return v
 
-    @field_validator("data_dir")
-    @classmethod
-    def _data_dir(cls, v):
-        if v is not None and not Path(v).is_dir():
-            raise SettingError("data_dir", v, "is not a folder (it should hold gsm8k/, svamp/, ..., mmlu/, csqa/)")
-        return v
-
     @model_validator(mode="after")
     def _together(self):
         check_template_ids(self.data.templates, key="data.templates")
@@ -193,6 +173,10 @@ class RunSettings(DeviceSettings):
         if self.variants and self.finetune.train == "trainset" and not folder:
             raise SettingError("finetune.train 'trainset' is built from the benchmark folder: set data_dir or "
                                "$KEYHEADS_DATA")
+        if self.variants and self.finetune.train == "trainset" and self.eval.heldout != SplitSettings():
+            raise SettingError("eval.heldout", self.eval.heldout.to_json(), "the run's 'trainset' is built with the "
+                               f"default split ({SplitSettings().tag()}): leave eval.heldout out, so that the "
+                               "evaluated items are the ones the training set left out")
         if self.variants and (self.max_memory or self.offload_folder):
             raise SettingError("variants are trained on a copy of the model, whose weights must all stay resident: "
                                "drop max_memory and offload_folder (device auto alone splits it over the GPUs)")

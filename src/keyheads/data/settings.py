@@ -1,13 +1,13 @@
 """The settings of the data step: how `keyheads data` and a run's `data:` section generate pairs (PairSettings),
-and the --operands ranges. Generating is in generate.py; the settings load without torch, so that
+and the template ids it may name. Generating is in generate.py; the settings load without torch, so that
 keyheads.config.run and keyheads.config.commands validate a config without a model library."""
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field, field_validator
-from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic import Field, field_validator
 
 from ..errors import SettingError
-from .templates import TASKS
+from ..section import Section
+from .templates import TASKS, load_templates
 
 # the pairs made of GSM8K's test questions (appendix E; keyheads.data.wordproblems): their task and template name,
 # and an entry of a run's also_identify beside the tasks
@@ -16,8 +16,7 @@ WORD_PROBLEMS = "gsm8k"
 ALL = "all"  # every task of the loaded templates
 
 
-@pydantic_dataclass(config=ConfigDict(extra="forbid"))
-class PairSettings:
+class PairSettings(Section):
     """How pairs are generated. Everything is deterministic given the seed; each template has its own
     random stream, so adding a template or a task does not change the others' pairs. The fields and
     descriptions are also flags of `keyheads data` and keys of a run's `data:` section."""
@@ -32,8 +31,10 @@ class PairSettings:
         "question that repeats one of the examples is rejected)")
     seed: int = Field(default=0, ge=0, description="picks operands, pool words and few-shot examples")
     a_range: tuple[int, int] = Field(
-        default=(1, 9), description="operand A's range, both ends included (the paper: 1..9)")
-    b_range: tuple[int, int] = Field(default=(1, 9), description="operand B's range, both ends included")
+        default=(1, 9), description="operand A's range, both ends included (the paper: 1..9)",
+        json_schema_extra={"metavar": "LO,HI"})
+    b_range: tuple[int, int] = Field(default=(1, 9), description="operand B's range, both ends included",
+                                     json_schema_extra={"metavar": "LO,HI"})
     allow_negative: bool = Field(default=False, description="subtraction may have a negative answer")
     allow_fractions: bool = Field(
         default=False, description="division may have a non-integer answer (up to two decimals)")
@@ -58,6 +59,14 @@ class PairSettings:
     def _task(cls, v):
         return v if v == ALL else ",".join(parse_tasks(v))
 
+    @field_validator("a_range", "b_range")
+    @classmethod
+    def _range(cls, v, info):
+        lo, hi = v
+        if lo < 0 or hi < lo:
+            raise SettingError(info.field_name, f"{lo},{hi}", "needs 0 <= LO <= HI, as in 1,9")
+        return v
+
 
 def parse_tasks(text: str) -> list[str]:
     """"addition, division" -> ["addition", "division"]: the tasks a `task` setting names ("all" is not
@@ -72,18 +81,11 @@ def parse_tasks(text: str) -> list[str]:
     return tasks
 
 
-def parse_operands(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
-    """"1-9" -> both operands in 1..9; "10-99,1-9" -> A in 10..99, B in 1..9."""
-    ranges = []
-    for part in text.split(","):
-        lo_text, _, hi_text = part.strip().partition("-")
-        try:
-            lo, hi = int(lo_text), int(hi_text or lo_text)
-        except ValueError:
-            raise ValueError(f"--operands {text!r}: expected LO-HI or LO-HI,LO-HI, e.g. 1-9") from None
-        if lo < 0 or hi < lo:
-            raise ValueError(f"--operands {text!r}: need 0 <= LO <= HI")
-        ranges.append((lo, hi))
-    if len(ranges) not in (1, 2):
-        raise ValueError(f"--operands {text!r}: give one range or two (A,B)")
-    return ranges[0], ranges[-1]
+def check_template_ids(ids: list[str], files=None, key: str = "templates") -> list[str]:
+    """The template ids, each a template of `files` (None: the built-in ones); a SettingError names the others."""
+    known = {t.id for t in load_templates(files).templates}
+    unknown = [t for t in ids if t not in known]
+    if unknown:
+        raise SettingError(key, unknown, f"unknown template id(s) {', '.join(unknown)}; the built-in ones "
+                                         "are in keyheads/data/templates/*.yaml")
+    return ids

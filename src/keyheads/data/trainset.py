@@ -15,33 +15,36 @@ import argparse
 import hashlib
 import json
 import random
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import ConfigDict, Field
 
 from ..io import write_json, write_jsonl
 from ..log import configure as configure_log
 from ..log import logger
 from ..numbers import format_number
+from ..section import Section
 from .benchmarks import Record, data_dir_from, load, question_key
 
 HELDOUT = ("addsub", "singleeq", "svamp")
 
 
-@dataclass(frozen=True)
-class SplitSettings:
-    """How the three test-only math sets are divided.
+class SplitSettings(Section):
+    """How the three test-only math sets are divided: the training set's split, which `--split heldout`
+    evaluates the other side of (the same seed and fraction)."""
 
-    Attributes:
-        seed: seeds the shuffle of distinct questions.
-        train_fraction: share of distinct questions that goes to training; the rest is evaluated.
-    """
+    model_config = ConfigDict(frozen=True)  # a default argument below: never changed in place
 
-    seed: int = 0
-    train_fraction: float = 0.3
+    seed: int = Field(0, ge=0, description="seeds the shuffle of distinct questions")
+    train_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="share of distinct questions that goes to "
+                                                                    "training; the rest is evaluated")
 
     def tag(self) -> str:
         return f"seed{self.seed}-train{self.train_fraction:g}"
+
+
+DEFAULT_SPLIT = SplitSettings()  # the training set's split unless one is given
 
 
 def _train_keys(keys: set[str], cfg: SplitSettings) -> set[str]:
@@ -50,7 +53,7 @@ def _train_keys(keys: set[str], cfg: SplitSettings) -> set[str]:
     return set(ordered[: round(len(ordered) * cfg.train_fraction)])
 
 
-def heldout_splits(data_dir: str | Path | None = None, cfg: SplitSettings = SplitSettings()
+def heldout_splits(data_dir: str | Path | None = None, cfg: SplitSettings = DEFAULT_SPLIT
                    ) -> dict[str, tuple[list[Record], list[Record]]]:
     """name -> (train part, evaluated part) for addsub, singleeq and svamp."""
     data = {name: load(name, data_dir=data_dir) for name in HELDOUT}
@@ -65,7 +68,7 @@ def heldout_splits(data_dir: str | Path | None = None, cfg: SplitSettings = Spli
     return out
 
 
-def evaluated_sets(data_dir: str | Path | None = None, cfg: SplitSettings = SplitSettings()) -> dict[str, list[Record]]:
+def evaluated_sets(data_dir: str | Path | None = None, cfg: SplitSettings = DEFAULT_SPLIT) -> dict[str, list[Record]]:
     """What evaluation reads after fine-tuning on this set: GSM8K test and the held-out parts."""
     out = {"gsm8k": load("gsm8k", "test", data_dir=data_dir)}
     out.update({name: held for name, (_, held) in heldout_splits(data_dir, cfg).items()})
@@ -80,7 +83,7 @@ def target_text(record: Record) -> str:
     return f"The answer is {answer}."
 
 
-def build_trainset(data_dir: str | Path | None = None, cfg: SplitSettings = SplitSettings()
+def build_trainset(data_dir: str | Path | None = None, cfg: SplitSettings = DEFAULT_SPLIT
                    ) -> tuple[list[dict], dict]:
     """GSM8K train plus the seeded held-out parts of AddSub, SingleEq and SVAMP, deduplicated and
     cleaned of every evaluated question. -> (rows, manifest); rows: {id, source, question, answer,
@@ -107,7 +110,7 @@ def build_trainset(data_dir: str | Path | None = None, cfg: SplitSettings = Spli
     for row in rows:
         by_source[row["source"].split("/")[0]] = by_source.get(row["source"].split("/")[0], 0) + 1
     manifest = {
-        "split": asdict(cfg), "tag": cfg.tag(),
+        "split": cfg.to_json(), "tag": cfg.tag(),
         "train_size": len(rows), "train_by_dataset": by_source, "dropped": dropped,
         "evaluated": {name: {"size": len(records), "ids_sha256": _ids_hash(records)}
                       for name, records in evaluated.items()},
@@ -123,7 +126,7 @@ def _ids_hash(records: list[Record]) -> str:
 
 
 def write_trainset(out_dir: str | Path, data_dir: str | Path | None = None,
-                   cfg: SplitSettings = SplitSettings()) -> Path:
+                   cfg: SplitSettings = DEFAULT_SPLIT) -> Path:
     """Write train.jsonl and manifest.json into `out_dir`; returns the manifest path."""
     out_dir = Path(out_dir)
     rows, manifest = build_trainset(data_dir_from(data_dir), cfg)
@@ -135,10 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m keyheads.data.trainset", description=build_trainset.__doc__)
     p.add_argument("out", help="folder for train.jsonl and manifest.json")
     p.add_argument("--data-dir", help="benchmarks folder (default: $KEYHEADS_DATA)")
-    p.add_argument("--seed", type=int, default=SplitSettings.seed)
-    p.add_argument("--train-fraction", type=float, default=SplitSettings.train_fraction)
+    p.add_argument("--seed", type=int, default=SplitSettings().seed)
+    p.add_argument("--train-fraction", type=float, default=SplitSettings().train_fraction)
     args = p.parse_args(argv)
-    path = write_trainset(args.out, args.data_dir, SplitSettings(args.seed, args.train_fraction))
+    path = write_trainset(args.out, args.data_dir, SplitSettings(seed=args.seed, train_fraction=args.train_fraction))
     manifest = json.loads(Path(path).read_text())
     configure_log()
     logger.info("%d training rows %s; manifest: %s", manifest["train_size"], manifest["train_by_dataset"], path)

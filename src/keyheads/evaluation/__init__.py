@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..lazy import lazy_names
-from .config import ARITH, BENCHMARKS, CHOICE, DEFAULT_SHOTS, MATH, TABLE_BENCHMARKS, EvalSettings
 from .extract import extract_answer, numbers_match, wilson
+from .settings import ARITH, BENCHMARKS, CHOICE, DEFAULT_SHOTS, MATH, TABLE_BENCHMARKS, EvalSettings
 
 if TYPE_CHECKING:
     from .runner import evaluate, evaluate_prepared

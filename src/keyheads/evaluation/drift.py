@@ -25,17 +25,17 @@ from scipy import stats
 from ..data.benchmarks import Record, load
 from ..errors import SettingError
 from ..knockout import away_from_end
-from .config import EvalSettings
 from .prompts import round_robin
+from .settings import EvalSettings
 from .task_types import Item, PairwiseTask
 
 NAME = "generic-kl"
 SOURCES = ("mmlu", "csqa")
 
 
-def drift_items(cfg: EvalSettings) -> list[Item]:
+def drift_items(cfg: EvalSettings, data_dir: str | None = None) -> list[Item]:
     """The distinct question texts of MMLU (round-robin over subjects) and CSQA, alternating, first `limit`."""
-    lists = [round_robin(load("mmlu", data_dir=cfg.data_dir)), load("csqa", data_dir=cfg.data_dir)]
+    lists = [round_robin(load("mmlu", data_dir=data_dir)), load("csqa", data_dir=data_dir)]
     texts: dict[str, Record] = {}  # a text that occurs twice would only count twice
     for i in range(max(map(len, lists))):
         for rs in lists:
@@ -83,9 +83,9 @@ def bootstrap(values: Sequence[tuple[float, float]], stat, n: int = 1000, seed: 
 class DriftTask(PairwiseTask):
     """Scored against a reference variant (the runner sets `reference`), not by correctness."""
 
-    def __init__(self, cfg: EvalSettings):
+    def __init__(self, cfg: EvalSettings, data_dir: str | None = None):
         self.name, self.split, self.exemplars = NAME, "+".join(SOURCES) + " questions", []
-        self.items = drift_items(cfg)
+        self.items = drift_items(cfg, data_dir)
         self.reference = None
 
     def group(self, item):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -20,14 +19,15 @@ from .. import (
     distributed,
     models,  # models.load_placed looked up at call time: tests replace what it calls
 )
+from ..errors import SettingError
 from ..io import atomic_write_text, write_json, write_jsonl
 from ..mean import DEFAULT_MEAN, KnockoutMean
 from ..models.model import HookedModel
 from ..results.evaluation import BenchmarkSummary, EvalResults, VariantResult
 from ..runfolder import RESULTS_JSON
 from .cache import ResultCache, item_key
-from .config import EvalSettings, check_benchmarks
 from .engine import PrefixKV
+from .settings import EvalSettings, check_benchmarks
 from .table import to_csv, to_markdown
 from .task_types import PairwiseTask, Task
 from .tasks import MathTask, make_task
@@ -38,9 +38,9 @@ def slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", label).strip("_") or "model"
 
 
-def cache_folder(cfg: EvalSettings) -> Path:
-    if cfg.cache_dir:
-        return Path(cfg.cache_dir)
+def cache_folder(cache_dir: str | Path | None) -> Path:
+    if cache_dir:
+        return Path(cache_dir)
     return models.cache_root() / "eval"
 
 
@@ -56,7 +56,8 @@ def batches(items: list, size: int, group: Callable) -> list[list]:
 
 
 def run_task(prepared: Prepared, task: Task, cfg: EvalSettings, cache: ResultCache,
-             reference: Prepared | None = None) -> tuple[list[dict], dict]:
+             reference: Prepared | None = None, *, batch_size: int = 16, progress: bool = True,
+             shard: tuple[int, int] | None = None) -> tuple[list[dict], dict]:
     """Score every item of `task`, computing only those not in `cache`; -> (rows, timing).
 
     A pairwise task (generic-kl) compares `prepared` with `reference` (default: itself) and
@@ -66,22 +67,22 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalSettings, cache: ResultCac
     if isinstance(task, PairwiseTask):
         task.reference = reference or prepared
     settings = task.settings(prepared.tokenizer, cfg)
-    keys = [item_key(prepared.fingerprint, task.name, it.prompt, settings) for it in task.items]
-    pending = [(k, it) for k, it in zip(keys, task.items) if k not in cache and in_shard(k, cfg.shard)]
+    keys = [item_key(prepared.fingerprint, task.cache_name, it.prompt, settings) for it in task.items]
+    pending = [(k, it) for k, it in zip(keys, task.items) if k not in cache and in_shard(k, shard)]
     # A batch never mixes groups (MMLU subjects, whose few-shot prefixes differ), and within a
     # group prompts of similar length go together, so that little is spent on padding.
     pending.sort(key=lambda p: (task.group(p[1]), len(p[1].prompt), p[1].prompt))
     start = time.time()
     right = done = 0
     if pending:
-        bar = tqdm(total=len(pending), desc=f"{prepared.label} {task.name}", unit="q", disable=not cfg.progress,
+        bar = tqdm(total=len(pending), desc=f"{prepared.label} {task.name}", unit="q", disable=not progress,
                    dynamic_ncols=True)
         model = prepared.model  # built here, once an item needs it
         prefix = PrefixKV(model, keep=prepared.end_window)
         right = done = 0
         with model.hooks(edit={} if pairwise else prepared.edits):
-            # a continuous task takes a whole group and keeps cfg.batch_size of it in flight
-            size = len(pending) if task.continuous else cfg.batch_size
+            # a continuous task takes a whole group and keeps batch_size of it in flight
+            size = len(pending) if task.continuous else batch_size
             for batch in batches(pending, size, lambda p: task.group(p[1])):
                 cache.refresh()  # another run sharing the cache may have done some of these
                 todo = [(k, it) for k, it in batch if k not in cache]
@@ -93,7 +94,7 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalSettings, cache: ResultCac
                 elif isinstance(task, PairwiseTask):
                     results = enumerate(task.run_pair(prepared, items, cfg))
                 else:
-                    results = task.run(model, items, prefix, cfg)
+                    results = task.run(model, items, prefix, cfg, batch_size)
                 for j, r in results:  # saved as each one ends: an interruption loses no finished item
                     cache.add([{"key": todo[j][0], "variant": prepared.label, **r}])
                     right += bool(task.score(items[j], r)["correct"])
@@ -102,7 +103,7 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalSettings, cache: ResultCac
                     bar.set_postfix(acc=f"{right / done:.3f}")
         bar.close()
     timing = {"computed": done, "cached": len(keys) - done, "seconds": round(time.time() - start, 1)}
-    if cfg.shard is not None:  # other shards' items may not be there yet: nothing to score
+    if shard is not None:  # other shards' items may not be there yet: nothing to score
         return [], timing
     return [task.score(it, _cached(cache, k)) for k, it in zip(keys, task.items)], timing
 
@@ -120,7 +121,9 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
 
 
 def evaluate_prepared(prepared: Prepared, cfg: EvalSettings, out: str | Path,
-                      tasks: dict[str, Task] | None = None, reference: Prepared | None = None) -> dict:
+                      tasks: dict[str, Task] | None = None, reference: Prepared | None = None, *,
+                      data_dir: str | None = None, batch_size: int = 16, cache_dir: str | Path | None = None,
+                      progress: bool = True, shard: tuple[int, int] | None = None) -> dict:
     """Evaluate one prepared variant on cfg.benchmarks; writes its folder; -> its result dict.
 
     `reference` is the table's first row, against which generic-kl measures drift."""
@@ -130,11 +133,13 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalSettings, out: str | Path,
     summaries = {}
     for name in check_benchmarks(cfg.benchmarks):
         if name not in tasks:
-            tasks[name] = make_task(name, cfg)
+            tasks[name] = make_task(name, cfg, data_dir)
         task = tasks[name]
-        rows, timing = run_task(prepared, task, cfg, ResultCache(cache_folder(cfg) / f"{name}.sqlite"), reference)
-        if cfg.shard is not None:
-            summaries[name] = {"timing": timing, "shard": list(cfg.shard)}
+        cache = ResultCache(cache_folder(cache_dir) / f"{task.cache_name}.sqlite")
+        rows, timing = run_task(prepared, task, cfg, cache, reference, batch_size=batch_size, progress=progress,
+                                shard=shard)
+        if shard is not None:
+            summaries[name] = {"timing": timing, "shard": list(shard)}
             continue
         summary = task.summarize(task.items, rows)
         summary["timing"] = timing
@@ -146,7 +151,7 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalSettings, out: str | Path,
         summaries[name] = summary
     result = {"label": prepared.label, "fingerprint": prepared.fingerprint, "info": prepared.info,
               "benchmarks": summaries}
-    if cfg.shard is None:
+    if shard is None:
         write_json(folder / "summary.json", VariantResult.from_json(result).to_json())
     return result
 
@@ -154,7 +159,7 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalSettings, out: str | Path,
 def write_table(results: Sequence[dict], cfg: EvalSettings, out: str | Path) -> str:
     out = Path(out)
     md = to_markdown(results, cfg.benchmarks)
-    table = EvalResults(config=asdict(cfg), variants=[VariantResult.from_json(r) for r in results])
+    table = EvalResults(config=cfg.to_json(), variants=[VariantResult.from_json(r) for r in results])
     write_json(out / RESULTS_JSON, table.to_json())
     atomic_write_text(out / "table.md", md)
     atomic_write_text(out / "table.csv", to_csv(results, cfg.benchmarks))
@@ -162,14 +167,23 @@ def write_table(results: Sequence[dict], cfg: EvalSettings, out: str | Path) -> 
 
 
 def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str | Path,
-             loader: Callable[[str], HookedModel] | None = None, mean: KnockoutMean = DEFAULT_MEAN) -> list[dict]:
+             loader: Callable[[str], HookedModel] | None = None, mean: KnockoutMean = DEFAULT_MEAN, *,
+             data_dir: str | None = None, batch_size: int = 16, cache_dir: str | Path | None = None,
+             progress: bool = True, shard: tuple[int, int] | None = None) -> list[dict]:
     """Evaluate each variant (the first is the reference for the Δ columns) and write the table.
     A knockout variant whose options name no mean takes `mean`.
 
-    Under several processes (accelerate launch, torchrun) every rank calls it with cfg.shard
-    None: the items are split by rank, the main process writes the table and returns it;
-    the other ranks return their shard's timings.
+    The caller's concerns, none of which changes a number: `data_dir` (the benchmarks folder; None:
+    $KEYHEADS_DATA, else the hub), `batch_size` (prompts per forward pass), `cache_dir` (the per-item cache,
+    shared by runs; None: $KEYHEADS_CACHE/eval), `progress` (bars) and `shard` ((k, n): compute only shard k
+    of n into the cache, so that n processes split the work; such a call writes no table).
+    Under several processes (accelerate launch, torchrun) every rank calls it with shard None: the
+    items are split by rank, the main process writes the table and returns it; the other ranks
+    return their shard's timings.
     """
+    if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+        raise SettingError("shard", f"{shard[0]}/{shard[1]}", "is not valid: use K/N with 0 <= K < N, e.g. 0/2 "
+                                                                "and 1/2")
     loaded: dict[str, HookedModel] = {}
 
     def load_once(name: str) -> HookedModel:  # variants of one model share its weights
@@ -183,8 +197,13 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str
     check_benchmarks(cfg.benchmarks)
     # Started as several processes without an explicit shard: each computes its shard into the
     # shared cache, then the main one scores everything from there and writes the table.
-    together = cfg.shard is None and distributed.world() > 1
-    run_cfg = replace(cfg, shard=(distributed.rank(), distributed.world())) if together else cfg
+    together = shard is None and distributed.world() > 1
+    mine = (distributed.rank(), distributed.world()) if together else shard
+
+    def row(prepared: Prepared, shard: tuple[int, int] | None) -> dict:
+        return evaluate_prepared(prepared, cfg, out, tasks, ready[0], data_dir=data_dir, batch_size=batch_size,
+                                 cache_dir=cache_dir, progress=progress, shard=shard)
+
     tasks: dict[str, Task] = {}
     results, ready = [], []
     for v in variants:
@@ -195,7 +214,7 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str
             prepared.info.setdefault("variant", v.spec())
         ready.append(prepared)
         before = set(loaded)
-        results.append(evaluate_prepared(prepared, run_cfg, out, tasks, ready[0]))
+        results.append(row(prepared, mine))
         if prepared is not ready[0]:  # the first row stays: every drift measurement compares with it
             # Free this row's copy of the weights before the next row builds its own; the main
             # process of a multi-process run scores from the cache below and builds nothing.
@@ -205,9 +224,9 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str
     if together:
         distributed.barrier()  # every shard is in the cache now
         if distributed.is_main():
-            results = [evaluate_prepared(p, cfg, out, tasks, ready[0]) for p in ready]
+            results = [row(p, None) for p in ready]
             write_table(results, cfg, out)
         distributed.barrier()  # the table exists before any rank moves on
-    elif cfg.shard is None:
+    elif shard is None:
         write_table(results, cfg, out)
     return results

@@ -5,7 +5,7 @@ import csv
 import io
 from collections.abc import Sequence
 
-from .config import DISPLAY, DRIFT  # DRIFT's summaries have "kl" and "perplexity" instead of an accuracy
+from .settings import DISPLAY, DRIFT  # DRIFT's summaries have "kl" and "perplexity" instead of an accuracy
 
 
 def _drift_cells(s: dict | None) -> list[str]:

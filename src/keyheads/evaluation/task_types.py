@@ -12,9 +12,9 @@ from typing import Any
 
 from ..data.benchmarks import Record
 from ..models.model import HookedModel
-from .config import EvalSettings
 from .engine import PrefixKV
 from .extract import wilson
+from .settings import EvalSettings
 from .variants import Prepared
 
 
@@ -28,10 +28,15 @@ class Task:
     """One benchmark: `items` builds the prompts, `run` scores a batch, `summarize` aggregates."""
 
     name: str
+
+    @property
+    def cache_name(self) -> str:
+        """The benchmark whose per-item cache holds this task's items (its own, unless it is part of another)."""
+        return self.name
     split: str
     exemplars: list[Record]
     items: list[Item]
-    # run() takes every pending item of a group at once and keeps cfg.batch_size in flight
+    # run() takes every pending item of a group at once and keeps batch_size in flight
     continuous: bool = False
 
     def group(self, item: Item) -> str:
@@ -43,7 +48,7 @@ class Task:
         raise NotImplementedError
 
     def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV,
-            cfg: EvalSettings) -> Iterable[tuple[int, dict]]:
+            cfg: EvalSettings, batch_size: int) -> Iterable[tuple[int, dict]]:
         """(position in `items`, raw result to cache: generated text, letter logits), in the order
         the items end."""
         raise NotImplementedError
@@ -78,7 +83,7 @@ class PairwiseTask(Task):
         return self.reference
 
     def run(self, model: HookedModel, items: Sequence[Item], prefix: PrefixKV,
-            cfg: EvalSettings) -> Iterable[tuple[int, dict]]:
+            cfg: EvalSettings, batch_size: int) -> Iterable[tuple[int, dict]]:
         raise TypeError(f"{self.name} compares two variants: call run_pair")
 
     def run_pair(self, prepared: Prepared, items: Sequence[Item], cfg: EvalSettings) -> list[dict]:

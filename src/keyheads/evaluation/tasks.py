@@ -9,17 +9,18 @@ from ..data.trainset import heldout_splits
 from ..errors import SettingError
 from ..models.model import HookedModel
 from .arith import ArithItem, arith_items, arith_prompt
-from .config import (
+from .drift import DriftTask
+from .engine import generate_stream, next_token_logits
+from .extract import extract_answer, extract_first, numbers_match
+from .mmlu_subjects import subjects_of
+from .prompts import STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced, round_robin
+from .settings import (
     ARITH,
     DRIFT,
     MATH,
     EvalSettings,
     check_benchmarks,
 )
-from .drift import DriftTask
-from .engine import generate_stream, next_token_logits
-from .extract import extract_answer, extract_first, numbers_match
-from .prompts import STOPS, choice_prompt, cut_at_stop, letter_tokens, math_prompt, pick, pick_balanced, round_robin
 from .task_types import Item, Task
 
 __all__ = ["ArithTask", "ChoiceTask", "MathTask", "make_task"]  # the names of the benchmarks live in .config
@@ -32,14 +33,14 @@ class MathTask(Task):
     stops: tuple[str, ...] = STOPS
     continuous = True  # generation: rows end at different steps, and finished ones make room
 
-    def __init__(self, name: str, cfg: EvalSettings):
+    def __init__(self, name: str, cfg: EvalSettings, data_dir: str | None = None):
         self.name = name
-        records = load(name, data_dir=cfg.data_dir)
+        records = load(name, data_dir=data_dir)
         self.split = get_benchmark(name).evaluated
         if cfg.split == "heldout" and name != "gsm8k":
-            records = heldout_splits(cfg.data_dir, cfg.heldout)[name][1]
+            records = heldout_splits(data_dir, cfg.heldout)[name][1]
             self.split = f"heldout-{cfg.heldout.tag()}"
-        self.exemplars = pick(load("gsm8k", "train", data_dir=cfg.data_dir), cfg.shots(name), cfg.seed)
+        self.exemplars = pick(load("gsm8k", "train", data_dir=data_dir), cfg.shots(name), cfg.seed)
         self.cot = cfg.cot
         records = records[:cfg.limit] if cfg.limit is not None else records
         self.items = [Item(r, math_prompt(r.question, self.exemplars, cfg.cot)) for r in records]
@@ -48,7 +49,7 @@ class MathTask(Task):
         return {"type": "greedy", "v": 1, "stops": list(self.stops) + ["answer-complete"],
                 "max_new_tokens": cfg.new_tokens(self.name)}
 
-    def run(self, model, items, prefix, cfg):
+    def run(self, model, items, prefix, cfg, batch_size):
         rows = prompt_ids(model, [it.prompt for it in items])
         budget = cfg.new_tokens(self.name)
         limit = getattr(model.config, "max_position_embeddings", None)
@@ -56,7 +57,7 @@ class MathTask(Task):
             raise SettingError(f"{self.name}: prompt ({max(map(len, rows))} tokens) + {budget} new tokens "
                                f"exceed the model's context of {limit}; use fewer shots or --max-new-tokens")
         outs = generate_stream(model, rows, budget, lambda text: cut_at_stop(text, self.stops), prefix,
-                               batch_size=cfg.batch_size)
+                               batch_size=batch_size)
         return ((j, {"id": items[j].record.id, "output": text, "finish": finish}) for j, (text, finish) in outs)
 
     def extract(self, text: str) -> tuple[float | None, str | None, str]:
@@ -86,7 +87,7 @@ class ArithTask(MathTask):
 
     stops = ("\n",)
 
-    def __init__(self, name: str, cfg: EvalSettings):
+    def __init__(self, name: str, cfg: EvalSettings, data_dir: str | None = None):  # generated: no data folder
         self.name, self.split, self.cot = name, "generated", False
         test, pool = arith_items(name)
         shots = pick(pool, cfg.shots(name), cfg.seed)
@@ -102,30 +103,42 @@ class ArithTask(MathTask):
 
 
 class ChoiceTask(Task):
-    def __init__(self, name: str, cfg: EvalSettings):
+    def __init__(self, name: str, cfg: EvalSettings, data_dir: str | None = None):
         self.name = name
-        self.split = get_benchmark(name).evaluated
-        records = load(name, data_dir=cfg.data_dir)
+        mmlu = name.startswith("mmlu")  # mmlu, or one category of it (mmlu-humanities, ...)
+        self.split = get_benchmark("mmlu" if mmlu else name).evaluated
+        records = load("mmlu" if mmlu else name, data_dir=data_dir)
+        if mmlu and name != "mmlu":
+            subjects = subjects_of(name)
+            records = [r for r in records if r.subject in subjects]
+            if not records:
+                raise SettingError(f"{name}: the MMLU test set in the data folder has no question of its subjects "
+                                   f"({', '.join(sorted(subjects))})")
         k = cfg.shots(name)
-        if name == "mmlu":
+        if mmlu:
             dev: dict[str | None, list[Record]] = {}
-            for r in load("mmlu", "dev", data_dir=cfg.data_dir):
+            for r in load("mmlu", "dev", data_dir=data_dir):
                 dev.setdefault(r.subject, []).append(r)
             shots = {s: rs[:k] for s, rs in dev.items()}  # the dev set is the 5-shot pool, in file order
             self.exemplars = shots.get(records[0].subject, []) if records else []
             records = round_robin(records)
         else:
-            pool = pick_balanced(load(name, "train", data_dir=cfg.data_dir), k, cfg.seed)
+            pool = pick_balanced(load(name, "train", data_dir=data_dir), k, cfg.seed)
             shots, self.exemplars = None, pool
         records = records[:cfg.limit] if cfg.limit is not None else records
         self.n_choices = max(len(r.choices) for r in records) if records else 4
         self.items = [Item(r, choice_prompt(r, shots[r.subject] if shots else self.exemplars)) for r in records]
 
+    @property
+    def cache_name(self) -> str:
+        """An MMLU category's items are MMLU's, with the same prompts: scored once for both."""
+        return "mmlu" if self.name.startswith("mmlu") else self.name
+
     def settings(self, tokenizer, cfg):
         lt = letter_tokens(tokenizer, self.n_choices)
         return {"type": "letters", "v": 1, "extra": list(lt.extra), "letters": list(lt.letters)}
 
-    def run(self, model, items, prefix, cfg):
+    def run(self, model, items, prefix, cfg, batch_size):
         lt = letter_tokens(model.tokenizer, self.n_choices)
         rows = [ids + list(lt.extra) for ids in prompt_ids(model, [it.prompt for it in items])]
         logits = next_token_logits(model, rows, prefix)
@@ -141,7 +154,7 @@ class ChoiceTask(Task):
 
     def summarize(self, items, rows):
         out = super().summarize(items, rows)
-        if self.name == "mmlu":
+        if self.name.startswith("mmlu"):
             out["exemplars"] = "the first k dev questions of each subject"
             subjects: dict[str, list[int]] = {}
             for r in rows:
@@ -157,10 +170,11 @@ class ChoiceTask(Task):
                 "scores": row["scores"]}
 
 
-def make_task(name: str, cfg: EvalSettings) -> Task:
+def make_task(name: str, cfg: EvalSettings, data_dir: str | None = None) -> Task:
+    """The benchmark `name` under `cfg`; its items are read from `data_dir` (None: $KEYHEADS_DATA, else the hub)."""
     check_benchmarks([name])
     if name in ARITH:
         return ArithTask(name, cfg)
     if name == DRIFT:
-        return DriftTask(cfg)
-    return MathTask(name, cfg) if name in MATH else ChoiceTask(name, cfg)
+        return DriftTask(cfg, data_dir)
+    return MathTask(name, cfg, data_dir) if name in MATH else ChoiceTask(name, cfg, data_dir)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..lazy import lazy_names
-from .config import FinetuneSettings
+from .settings import FinetuneSettings
 
 if TYPE_CHECKING:
     from .adapter import apply_adapter, export_peft, load_finetuned, merge, read_adapter

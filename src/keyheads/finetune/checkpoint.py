@@ -25,8 +25,8 @@ from ..errors import ResumeMismatch
 from ..io import atomic_folder, read_json, restore_set_aside, write_json
 from ..log import logger
 from ..provenance import changed_settings, flatten
-from .config import FinetuneSettings
 from .protocol import Parallel
+from .settings import FinetuneSettings
 
 
 def differing_keys(old: dict, new: dict) -> list[str]:

@@ -24,7 +24,7 @@ from ..data.templates import load_templates
 from ..data.trainset import build_trainset
 from ..errors import BadFile, UserError
 from ..io import iter_jsonl
-from .config import arith_spec, check_arith_kinds, check_train
+from .settings import arith_spec, check_arith_kinds, check_train
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,9 @@ from ..models.fingerprint import base_fingerprint
 from ..models.model import HookedModel
 from ..provenance import versions
 from .adapter import INFO, save_adapter
-from .config import FinetuneSettings
 from .layer import ATTR
 from .model import Tuned, local, precise
+from .settings import FinetuneSettings
 from .train import make_optimizer
 
 HANDLE = "_keyheads_precise_sft"  # where attach leaves its handle on the model, for save(model, ...)

@@ -16,8 +16,8 @@ from torch.distributed.tensor import DTensor
 from ..components import Components
 from ..errors import MissingPackage, SettingError
 from ..models.model import HookedModel
-from .config import FinetuneSettings
 from .layer import ATTR, ColDelta, RowDelta, attach, detach
+from .settings import FinetuneSettings
 
 
 def slice_plan(model: HookedModel, components: Components, kv: str = "group") -> dict[tuple[int, str, str], list[int]]:

@@ -28,10 +28,10 @@ from .. import distributed
 from ..errors import SettingError
 from ..models.loading import place
 from ..models.sharded import is_meta, materialize, read_own_shards
-from .config import FinetuneSettings
 from .layer import ATTR, is_conv1d
 from .model import Tuned, local, lora_factors, whole
 from .protocol import Parallel
+from .settings import FinetuneSettings
 
 
 def make_accelerator(cpu: bool) -> Accelerator:

@@ -19,10 +19,10 @@ from ..provenance import versions
 from ..results.finetune import FinetuneResult, Training
 from .adapter import INFO, save_adapter
 from .checkpoint import ResumeMismatch, describe_differences, differing_keys
-from .config import FinetuneSettings
 from .data import Example, examples_sha256, tokenize
 from .model import check_components, make_trainable
 from .parallel import make_parallel
+from .settings import FinetuneSettings
 from .train import train
 
 

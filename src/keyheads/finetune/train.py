@@ -21,11 +21,11 @@ from transformers import get_linear_schedule_with_warmup
 
 from ..errors import MissingPackage
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import FinetuneSettings
 from .data import Tokenized, collate, n_loss_tokens
 from .model import Tuned
 from .parallel import DDP, check_batch_split, make_accelerator
 from .protocol import Parallel
+from .settings import FinetuneSettings
 
 
 def total_steps(cfg: FinetuneSettings, n_examples: int) -> int:

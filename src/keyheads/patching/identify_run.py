@@ -4,7 +4,6 @@ The module is not named `identify`: keyheads.patching gives the function `identi
 of that name, once imported, would take the function's place in the package."""
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from scipy.stats import spearmanr
@@ -18,8 +17,8 @@ from ..models.model import HookedModel
 from ..results.identify import KeyHeads
 from ..runfolder import EFFECTS_JSON, KEY_HEADS_JSON
 from .heatmap import draw_heatmap
-from .run import sweep
 from .settings import PatchSettings
+from .sweep import run_sweep
 
 
 def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: str | Path, *, batch_size: int = 16,
@@ -32,7 +31,7 @@ def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: s
     one writes, and all return once the files are there.
     """
     out = Path(out)
-    effects, state = sweep(model, data, config, out=out, batch_size=batch_size, progress=progress)
+    effects, state = run_sweep(model, data, config, out=out, batch_size=batch_size, progress=progress)
     chosen = KeyHeads.chosen(effects, threshold=config.threshold, top_k=config.top_k)
     main = distributed.is_main()
     if main:
@@ -42,8 +41,8 @@ def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: s
     keys = chosen.to_json()
     keys["seconds"] = state["seconds"]
     if config.method == "attribution":
-        exact, _ = sweep(model, data, replace(config, method="path"), out=None, batch_size=batch_size,
-                         progress=progress)
+        exact, _ = run_sweep(model, data, config.model_copy(update={"method": "path"}), out=None,
+                             batch_size=batch_size, progress=progress)
         rho = float(spearmanr(sum(effects.heads, []), sum(exact.heads, [])).statistic)
         if main:
             write_json(out / "attribution_vs_path.json", {"spearman_heads": rho})

@@ -1,16 +1,16 @@
 """The settings of the patching step: what the effects and the key heads depend on (PatchSettings), and the
-names of the methods and metrics. The patching code is in run.py, metrics.py and the method modules; the
+names of the methods and metrics. The patching code is in sweep.py, metrics.py and the method modules; the
 settings load without torch, so that keyheads.config.run and keyheads.config.commands validate a config
 without a model library."""
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field, field_validator
-from pydantic.dataclasses import dataclass
+from pydantic import Field, field_validator
 
 from ..components import Threshold, TopK
 from ..errors import SettingError
+from ..section import Section
 
-# the patching methods, in the order of run.PATCH_METHODS (which maps each to its code)
+# the patching methods, in the order of sweep.PATCH_METHODS (which maps each to its code)
 METHODS = ("path", "activation", "attribution", "path-naive")
 METRICS = ("relative-logit", "logit-diff", "prob")
 
@@ -27,8 +27,7 @@ def check_method(method: str) -> str:
     return method
 
 
-@dataclass(config=ConfigDict(extra="forbid"))
-class PatchSettings:
+class PatchSettings(Section):
     """What the effects and the key heads depend on: the flags of `keyheads patch` (with its files and
     machine) and a run's `patch:` section, passed whole to `identify`."""
 

@@ -40,7 +40,7 @@ PATCH_METHODS = {  # the code of each of settings.METHODS, in its order
 }
 
 
-def sweep(model: HookedModel, data: str | Path, config: PatchSettings, out: Path | None = None,
+def run_sweep(model: HookedModel, data: str | Path, config: PatchSettings, out: Path | None = None,
           batch_size: int = 16, progress: bool = True) -> tuple[Effects, dict]:
     """Run the patching sweep over a pairs file; returns (effects, per-sample arrays). `batch_size`: prompts
     per forward pass, at most (batches are cut where token lengths jump; a checkpoint is of one batch size).

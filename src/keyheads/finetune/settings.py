@@ -1,7 +1,8 @@
 """Fine-tuning settings: the paper's recipe by default, Hugging Face Trainer defaults where it is silent.
 
-A pydantic dataclass: its fields and descriptions are the `keyheads finetune` flags and the
-`finetune:` section of a run config (keyheads.config composes them). The optimizer batch is
+TrainingRecipe is how to train; FinetuneSettings adds the method and the seed, and is what `keyheads
+finetune`'s flags and `finetune()` take; FinetuneSection adds the training data and the MLP count, and is a
+run config's `finetune:` section (a run's variants give the method, its top-level seed the seed). The optimizer batch is
 `optimizer_batch_size` everywhere (field, flag and key), so that it is never mistaken for the forward
 batch that `--batch-size` sets in every other command. With them, the check of a training-data spec
 (`check_train`), run before anything loads. The module loads without torch, as the run config and the
@@ -9,27 +10,22 @@ command settings that use it do.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import ConfigDict, Field
-from pydantic.dataclasses import dataclass
+from pydantic import Field, field_validator
 
 from ..data.arithmetic import ARITH_KINDS
 from ..errors import SettingError
+from ..section import Count, Section
 
 FINETUNE_METHODS = ("precise", "full", "lora")  # the values of FinetuneSettings.method
 KV_POLICIES = ("group", "none")
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class FinetuneSettings:
-    """How to train."""
+class TrainingRecipe(Section):
+    """How to train, whatever is trained."""
 
-    method: Literal["precise", "full", "lora"] = Field(
-        "precise", description="precise (only the chosen heads' Q/K/V/O slices and whole MLPs), full (every "
-        "parameter) or lora (PEFT LoRA on the attention projections)")
     kv: Literal["group", "none"] = Field(
         "group", description="group trains a key/value head's rows of W_K and W_V when any query head of its group "
         "is trained; none trains W_Q rows and W_O columns only")
@@ -58,7 +54,6 @@ class FinetuneSettings:
     adam_eps: float = Field(1e-8, description="AdamW's epsilon (Trainer default)")
     lora_rank: int = Field(8, ge=1, description="LoRA's rank")
     lora_alpha: float | None = Field(None, description="LoRA's scale (None: equal to the rank)")
-    seed: int = Field(0, ge=0, description="data order and any random initialisation (LoRA's A)")
     save_every: int = Field(50, ge=0, description="optimizer steps between checkpoints (0: only at the end)")
     save_minutes: float = Field(30.0, ge=0.0, description="also checkpoint once this many minutes have passed since "
                                 "the last checkpoint, so a killed run loses little when steps are slow (0: by "
@@ -72,22 +67,25 @@ class FinetuneSettings:
     offload: bool = Field(False, description="with fsdp on GPUs: keep the shards, gradients and optimizer state in "
                                              "CPU memory, moving each layer to the GPU for its own pass")
 
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["adam_betas"] = list(self.adam_betas)
-        return d
+    # Settings a resumed run may change without changing what it computes.
+    # Offload moves the same numbers between memories: an offloaded run may resume without it, and back.
+    RESUMABLE_CHANGES: ClassVar[tuple[str, ...]] = ("save_every", "save_minutes", "offload")
+
+
+class FinetuneSettings(TrainingRecipe):
+    """How to train, what and in which order: the settings `finetune()` takes."""
+
+    method: Literal["precise", "full", "lora"] = Field(
+        "precise", description="precise (only the chosen heads' Q/K/V/O slices and whole MLPs), full (every "
+        "parameter) or lora (PEFT LoRA on the attention projections)")
+    seed: int = Field(0, ge=0, description="data order and any random initialisation (LoRA's A)")
 
     @classmethod
     def from_json(cls, data: dict) -> FinetuneSettings:
-        """From a finetune.json or checkpoint record; a record written before the optimizer batch had its
-        one name says `batch_size`."""
-        known = {f.name for f in fields(cls)}
+        """From a finetune.json or checkpoint record (its keys that are settings); a record written before the
+        optimizer batch had its one name says `batch_size`."""
         data = {("optimizer_batch_size" if k == "batch_size" else k): v for k, v in data.items()}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    # Settings a resumed run may change without changing what it computes.
-    # Offload moves the same numbers between memories: an offloaded run may resume without it, and back.
-    RESUMABLE_CHANGES = ("save_every", "save_minutes", "offload")
+        return cls.model_validate({k: v for k, v in data.items() if k in cls.model_fields})
 
 
 def check_arith_kinds(kinds: list[str], key: str, value: object) -> list[str]:
@@ -115,3 +113,22 @@ def check_train(spec: str, key: str = "train") -> str:
     elif spec != "trainset" and not Path(spec).is_file():
         raise SettingError(key, spec, "is neither a JSONL file, 'trainset' nor 'arith:KINDS[:N]'")
     return spec
+
+
+class FinetuneSection(TrainingRecipe):
+    """A run config's `finetune:` section: the recipe of every variant, its training data, and how many MLPs
+    the +mlp variants add (the variant gives the method, the run's seed the seed)."""
+
+    train: str = Field("arith:multidigit,decimal:2000", description="training data: 'arith:KINDS[:N]' from the "
+                       "templates, 'trainset' (GSM8K train + held-out AddSub/SingleEq/SVAMP) or a JSONL of "
+                       "{prompt, completion}")
+    mlps: Count = Field(3, description="MLPs trained by the +mlp variants: the top M by effect")
+
+    @field_validator("train")
+    @classmethod
+    def _train(cls, v):
+        return check_train(v)
+
+    def recipe(self, method: Literal["precise", "full", "lora"], seed: int) -> FinetuneSettings:
+        return FinetuneSettings.model_validate({**{name: getattr(self, name) for name in TrainingRecipe.model_fields},
+                                                "method": method, "seed": seed})

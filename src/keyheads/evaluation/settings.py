@@ -4,43 +4,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator
-from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic import Field, field_validator
 
 from ..data.trainset import SplitSettings
 from ..errors import SettingError
+from ..section import Section
 from .arith import ARITH_SETS
+from .mmlu_subjects import CATEGORIES as MMLU_CATEGORIES
+from .mmlu_subjects import DISPLAY as MMLU_DISPLAY
 
 MATH = ("gsm8k", "addsub", "singleeq", "svamp")
-CHOICE = ("mmlu", "csqa")
-TABLE_BENCHMARKS = MATH + CHOICE
+TABLE_BENCHMARKS = MATH + ("mmlu", "csqa")
+MMLU_PARTS = tuple(MMLU_CATEGORIES)  # mmlu-humanities, ...: one MMLU category alone (appendix E's knockout)
+CHOICE = ("mmlu", "csqa", *MMLU_PARTS)
 ARITH = tuple(ARITH_SETS)  # generated, held out from `--train arith:...`; need no data folder
 DRIFT = "generic-kl"  # KL from the reference row and perplexity on MMLU/CSQA question texts, not an accuracy
-BENCHMARKS = TABLE_BENCHMARKS + ARITH + (DRIFT,)
+BENCHMARKS = TABLE_BENCHMARKS + MMLU_PARTS + ARITH + (DRIFT,)
 # how the tables (`keyheads eval`'s and the report's) name the benchmarks; an arith-* set by its own name
 DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp": "SVAMP",
-           "mmlu": "MMLU", "csqa": "CSQA", DRIFT: "Generic"}
-DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5,
+           "mmlu": "MMLU", "csqa": "CSQA", DRIFT: "Generic", **MMLU_DISPLAY}
+DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5, **dict.fromkeys(MMLU_PARTS, 5),
                  **{name: 4 for name in ARITH}}
 # GSM8K needs several reasoning steps; the other three are one or two operations. An arith answer is
 # one number of at most six characters, then the newline that ends it: 8 tokens even digit by digit.
 DEFAULT_NEW_TOKENS = {"gsm8k": 256, "addsub": 128, "singleeq": 128, "svamp": 128, **{name: 8 for name in ARITH}}
 
 
-@pydantic_dataclass(config=ConfigDict(extra="forbid"))
-class EvalSettings:
-    """Settings of an evaluation run; the fields and descriptions are also flags of `keyheads eval`
-    and keys of a run's `eval:` section (keyheads.config)."""
+class EvalSettings(Section):
+    """What an evaluation table's numbers depend on: the flags of `keyheads eval` (with its rows, files and
+    machine) and a run's `eval:` section, passed whole to `evaluate`. Where the data is, the batch, the cache,
+    progress bars and a process's share of the work are the caller's: keyword arguments of `evaluate`."""
 
     benchmarks: tuple[str, ...] = Field(
         default=TABLE_BENCHMARKS, description="benchmarks of the table, in its order; "
         "arith-* sets are generated, the others read data_dir")
-    data_dir: str | None = Field(
-        default=None, description="the benchmarks folder (default $KEYHEADS_DATA, else the hub "
-        "when online)")
     limit: int | None = Field(default=None, ge=1, description="only the first N items of each benchmark (MMLU: "
                                          "round-robin over subjects, so a small N still covers many; None: all)")
-    batch_size: int = Field(default=16, ge=1, description="prompts per forward pass")
     max_new_tokens: int | None = Field(default=None, ge=1, description="generation budget for the math and arith sets "
                                                   "(None: 256 for GSM8K, 128 for the other math sets, 8 for arith-*)")
     few_shot: int | None = Field(default=None, ge=0, description="exemplars per prompt (None: 4 for math and arith, 5 "
@@ -52,36 +51,15 @@ class EvalSettings:
         "and SVAMP only the part the training-set builder leaves out; the arith sets are held out either way)")
     heldout: SplitSettings = Field(default_factory=SplitSettings, description="the held-out split's seed and train "
                                                                           "fraction (must match the training set's)")
-    cache_dir: str | None = Field(
-        default=None, description="per-item result cache, shared by runs (entries are keyed "
-        "by model fingerprint, prompt and settings; None: $KEYHEADS_CACHE/eval)")
-    progress: bool = Field(default=True, description="progress bars")
-    shard: tuple[int, int] | None = Field(
-        default=None, description="(k, n): compute only the items in shard k of n, so "
-        "that n processes sharing one cache split an evaluation; such a run "
-        "writes no table")
-
-    # set by whoever calls the evaluation, not results: where the data is, speed, the cache, progress bars
-    # and the share of the work; a run passes its own and holds every other field in its `eval:` section
-    CALLER = ("data_dir", "batch_size", "cache_dir", "progress", "shard")
 
     @field_validator("benchmarks")
     @classmethod
     def _benchmarks(cls, v):
         return check_benchmarks(v)
 
-    @field_validator("shard")
-    @classmethod
-    def _shard(cls, v):
-        if v is not None:
-            k, n = v
-            if not (n >= 1 and 0 <= k < n):
-                raise ValueError(f"shard {k}/{n} is not valid: use K/N with 0 <= K < N, e.g. 0/2 and 1/2")
-        return v
-
     def shots(self, bench: str) -> int:
         k = DEFAULT_SHOTS[bench] if self.few_shot is None else self.few_shot
-        return min(k, 5) if bench == "mmlu" else k
+        return min(k, 5) if bench.startswith("mmlu") else k
 
     def new_tokens(self, bench: str) -> int:
         return DEFAULT_NEW_TOKENS[bench] if self.max_new_tokens is None else self.max_new_tokens

@@ -6,18 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
-from pydantic.dataclasses import dataclass
+from pydantic import Field, field_validator, model_validator
 
-from ..components import Components, Threshold, TopK
-from ..effects import Effects
-from ..errors import AnalysisError, SettingError
-from ..heads import Head, parse_heads, parse_layers
-from ..io import existing_file
-from ..log import logger
+from .components import Components, Threshold, TopK
+from .effects import Effects
+from .errors import AnalysisError, SettingError
+from .heads import Head, parse_heads, parse_layers
+from .io import existing_file
+from .log import logger
+from .section import Section
 
 if TYPE_CHECKING:
-    from ..models.model import HookedModel
+    from .models.model import HookedModel
 
 
 class Notes(list):
@@ -46,8 +46,7 @@ def head_list(text: str | None, key: str = "heads") -> str | None:
     return text
 
 
-@dataclass(config=ConfigDict(extra="forbid"))
-class HeadChoice:
+class HeadChoice(Section):
     """Which heads: explicit `heads` win; else `Components.select` over `effects` with `threshold` and
     `top_k` (neither: the paper's -5%, applied there). Flags of the analysis commands; a run passes its
     key heads as `heads`, with `effects` for the rankings."""
@@ -101,7 +100,6 @@ def layer_list(text: str | None, key: str = "mlp_layers") -> str | None:
     return text
 
 
-@dataclass(config=ConfigDict(extra="forbid"))
 class ComponentChoice(HeadChoice):
     """What precise SFT trains: heads as HeadChoice chooses them (from effects only with top_k or threshold),
     or `random_heads` seeded random ones (the control); and whole MLPs, the `mlps` most negative by effect
