@@ -3,9 +3,12 @@ import torch
 
 from keyheads.analysis import transfer as tr
 from keyheads.analysis.common import all_heads
+from keyheads.analysis.knockout_run import transfer_sets
+from keyheads.analysis.settings import KnockoutSettings
 from keyheads.knockout import compute_means
+from keyheads.selection import Notes
 
-from tests.helpers import make_rows
+from tests.helpers import PREFIX, make_rows, write_rows
 
 
 def test_generated_sets_have_the_right_answers(llama):
@@ -77,3 +80,26 @@ def test_table_says_n_a_when_nothing_was_right_before():
     table = format_table([TransferRow.measured("svamp", 10, 0.0, 0.0), TransferRow.measured("add", 10, 0.5, 0.2)])
     rows = table.splitlines()[2:]
     assert rows[0].split()[-1] == "n/a" and rows[1].split()[-1] == "-60.0%"
+
+
+def test_transfer_prompts_are_as_few_shot_as_the_identification_data(llama, shared_data, tmp_path):
+    """Figure 4's prompts are zero-shot, as the paper's data is: the transfer sets follow the data's shot count."""
+    def lines_before_question(prompt: str) -> int:
+        return prompt.count("\n")
+
+    for name, shots in (("zero", 0), ("three", 3)):
+        rows = make_rows(8)
+        prefix = "".join(f"{k} + 1 = {k + 1}\n" for k in range(1, shots + 1))
+        for row in rows:  # `shots` solved examples, one a line, before each question (`keyheads data --few-shot`)
+            for key in ("reference", "counterfactual"):
+                row[key] = prefix + row[key].removeprefix(PREFIX)
+            row["positions"] = {k: v - len(PREFIX) + len(prefix) for k, v in row["positions"].items()}
+        data = write_rows(tmp_path / f"{name}.jsonl", rows)
+        sets = transfer_sets(llama, str(data), KnockoutSettings(transfer_n=4, limit=None), None, str(shared_data),
+                             Notes())
+        assert tr.data_shots(sets[0].prompts) == shots  # the identification data itself
+        generated = sets[1:]
+        assert [s.name.split(" ")[0] for s in generated] == ["multi-digit", "decimal", "year", "SVAMP", "GSM8K"]
+        for tset in generated:
+            want = min(shots, 2) if tset.name.startswith("year") else shots  # year spans have two examples
+            assert all(lines_before_question(p) == want for p in tset.prompts), tset.name

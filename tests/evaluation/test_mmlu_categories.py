@@ -2,7 +2,6 @@
 test questions of the category's subjects, prompted as `mmlu` prompts them, and scored once for both."""
 import shutil
 
-
 from keyheads.config.run import RunSettings
 from keyheads.data.benchmarks import load
 from keyheads.evaluation import EvalSettings

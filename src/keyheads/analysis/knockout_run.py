@@ -195,7 +195,8 @@ def _format_curves(curves: KnockoutCurves) -> str:
 def transfer_sets(model: HookedModel, data: str, settings: KnockoutSettings, transfer_data: str | None,
                   data_dir: str | None, notes: Notes) -> list[tr.TransferSet]:
     """The transfer table's sets, in its order: the identification data itself (the reference row), one set per
-    task or template of `transfer_data`, the generated sets, then SVAMP and GSM8K where `data_dir` has them."""
+    task or template of `transfer_data`, the generated sets, then SVAMP and GSM8K where `data_dir` has them; the
+    generated and benchmark prompts as few-shot as the identification data's."""
     s = settings
     n = s.transfer_n
     ident = load_samples(model, data, s.limit, s.seed)
@@ -203,12 +204,13 @@ def transfer_sets(model: HookedModel, data: str, settings: KnockoutSettings, tra
                            [x.answer for x in ident], [x.answer_id for x in ident])]
     if transfer_data:
         sets += tr.from_pairs(model, transfer_data, by=s.transfer_by, n=n, seed=s.seed)
-    sets += [tr.multidigit(model, n or 100, s.seed), tr.decimal(model, n or 100, s.seed),
-             tr.year_span(model, n or 100, s.seed)]
+    shots = tr.data_shots(sets[0].prompts)
+    sets += [tr.multidigit(model, n or 100, s.seed, shots), tr.decimal(model, n or 100, s.seed, shots),
+             tr.year_span(model, n or 100, s.seed, shots)]
     folder = data_dir_from(data_dir)
     for name, prefer in (("svamp", "Danny has 12 bottle caps"), ("gsm8k", "")):
         try:
-            sets.append(tr.benchmark(model, name, folder, n, s.seed, prefer))
+            sets.append(tr.benchmark(model, name, folder, n, s.seed, prefer, shots))
         except DataNotFound as err:
             notes.add(f"transfer to {name.upper()} skipped: {err}")
     return sets

@@ -7,7 +7,9 @@ as the paper reports it for SVAMP (34.7 -> 11.8, -66%).
 
 Sets: another pairs file (per task and template), generated multi-digit additions
 ("281 + 135 = "), decimals ("4.2 plus 2.5 equals to "), year spans ("... from 1723 to 172"),
-and SVAMP / GSM8K questions ending in "The answer is ".
+and SVAMP / GSM8K questions ending in "The answer is ". The generated and benchmark prompts take as many solved
+examples as the identification data's prompts have (`shots`; each set has at most its own hand-written ones):
+zero-shot when the data is zero-shot, as the paper's figure 4.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from ..results.knockout import Case, TransferRow
 from .common import AnalysisError, answer_token, fallback_note, read_pair_rows
 from .passes import EndPasses
 
-# Hand-written solved examples: not taken from any benchmark, so that nothing evaluated is shown.
+# Hand-written solved examples, one a line: not taken from any benchmark, so that nothing evaluated is shown.
 WORD_FEW_SHOT = (
     "Tom has 3 apples. He buys 4 more apples. How many apples does Tom have now? The answer is 7.\n"
     "A box holds 9 pens. Sara takes 5 pens out of the box. How many pens are left in the box? The answer is 4.\n"
@@ -49,6 +51,17 @@ class TransferSet:
     answer_ids: list[int] = field(default_factory=list)
     case: int = 0
     note: str = ""
+
+
+def examples(few_shot: str, shots: int) -> str:
+    """The first `shots` lines of a set's hand-written examples (all of them when it has fewer)."""
+    return "".join(line + "\n" for line in few_shot.splitlines()[:shots])
+
+
+def data_shots(prompts: Sequence[str]) -> int:
+    """How many solved examples, one a line, come before the question in every one of `prompts` (the templates'
+    questions are one line; so are the examples `keyheads data --few-shot` adds)."""
+    return min((p.count("\n") for p in prompts), default=0)
 
 
 def _finish(model: HookedModel, name: str, prompts: Sequence[str], answers: Sequence[str], case: int = 0,
@@ -74,21 +87,21 @@ def _finish(model: HookedModel, name: str, prompts: Sequence[str], answers: Sequ
 
 # ---- generated sets (the paper's figure 4 case first) -------------------------------------
 
-def multidigit(model: HookedModel, n: int, seed: int = 0) -> TransferSet:
+def multidigit(model: HookedModel, n: int, seed: int = 0, shots: int = 3) -> TransferSet:
     rng = random.Random(seed)
     pairs = [(281, 135)] + [(rng.randint(100, 499), rng.randint(100, 499)) for _ in range(n - 1)]
-    prompts = [f"{MULTIDIGIT_FEW_SHOT}{a} + {b} = " for a, b in pairs]
+    prompts = [f"{examples(MULTIDIGIT_FEW_SHOT, shots)}{a} + {b} = " for a, b in pairs]
     return _finish(model, "multi-digit (A + B, 3 digits)", prompts, [str(a + b) for a, b in pairs])
 
 
-def decimal(model: HookedModel, n: int, seed: int = 0) -> TransferSet:
+def decimal(model: HookedModel, n: int, seed: int = 0, shots: int = 3) -> TransferSet:
     rng = random.Random(seed)
     pairs = [(42, 25)] + [(rng.randint(10, 49), rng.randint(10, 49)) for _ in range(n - 1)]  # tenths
-    prompts = [f"{DECIMAL_FEW_SHOT}{a / 10:.1f} plus {b / 10:.1f} equals to " for a, b in pairs]
+    prompts = [f"{examples(DECIMAL_FEW_SHOT, shots)}{a / 10:.1f} plus {b / 10:.1f} equals to " for a, b in pairs]
     return _finish(model, "decimal (A plus B)", prompts, [f"{(a + b) / 10:.1f}" for a, b in pairs])
 
 
-def year_span(model: HookedModel, n: int, seed: int = 0) -> TransferSet:
+def year_span(model: HookedModel, n: int, seed: int = 0, shots: int = 3) -> TransferSet:
     """'The war lasted 5 years from 1723 to 172' -> '8': the last digit of the end year."""
     rng = random.Random(seed)
     rows = [("war", 5, 1723)]
@@ -97,12 +110,13 @@ def year_span(model: HookedModel, n: int, seed: int = 0) -> TransferSet:
         start = rng.randint(1100, 1899)
         if start % 10 + years <= 9:  # the answer is the one digit that completes the year
             rows.append((rng.choice(EVENTS), years, start))
-    prompts = [f"{YEAR_FEW_SHOT}The {e} lasted {y} years from {s} to {(s + y) // 10}" for e, y, s in rows]
+    shown = examples(YEAR_FEW_SHOT, shots)
+    prompts = [f"{shown}The {e} lasted {y} years from {s} to {(s + y) // 10}" for e, y, s in rows]
     return _finish(model, "year span (time templates)", prompts, [str((s + y) % 10) for _, y, s in rows], join="")
 
 
 def benchmark(model: HookedModel, name: str, data_dir: str | Path | None, n: int | None,
-              seed: int = 0, prefer: str = "") -> TransferSet:
+              seed: int = 0, prefer: str = "", shots: int = 3) -> TransferSet:
     """SVAMP or GSM8K questions: few-shot + question + ' The answer is '; target: first answer token."""
     records = load(name, data_dir=data_dir)
     if not records:
@@ -116,7 +130,7 @@ def benchmark(model: HookedModel, name: str, data_dir: str | Path | None, n: int
             order = sorted(order[1:] + [wanted])
     chosen = [records[i] for i in order]
     case = next((i for i, r in enumerate(chosen) if prefer and prefer in r.question), 0)
-    prompts = [f"{WORD_FEW_SHOT}{_sentence(r.question)} The answer is " for r in chosen]
+    prompts = [f"{examples(WORD_FEW_SHOT, shots)}{_sentence(r.question)} The answer is " for r in chosen]
     answers = [format_number(r.numeric_answer()) for r in chosen]
     return _finish(model, f"{name.upper()} (first answer token)", prompts, answers, case,
                    note=f"{len(chosen)} of {len(records)} questions")

@@ -23,8 +23,8 @@ BENCHMARKS = TABLE_BENCHMARKS + MMLU_PARTS + ARITH + (DRIFT,)
 # how the tables (`keyheads eval`'s and the report's) name the benchmarks; an arith-* set by its own name
 DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp": "SVAMP",
            "mmlu": "MMLU", "csqa": "CSQA", DRIFT: "Generic", **MMLU_DISPLAY}
-DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5, **dict.fromkeys(MMLU_PARTS, 5),
-                 **{name: 4 for name in ARITH}}
+DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5,
+                 **dict.fromkeys(MMLU_PARTS, 5), **dict.fromkeys(ARITH, 4)}
 # GSM8K needs several reasoning steps; the other three are one or two operations. An arith answer is
 # one number of at most six characters, then the newline that ends it: 8 tokens even digit by digit.
 DEFAULT_NEW_TOKENS = {"gsm8k": 256, "addsub": 128, "singleeq": 128, "svamp": 128, **{name: 8 for name in ARITH}}
