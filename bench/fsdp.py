@@ -34,6 +34,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from results import write_section  # noqa: E402
 
+from keyheads.effects import Effects  # noqa: E402
+from keyheads.results.finetune import FinetuneResult  # noqa: E402
+from keyheads.runfolder import EFFECTS_JSON, FINETUNE_JSON, read_result  # noqa: E402
+
 WORKER = ROOT / "bench" / "fsdp_worker.py"
 KEYHEADS = [sys.executable, "-m", "keyheads.cli"]
 MODEL = "smollm2-135m"
@@ -59,6 +63,14 @@ def launch(spec: dict, folder: Path, processes: int, check: bool = True) -> subp
     if check and proc.returncode:
         raise SystemExit(f"{folder}: the launch failed\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     return proc
+
+
+def finetuned(folder: Path) -> FinetuneResult:
+    """The finetune.json of a finished run folder, read as its type."""
+    info = read_result(folder / FINETUNE_JSON, FinetuneResult.from_json)
+    if info is None:
+        sys.exit(f"{folder / FINETUNE_JSON} was not written: the run did not finish")
+    return info
 
 
 def python_path() -> str:
@@ -136,7 +148,7 @@ def resume(root: Path) -> str:
     pb, pbase = dict(b.named_parameters()), dict(base.named_parameters())
     worst = max((p - pb[n]).abs().max().item() for n, p in a.named_parameters())
     moved = max((p - pbase[n]).abs().max().item() for n, p in b.named_parameters())
-    losses = [json.loads((root / d / "out" / "finetune.json").read_text())["train"]["losses"] for d in ("fsdp", "one")]
+    losses = [finetuned(root / d / "out").train.losses for d in ("fsdp", "one")]
     dtypes = sorted({str(p.dtype) for p in a.parameters()})
     return "\n".join([
         f"- Killed at step 3 on two FSDP2 processes, after the checkpoint of step 2 ({', '.join(shards)}); the "
@@ -213,7 +225,7 @@ def gpu_split(root: Path) -> str:
         subprocess.run([*KEYHEADS, "patch", "--model", str(root / "model"), "--data", str(root / "pairs.jsonl"),
                         "--out", str(out), "--dtype", "float32", "--quiet", *flags], check=True,
                        env={**os.environ, "PYTHONPATH": python_path()})
-        times[name] = (time.perf_counter() - t0, np.array(json.loads((out / "effects.json").read_text())["heads"]))
+        times[name] = (time.perf_counter() - t0, np.array(Effects.load(out / EFFECTS_JSON).heads))
     (t1, e1), (t2, e2) = times.values()
     return (f"- Path patching of a random SmolLM2-135M shape, fp32: on cuda:0 {t1:.0f} s; split between cuda:0 "
             f"(200 MiB of its 540) and cpu "

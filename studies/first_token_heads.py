@@ -42,6 +42,8 @@ sys.path.insert(0, str(ROOT / "studies"))
 from study_results import write_section  # noqa: E402
 
 from keyheads.effects import Effects  # noqa: E402
+from keyheads.results.knockout import KnockoutCurves, KnockoutResult  # noqa: E402
+from keyheads.runfolder import read_result  # noqa: E402
 
 # configs/table1-smollm2.yaml's data section (and configs/study-qwen1.5b.yaml's), less the answer filter,
 # which is what this compares
@@ -79,36 +81,44 @@ def commands(model: str, folder: Path, threads: int, limit: int = LIMIT) -> dict
 OUTPUTS = ("pairs.jsonl", "patch/effects.json", "knockout/knockout.json")  # what each step of a way writes
 
 
-def curves_table(curves: dict[str, dict]) -> str:
+def _curves(path: Path) -> KnockoutCurves:
+    """The curves of a knockout.json (read as its type)."""
+    result = read_result(path, KnockoutResult.from_json)
+    if result is None or result.curves is None:
+        sys.exit(f"{path}: no knockout curves (run without --effects, or not written)")
+    return result.curves
+
+
+def curves_table(curves: dict[str, KnockoutCurves]) -> str:
     """Accuracy with the top-k heads (by each set's own effects) knocked out, and the random orders' mean ± std."""
     head = "| | k = 0 | " + " | ".join(f"k = {k}" for k in SHOWN_K) + " |"
     lines = [head, "|---|" + "---:|" * (1 + len(SHOWN_K))]
     for way, c in curves.items():
-        ks = c["k"]
-        top = [f"{100 * c['effect_rank'][ks.index(k)]:.1f}%" if k in ks else "-" for k in SHOWN_K]
-        rnd = [f"{100 * c['random_mean'][ks.index(k)]:.1f} ± {100 * c['random_std'][ks.index(k)]:.1f}%"
+        ks = c.k
+        top = [f"{100 * c.effect_rank[ks.index(k)]:.1f}%" if k in ks else "-" for k in SHOWN_K]
+        rnd = [f"{100 * c.random_mean[ks.index(k)]:.1f} ± {100 * c.random_std[ks.index(k)]:.1f}%"
                if k in ks else "-" for k in SHOWN_K]
-        lines.append(f"| {way}: top-k | {100 * c['effect_rank'][0]:.1f}% | " + " | ".join(top) + " |")
-        lines.append(f"| {way}: random-k | {100 * c['random_mean'][0]:.1f}% | " + " | ".join(rnd) + " |")
+        lines.append(f"| {way}: top-k | {100 * c.effect_rank[0]:.1f}% | " + " | ".join(top) + " |")
+        lines.append(f"| {way}: random-k | {100 * c.random_mean[0]:.1f}% | " + " | ".join(rnd) + " |")
     return "\n".join(lines)
 
 
-def curves_summary(curves: dict[str, dict]) -> str:
+def curves_summary(curves: dict[str, KnockoutCurves]) -> str:
     """Where each top-k curve lies against its random band, and the top 10's relative drop, in words."""
     parts = []
     for way, c in curves.items():
-        below = [k for k, top, m, sd in zip(c["k"], c["effect_rank"], c["random_mean"], c["random_std"])
+        below = [k for k, top, m, sd in zip(c.k, c.effect_rank, c.random_mean, c.random_std)
                  if k > 0 and top < m - sd]
-        i10 = c["k"].index(10)
-        drop = c["effect_rank"][i10] / c["effect_rank"][0] - 1
+        i10 = c.k.index(10)
+        drop = c.effect_rank[i10] / c.effect_rank[0] - 1
         since = f"below the random band (mean - std) at every k from {below[0]}" if below and below == list(
-            range(below[0], c["k"][-1] + 1)) else f"below the random band at k = {', '.join(map(str, below))}"
+            range(below[0], c.k[-1] + 1)) else f"below the random band at k = {', '.join(map(str, below))}"
         parts.append(f"With {way} answers the top-k curve lies {since}; the top 10 cost {100 * drop:+.1f}% "
-                     f"relative, 10 random heads {100 * (c['random_mean'][i10] / c['random_mean'][0] - 1):+.1f}%.")
+                     f"relative, 10 random heads {100 * (c.random_mean[i10] / c.random_mean[0] - 1):+.1f}%.")
     return textwrap.fill(" ".join(parts), 110)
 
 
-def draw_curves(curves: dict[str, dict], path: Path, model: str) -> None:
+def draw_curves(curves: dict[str, KnockoutCurves], path: Path, model: str) -> None:
     """Both sets' curves side by side: top-k against the random orders' mean ± std."""
     import matplotlib
 
@@ -117,9 +127,9 @@ def draw_curves(curves: dict[str, dict], path: Path, model: str) -> None:
 
     fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.6), sharey=True)
     for ax, (way, c) in zip(axes, curves.items()):
-        k = c["k"]
-        mean, std = [100 * x for x in c["random_mean"]], [100 * x for x in c["random_std"]]
-        ax.plot(k, [100 * x for x in c["effect_rank"]], "o-", color="tab:red", label="top-k by effect")
+        k = c.k
+        mean, std = [100 * x for x in c.random_mean], [100 * x for x in c.random_std]
+        ax.plot(k, [100 * x for x in c.effect_rank], "o-", color="tab:red", label="top-k by effect")
         ax.plot(k, mean, "s--", color="tab:blue", label=f"random-k (mean of {CURVE_SEEDS})")
         ax.fill_between(k, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                         color="tab:blue", alpha=0.15)
@@ -235,7 +245,7 @@ def main() -> None:
     timing = ", ".join(f"{step} {s / 60:.1f} min" for step, s in seconds.items()) or "no step timed"
     cmds = "\n".join(f"    {shlex.join(c)}" for way_cmds in run.values() for c in way_cmds)
     if all((folder / w / OUTPUTS[2]).exists() for w in WAYS):
-        curves = {w: json.loads((folder / w / OUTPUTS[2]).read_text())["curves"] for w in WAYS}
+        curves = {w: _curves(folder / w / OUTPUTS[2]) for w in WAYS}
         figure = FIGURE / f"first-token-{args.model}-knockout.png"
         draw_curves(curves, figure, args.model)
         knockout = f"""\

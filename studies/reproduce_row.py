@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import shlex
 import subprocess
 import sys
@@ -27,7 +26,9 @@ from study_results import write_section  # noqa: E402
 
 from keyheads.config.run import RunSettings  # noqa: E402
 from keyheads.evaluation.cache import ResultCache  # noqa: E402
-from keyheads.runfolder import FINETUNE_JSON, RunFolder  # noqa: E402
+from keyheads.results.evaluation import BenchmarkSummary, EvalResults  # noqa: E402
+from keyheads.results.finetune import FinetuneResult  # noqa: E402
+from keyheads.runfolder import FINETUNE_JSON, RESULTS_JSON, RunFolder, read_result  # noqa: E402
 
 IGNORED = ("key", "variant")  # the row label may differ; the key is what is matched on
 
@@ -47,8 +48,8 @@ def compare(fresh: dict[str, dict], run: dict[str, dict]) -> dict:
 
 
 def accuracy(out: Path, bench: str) -> float | None:
-    found = list(out.glob(f"*/{bench}.json"))
-    return json.loads(found[0].read_text()).get("accuracy") if found else None
+    found = [read_result(path, BenchmarkSummary.from_json) for path in out.glob(f"*/{bench}.json")]
+    return found[0].accuracy if found and found[0] is not None else None
 
 
 def eval_command(adapter: Path, settings: dict, benches: list[str], limit: int, cache: Path, out: Path,
@@ -79,10 +80,14 @@ def from_run(run: Path, variant: str) -> tuple[Path, dict, list[str], int | None
 
 def from_eval(adapter: Path, eval_dir: Path) -> tuple[Path, dict, list[str], int | None, Path, str]:
     """An adapter evaluated by `keyheads eval --adapter` into eval_dir: the same, from its results.json."""
-    settings = json.loads((eval_dir / "results.json").read_text())["config"]
-    record = json.loads((adapter / FINETUNE_JSON).read_text())
-    return (adapter, settings, settings["benchmarks"], settings["limit"], Path(settings["cache_dir"]),
-            f"{record.get('base_model', '?')} {adapter.name} ({eval_dir})")
+    table = read_result(eval_dir / RESULTS_JSON, EvalResults.from_json)
+    record = read_result(adapter / FINETUNE_JSON, FinetuneResult.from_json)
+    if table is None or record is None:
+        sys.exit(f"{eval_dir / RESULTS_JSON} and {adapter / FINETUNE_JSON} are needed: the folders of a finished "
+                 "`keyheads finetune` and `keyheads eval --adapter`")
+    settings = table.config
+    return (adapter, settings, table.benchmarks, settings["limit"], Path(settings["cache_dir"]),
+            f"{record.base_model} {adapter.name} ({eval_dir})")
 
 
 def main() -> None:

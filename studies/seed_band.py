@@ -13,7 +13,6 @@ enters the band, not the item-by-item tests.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "studies"))
 
-from paired_rows import wrong_ids  # noqa: E402
+from paired_rows import eval_labels, summaries, wrong_ids  # noqa: E402
 from study_results import write_section  # noqa: E402
 
 from keyheads.report.stats import band, fmt_p, paired_sets, with_holm  # noqa: E402
@@ -32,7 +31,7 @@ KL = "generic-kl"
 
 def row_folders(eval_dir: Path) -> tuple[Path, Path]:
     """(base row's folder, the control's folder): the first and last rows of the evaluation."""
-    labels = [v["label"] for v in json.loads((eval_dir / "results.json").read_text())["variants"]]
+    labels = eval_labels(eval_dir)
     return eval_dir / variant_slug(labels[0]), eval_dir / variant_slug(labels[-1])
 
 
@@ -40,18 +39,21 @@ def measured(eval_dir: Path) -> tuple[dict[str, float], dict[str, float], dict]:
     """(base accuracies, control accuracies, paired tests) in points (KL as itself) for one seed's folder."""
     base_dir, row_dir = row_folders(eval_dir)
     base, row, tests = {}, {}, {}
-    for path in sorted(row_dir.glob("*.json")):
-        summary = json.loads(path.read_text())
-        if path.name == "summary.json":
-            continue
-        name = path.stem
+    base_summaries = summaries(base_dir)
+    for name, summary in summaries(row_dir).items():
         if name == KL:
-            row[KL] = summary["kl"]
+            row[KL] = _number(summary.kl, row_dir / f"{name}.json")
             continue
-        base[name] = round(100 * json.loads((base_dir / path.name).read_text())["accuracy"], 6)
-        row[name] = round(100 * summary["accuracy"], 6)
-        tests[name] = paired_sets(wrong_ids(base_dir, name), wrong_ids(row_dir, name), summary["n"])
+        base[name] = round(100 * _number(base_summaries[name].accuracy, base_dir / f"{name}.json"), 6)
+        row[name] = round(100 * _number(summary.accuracy, row_dir / f"{name}.json"), 6)
+        tests[name] = paired_sets(wrong_ids(base_dir, name), wrong_ids(row_dir, name), int(_number(summary.n, name)))
     return base, row, tests
+
+
+def _number(value: float | None, where: object) -> float:
+    if value is None:
+        sys.exit(f"{where}: the value this table needs was not recorded")
+    return value
 
 
 def parse_recorded(text: str) -> tuple[str, dict[str, float]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from pathlib import Path
 
@@ -29,7 +28,9 @@ from keyheads.report.rundata import (  # noqa: E402
     paired_family,
     seed_sets,
 )
-from keyheads.runfolder import RunFolder  # noqa: E402
+from keyheads.results.evaluation import BenchmarkSummary  # noqa: E402
+from keyheads.results.finetune import FinetuneResult  # noqa: E402
+from keyheads.runfolder import RunFolder, read_result  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 
@@ -41,29 +42,27 @@ def pct(x) -> str:
 def cell(t: EvalTable, row, bench: str) -> str:
     if bench == DRIFT:
         d = t.drift(row)
-        return (
-            "-"
-            if d is None
-            else f"{d['kl']:.4f} [{d['kl_ci95'][0]:.4f}-{d['kl_ci95'][1]:.4f}], ppl {d['perplexity']:.2f}"
-        )
-    s = row.benchmarks.get(bench) or {}
-    if row.acc(bench) is None:
+        if d is None or d.kl is None or d.kl_ci95 is None or d.perplexity is None:
+            return "-"
+        return f"{d.kl:.4f} [{d.kl_ci95[0]:.4f}-{d.kl_ci95[1]:.4f}], ppl {d.perplexity:.2f}"
+    s = row.summary(bench)
+    if s is None or row.acc(bench) is None:
         return "-"
-    lo, hi = s.get("ci95", [None, None])
+    lo, hi = s.ci95 or [None, None]
     base = t.base.acc(bench) if t.base is not None and t.base is not row else None
     delta = f" ({100 * (row.acc(bench) - base):+.1f})" if base is not None else ""
     return f"{pct(row.acc(bench))} [{pct(lo)}-{pct(hi)}]{delta}"
 
 
-def markdown_table(t: EvalTable, rows, runs: dict) -> list[str]:
+def markdown_table(t: EvalTable, rows, runs: dict[str, FinetuneResult]) -> list[str]:
     benches = t.math() + t.generic() + ([DRIFT] if DRIFT in t.benchmarks else [])
     header = ["Variant", "Train speed (samples/s)", "Tuned params"] + [
         "Generic KL from base, perplexity" if b == DRIFT else f"{display(b)} % [95% CI] (Δ)" for b in benches]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        info = runs.get(r.run) or {}
-        speed = (info.get("train") or {}).get("samples_per_second")
-        tuned = info.get("tuned_params")
+        info = runs[r.run] if r.run in runs else None
+        speed = info.train.samples_per_second if info is not None else None
+        tuned = info.tuned_params if info is not None else None
         lines.append("| " + " | ".join([r.label, f"{speed:.2f}" if speed else "-", f"{tuned:,}" if tuned else "-"]
                                        + [cell(t, r, b) for b in benches]) + " |")
     return lines
@@ -74,14 +73,16 @@ def figure(t: EvalTable, out: Path) -> Path | None:
     # only the math sets every point has, so that the points average the same sets
     math = [b for b in t.math() if all(r.acc(b) is not None for r in rows)]
     points = [(r.label, t.mean_delta(r, math), t.drift(r)) for r in rows]
-    points = [(label, gain, d) for label, gain, d in points if gain is not None and d is not None]
+    points = [(label, gain, d) for label, gain, d in points
+              if gain is not None and d is not None and d.kl is not None and d.kl_ci95 is not None]
     if not points:
         return None
     fig, ax = new_figure(6.5, 4.5)
     for label, gain, d in points:
-        ax.errorbar(d["kl"], 100 * gain, xerr=[[d["kl"] - d["kl_ci95"][0]], [d["kl_ci95"][1] - d["kl"]]], fmt="o")
+        kl, (lo, hi) = d.kl, d.kl_ci95
+        ax.errorbar(kl, 100 * gain, xerr=[[kl - lo], [hi - kl]], fmt="o")
         short = label.split(" + ", 1)[1] if " + " in label else "base"
-        ax.annotate(short, (d["kl"], 100 * gain), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.annotate(short, (kl, 100 * gain), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.axhline(0, color="grey", lw=0.5)
     # drifts span two orders of magnitude (adapters ~0.01, full SFT ~0.3): linear near 0, log above
     ax.set_xscale("symlog", linthresh=0.01)
@@ -126,8 +127,8 @@ def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, s
     rows, missing = [], []
     for label, kind, name in zip(labels, kinds, names):
         folder = RunFolder(run).eval_variant(label)
-        benchmarks = {b: json.loads((folder / f"{b}.json").read_text())
-                      for b in config["eval"]["benchmarks"] if (folder / f"{b}.json").exists()}
+        read = {b: read_result(folder / f"{b}.json", BenchmarkSummary.from_json) for b in config["eval"]["benchmarks"]}
+        benchmarks = {b: s for b, s in read.items() if s is not None}
         if not benchmarks:
             missing.append((label, name))
             continue
@@ -151,7 +152,7 @@ def main() -> None:
     if t is None:
         raise SystemExit(f"{run}/eval/results.json not found: the eval stage has not finished (see --partial)")
     model = config["model"]
-    precise = [r for r in t.rows if r.run and (runs.get(r.run) or {}).get("method") == "precise"
+    precise = [r for r in t.rows if r.run in runs and runs[r.run].method == "precise"
                and not r.run.startswith("random")]
     # the paper's rows: base, full SFT, LoRA, precise SFT of the key heads; plus the knockout and the control
     # (precise@K with K the key heads' count is the same variant as precise)
@@ -160,12 +161,12 @@ def main() -> None:
               or (r.run or "") in main_rows or (r.run or "").startswith("random")]
     png = figure(t, FIGURES / f"{run.name}.png")
     records = folder.stage_records
-    trained_on = next((r.get("machine") or {} for k, r in records.items() if k.startswith("finetune/")), {})
+    trained_on = next((r.machine for k, r in records.items() if k.startswith("finetune/")), {})
     where = trained_on.get("gpu") or f"{trained_on.get('torch_threads', '?')} CPU threads"
-    split = next((r.benchmarks[b].get("split") for r in t.rows for b in ("addsub", "singleeq", "svamp")
+    split = next((r.benchmarks[b].split for r in t.rows for b in ("addsub", "singleeq", "svamp")
                   if b in r.benchmarks), "not evaluated")
     ft = config["finetune"]
-    n_train = next(((info.get("data") or {}).get("n") for info in runs.values()), "?")
+    n_train = next((info.data.n for info in runs.values()), "?")
     lines = [f"- date: {datetime.date.today().isoformat()}; commands: `keyheads run configs/{run.name}.yaml` (with "
              f"the flags its header gives; the effective settings are in {run.name}/config.json), then "
              f"`python studies/table1.py {run}{' --partial' if missing else ''}`",
@@ -177,7 +178,7 @@ def main() -> None:
              f"key heads = top-{config['patch']['top_k']} by path patching"]
     if missing:
         lines.append("- **incomplete**: the eval stage stopped before these rows: " + "; ".join(
-            f"{label} (trained: {_trained(runs.get(name))})" for label, name in missing))
+            f"{label} (trained: {_trained(runs[name] if name in runs else None)})" for label, name in missing))
     # which mean the knockout row used: its results say, else the run's config
     ko_mean = next((r.mean for r in table1 if r.mean), None) or run_mean(config)
     lines += ["", "**Table 1** (95% Wilson intervals; Δ in points from the base row"
@@ -201,12 +202,11 @@ def main() -> None:
         write_section(f"Tables 1 and 2: precise SFT vs full SFT, LoRA and random heads on {model} ({run.name})", text)
 
 
-def _trained(info: dict | None) -> str:
-    if not info:
+def _trained(info: FinetuneResult | None) -> str:
+    if info is None:
         return "no"
-    train = info.get("train") or {}
-    return (f"{info.get('tuned_params', 0):,} params, {train.get('samples_per_second', 0):.1f} samples/s, "
-            f"final loss {train.get('final_loss', float('nan')):.3f}")
+    return (f"{info.tuned_params:,} params, {info.train.samples_per_second:.1f} samples/s, "
+            f"final loss {info.train.final_loss:.3f}")
 
 
 if __name__ == "__main__":

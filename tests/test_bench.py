@@ -90,7 +90,10 @@ def test_reproduce_row_from_an_eval_folder_repeats_its_settings(tmp_path):
     adapter, evaluated = tmp_path / "full", tmp_path / "eval"
     adapter.mkdir()
     evaluated.mkdir()
-    (adapter / "finetune.json").write_text(json.dumps({"base_model": "qwen2.5-coder-1.5b"}))
+    from tests.report.handmade import finetune_result
+
+    record = finetune_result("full", None, 1, 1.0).model_copy(update={"base_model": "qwen2.5-coder-1.5b"})
+    (adapter / "finetune.json").write_text(json.dumps(record.to_json()))
     config = {"benchmarks": ["arith-mul", "generic-kl"], "data_dir": "/data", "limit": 50, "batch_size": 16,
               "few_shot": None, "seed": 3, "split": "full", "cache_dir": str(tmp_path / "cache")}
     (evaluated / "results.json").write_text(json.dumps({"config": config, "variants": []}))
@@ -193,10 +196,13 @@ def test_first_token_heads_compares_two_effects_files_as_a_direct_computation(tm
 
 
 def test_first_token_heads_tabulates_and_draws_both_sets_knockout_curves(tmp_path):
+    from keyheads.results.knockout import KnockoutCurves
+
     first_token_heads = importlib.import_module("first_token_heads")
     k = list(range(0, 21))
-    curves = {way: {"k": k, "effect_rank": [0.9 - 0.01 * i * (1 + j) for i in k],
-                    "random_mean": [0.9 - 0.002 * i for i in k], "random_std": [0.001 * i for i in k]}
+    curves = {way: KnockoutCurves(k=k, effect_rank=[0.9 - 0.01 * i * (1 + j) for i in k], random_rank=[],
+                                  random_mean=[0.9 - 0.002 * i for i in k], random_std=[0.001 * i for i in k],
+                                  effect_order=[])
               for j, way in enumerate(("single-token", "first-token"))}
     table = first_token_heads.curves_table(curves).splitlines()
     assert table[0] == "| | k = 0 | k = 2 | k = 6 | k = 10 | k = 20 |"
@@ -211,20 +217,26 @@ def test_first_token_heads_tabulates_and_draws_both_sets_knockout_curves(tmp_pat
 
 def seed_folder(root, control_wrong: dict, n: int = 50, kl: float = 0.05):
     """A `keyheads eval` folder: the base row, then one seed of a control, with per-item wrong ids."""
+    from keyheads.results.evaluation import BenchmarkSummary, EvalResults, VariantResult
     from keyheads.runfolder import variant_slug
 
     base_wrong = {"gsm8k": range(0, 26), "mmlu": range(0, 20)}
     rows = {"m": base_wrong, "m - knockout (10 heads, global mean)": control_wrong}  # a label its folder renames
+    variants = []
     for label, sets in rows.items():
         folder = root / variant_slug(label)
         folder.mkdir(parents=True)
+        summaries = {bench: BenchmarkSummary(n=n, correct=n - len(ids), accuracy=1 - len(ids) / n)
+                     for bench, ids in sets.items()}
+        summaries["generic-kl"] = BenchmarkSummary(kl=0.0 if label == "m" else kl, n=n)
         for bench, ids in sets.items():
             (folder / f"{bench}.wrong.jsonl").write_text("".join(json.dumps({"id": f"q{i}"}) + "\n" for i in ids))
-            (folder / f"{bench}.json").write_text(json.dumps({"n": n, "correct": n - len(ids),
-                                                              "accuracy": 1 - len(ids) / n}))
-        (folder / "generic-kl.json").write_text(json.dumps({"kl": 0.0 if label == "m" else kl, "n": n}))
-        (folder / "summary.json").write_text("{}")
-    (root / "results.json").write_text(json.dumps({"variants": [{"label": k} for k in rows]}))
+        for bench, summary in summaries.items():
+            (folder / f"{bench}.json").write_text(json.dumps(summary.to_json()))
+        variants.append(VariantResult(label=label, benchmarks=summaries))
+        (folder / "summary.json").write_text(json.dumps(variants[-1].to_json()))
+    results = EvalResults(config={"benchmarks": [*base_wrong, "generic-kl"]}, variants=variants)
+    (root / "results.json").write_text(json.dumps(results.to_json()))
     return root
 
 

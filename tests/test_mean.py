@@ -8,7 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from keyheads.analysis.settings import KnockoutSettings
+from keyheads.heads import Head
 from keyheads.mean import DEFAULT_MEAN, MEANS, run_mean, upgraded
+from keyheads.results.knockout import HeadsKnockout, KnockoutResult
 from keyheads.runfolder import RunFolder
 
 
@@ -29,10 +31,28 @@ def test_old_records_are_read_through_the_converter(tmp_path):
     old = {"mean_mode": "global", "n_samples": 3, "config": {"mean_mode": "global", "k": 4}}
     assert upgraded(old) == {"mean": "global", "n_samples": 3, "config": {"mean": "global", "k": 4}}
     assert upgraded({"mean": "aligned"}) == {"mean": "aligned"} and upgraded(None) is None
+    # knockout.json as it was saved under the former name, read by the run folder's typed reader
+    now = KnockoutResult(model="m", data="pairs.jsonl", n_samples=3, n_counterfactual=3, mean="global", effects=None,
+                         config={"mean": "global", "k": 4}, notes=[],
+                         key_heads=HeadsKnockout(heads=[Head(0, 1)], accuracy_before=0.5, accuracy_after=0.25,
+                                                 relative_change=-0.5)).to_json()
+    saved = {("mean_mode" if k == "mean" else k): v for k, v in now.items()}
+    saved["config"] = {"mean_mode": "global", "k": 4}
     folder = tmp_path / "run"
     (folder / "knockout").mkdir(parents=True)
-    (folder / "knockout" / "knockout.json").write_text(json.dumps(old))
-    assert RunFolder(folder).knockout_record["mean"] == "global"
+    (folder / "knockout" / "knockout.json").write_text(json.dumps(saved))
+    record = RunFolder(folder).knockout_record
+    assert record is not None and record.mean == "global" and record.config == {"mean": "global", "k": 4}
+    assert record.to_json() == now
+    # results.json: the eval config's knockout_mean, and a knockout row's info that called the mean "mode"
+    results = {"config": {"benchmarks": ["gsm8k"], "knockout_mean": "global"},
+               "variants": [{"label": "m - 1 head", "info": {"knockout": {"heads": [[0, 1]], "mode": "global"}},
+                             "benchmarks": {"gsm8k": {"accuracy": 0.5, "n": 2}}}]}
+    (folder / "eval").mkdir()
+    (folder / "eval" / "results.json").write_text(json.dumps(results))
+    table = RunFolder(folder).eval_record
+    assert table is not None and table.config == {"benchmarks": ["gsm8k"], "mean": "global"}
+    assert table.variants[0].info.knockout is not None and table.variants[0].info.knockout.mean == "global"
 
 
 def test_a_run_has_one_mean():

@@ -16,18 +16,31 @@
       report.html              report
 
 A step run on its own (`keyheads knockout --out DIR`) writes the same file names into its folder; they are
-the constants below. Nothing here imports torch: a run folder copied to a laptop is read there too.
+the constants below. Each artifact is read as its type (keyheads.results, keyheads.effects), None when it was
+not written; a file that is there but does not read as its type is a BadFile that names it and says what is
+wrong, never a None. Nothing here imports torch: a run folder copied to a laptop is read there too.
 """
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from .io import read_jsonl
-from .mean import upgraded
+from pydantic import ValidationError
+
+from .effects import Effects
+from .errors import BadFile
+from .io import read_json, read_jsonl
+from .results.attention import AttentionResult
+from .results.base import problems
+from .results.evaluation import EvalResults
+from .results.finetune import FinetuneResult
+from .results.identify import Identification, KeyHeads
+from .results.knockout import KnockoutResult
+from .results.mlp import MLPResult
+from .results.run import ModelInfo, StageRecord
 
 # the files a step writes into its own folder
 EFFECTS_JSON = "effects.json"
@@ -45,13 +58,30 @@ def variant_slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", label).strip("_") or "model"
 
 
-def read_record(path: Path) -> Any:
-    """The JSON at `path`, or None when it was not written (or is unreadable): what a reader of a run that
-    may be partial wants. Inputs a command is given are read with keyheads.io.read_json, which raises."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+T = TypeVar("T")
+
+
+def read_result(path: Path, read: Callable[[Any], T]) -> T | None:
+    """The artifact at `path` read by `read` (its type's from_json), or None when it was not written. A file that
+    is there but is not JSON, or not of its type's shape, is a BadFile naming it and what is wrong: an old or
+    damaged record fails where it is read, not as a section that says the stage did not run."""
+    if not path.is_file():
         return None
+    data = read_json(path)
+    try:
+        return read(data)
+    except ValidationError as err:
+        raise BadFile(f"{path} is not the record keyheads reads there ({problems(err)}): it was written by another "
+                      "version of keyheads, or changed since; run its stage again") from None
+    except (ValueError, TypeError, KeyError) as err:
+        raise BadFile(f"{path} is not the record keyheads reads there ({err}): it was written by another version of "
+                      "keyheads, or changed since; run its stage again") from None
+
+
+def _settings(data: Any) -> dict:
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object of settings, got {type(data).__name__}")
+    return data
 
 
 class RunFolder:
@@ -162,12 +192,16 @@ class RunFolder:
         return self.eval_variant(label) / f"{benchmark}{WRONG_JSONL}"
 
     def wrong_ids(self, label: str, benchmark: str) -> set[str] | None:
-        """The ids of the items row `label` got wrong on `benchmark`; None when the file was not written
-        (or is unreadable). Every other item of the benchmark's n was answered right."""
-        try:
-            return {str(row["id"]) for row in read_jsonl(self.eval_wrong(label, benchmark))}
-        except (OSError, ValueError, KeyError):  # not written, not JSONL (keyheads.io's errors), no ids
+        """The ids of the items row `label` got wrong on `benchmark`; None when the file was not written, a
+        BadFile when a line is not JSON or has no id. Every other item of the benchmark's n was answered right."""
+        path = self.eval_wrong(label, benchmark)
+        if not path.is_file():
             return None
+        rows = read_jsonl(path)  # a line that is not a JSON object: MalformedLine, a BadFile
+        missing = next((i for i, row in enumerate(rows, start=1) if "id" not in row), None)
+        if missing is not None:
+            raise BadFile(f"{path}: item {missing} has no 'id': it is not the wrong items the evaluator writes")
+        return {str(row["id"]) for row in rows}
 
     @property
     def stages(self) -> Path:
@@ -182,65 +216,75 @@ class RunFolder:
     def report(self) -> Path:
         return self.root / self.REPORT
 
-    # ---- artifacts, each read once (None: not written) -------------------------------------------------
+    # ---- artifacts, each read once (None: not written; BadFile: there but not of its type) ----------------
     @cached_property
-    def config_record(self) -> Any:
-        return read_record(self.config)
+    def config_record(self) -> dict | None:
+        """config.json: the effective settings, in the YAML's keys."""
+        return read_result(self.config, _settings)
 
     @cached_property
-    def model_record(self) -> Any:
-        return read_record(self.model_info)
+    def model_record(self) -> ModelInfo | None:
+        return read_result(self.model_info, ModelInfo.from_json)
 
     @cached_property
-    def effects_record(self) -> Any:
-        return read_record(self.effects)
+    def effects_record(self) -> Effects | None:
+        return read_result(self.effects, Effects.from_json)
 
     @cached_property
-    def key_heads_record(self) -> Any:
-        return read_record(self.key_heads)
+    def key_heads_record(self) -> KeyHeads | None:
+        return read_result(self.key_heads, KeyHeads.from_json)
 
     @cached_property
-    def also_identify_records(self) -> dict[str, dict]:
-        """{name: {"effects": effects.json, "key_heads": key_heads.json}} of every finished identify/NAME, by name."""
+    def also_identify_records(self) -> dict[str, Identification]:
+        """{name: its effects and key heads} of every finished identify/NAME (both files written), by name."""
         out = {}
         for path in sorted(self.identify.glob(f"*/{KEY_HEADS_JSON}")):
-            keys, effects = read_record(path), read_record(path.parent / EFFECTS_JSON)
-            if isinstance(keys, dict) and isinstance(effects, dict):
-                out[path.parent.name] = {"effects": effects, "key_heads": keys}
+            keys = read_result(path, KeyHeads.from_json)
+            effects = read_result(path.parent / EFFECTS_JSON, Effects.from_json)
+            if keys is not None and effects is not None:
+                out[path.parent.name] = Identification(effects, keys)
         return out
 
     @cached_property
-    def knockout_record(self) -> Any:
-        return upgraded(read_record(self.knockout / KNOCKOUT_JSON))
+    def knockout_record(self) -> KnockoutResult | None:
+        return read_result(self.knockout / KNOCKOUT_JSON, KnockoutResult.from_json)
 
     @cached_property
-    def attention_record(self) -> Any:
-        return read_record(self.attention / ATTENTION_JSON)
+    def attention_record(self) -> AttentionResult | None:
+        return read_result(self.attention / ATTENTION_JSON, AttentionResult.from_json)
 
     @cached_property
-    def mlp_record(self) -> Any:
-        return read_record(self.mlp / MLP_JSON)
+    def mlp_record(self) -> MLPResult | None:
+        return read_result(self.mlp / MLP_JSON, MLPResult.from_json)
 
     @cached_property
-    def eval_record(self) -> Any:
-        return upgraded(read_record(self.root / self.EVAL_RESULTS))
+    def eval_record(self) -> EvalResults | None:
+        return read_result(self.root / self.EVAL_RESULTS, EvalResults.from_json)
 
     @cached_property
-    def finetune_records(self) -> dict[str, dict]:
-        """{variant: finetune.json} of every finished fine-tuning run, by name."""
+    def finetune_records(self) -> dict[str, FinetuneResult]:
+        """{variant: its finetune.json} of every finished fine-tuning run, by name."""
         out = {}
         for path in sorted((self.root / self.FINETUNE).glob(f"*/{FINETUNE_JSON}")):
-            info = read_record(path)
-            if isinstance(info, dict):
+            info = read_result(path, FinetuneResult.from_json)
+            if info is not None:
                 out[path.parent.name] = info
         return out
 
     @cached_property
-    def stage_records(self) -> dict[str, dict]:
+    def stage_records(self) -> dict[str, StageRecord]:
         """{stage name: its stages/STAGE.json record}, in the order the stages finished."""
         records = {}
         for path in self.stages.glob("*.json"):
-            rec = read_record(path)
-            if isinstance(rec, dict):
-                records[str(rec.get("stage") or path.stem)] = rec
-        return dict(sorted(records.items(), key=lambda kv: str(kv[1].get("finished") or "")))
+            rec = read_result(path, StageRecord.from_json)
+            if rec is not None:
+                records[rec.stage] = rec
+        return dict(sorted(records.items(), key=lambda kv: kv[1].finished))
+
+    def read_all(self) -> dict[str, Any]:
+        """Every artifact this folder has, read as its type (what a check that a run folder still reads calls):
+        {reader name: what it returned}; raises BadFile at the first that does not read."""
+        names = ("config_record", "model_record", "effects_record", "key_heads_record", "also_identify_records",
+                 "knockout_record", "attention_record", "mlp_record", "eval_record", "finetune_records",
+                 "stage_records")
+        return {name: getattr(self, name) for name in names}

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from keyheads.components import Components
 from keyheads.io import write_json, write_jsonl
 from keyheads.report.rundata import delta_band, eval_table, paired_family, seed_sets
 from keyheads.report.stats import (
@@ -18,6 +19,8 @@ from keyheads.report.stats import (
     seed_groups,
 )
 from keyheads.runfolder import RunFolder, variant_slug
+
+from .handmade import finetune_result
 
 Z = 1.959963984540054  # the normal 97.5% point
 
@@ -122,8 +125,7 @@ def fake_eval(root: Path, n: int = 50) -> Path:
         variants.append({"label": label, "info": {"variant": spec}, "benchmarks": benchmarks})
         if run:
             write_json(root / "finetune" / run / "finetune.json",
-                       {"method": "precise", "components": {"heads": [], "mlps": [], "source": "random 40 heads"},
-                        "tuned_params": 1, "train": {"samples_per_second": 1.0}})
+                       finetune_result("precise", Components((), (), "random 40 heads"), 1, 1.0).to_json())
     write_json(root / "eval" / "results.json", {"config": {"benchmarks": ["gsm8k", "mmlu"]}, "variants": variants})
     return root
 

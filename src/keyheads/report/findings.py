@@ -10,10 +10,13 @@ comparison with one draw of random heads says "(single random draw)".
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..effects import PAPER_THRESHOLD
 from ..numbers import human
+from ..results.finetune import FinetuneResult
+from ..results.knockout import KnockoutResult
 from ..runfolder import RunFolder
 from .markup import is_num, pct, points
 from .rundata import (
@@ -23,7 +26,6 @@ from .rundata import (
     display,
     eval_table,
     first_of,
-    is_random,
     main_precise,
     paired_family,
 )
@@ -45,11 +47,11 @@ def _claim(claim: str, held: bool | None, evidence: str) -> dict:
 def few_key_heads(run: RunFolder) -> dict:
     claim = "Only a few percent of the heads are key heads (relative logit change below -5%)"
     eff = run.effects_record
-    if not isinstance(eff, dict) or not eff.get("heads"):
+    if eff is None or not eff.heads:
         return _claim(claim, None, "identify did not run")
-    if eff.get("metric") != "relative-logit":
-        return _claim(claim, None, f"effects are in metric {eff.get('metric')!r}; the -5% rule needs relative-logit")
-    values = [v for row in eff["heads"] for v in row]
+    if eff.metric != "relative-logit":
+        return _claim(claim, None, f"effects are in metric {eff.metric!r}; the -5% rule needs relative-logit")
+    values = [v for row in eff.heads for v in row]
     below = sum(1 for v in values if is_num(v) and v < PAPER_THRESHOLD)
     share = below / len(values)
     best = min((v for v in values if is_num(v)), default=float("nan"))
@@ -61,10 +63,10 @@ def few_key_heads(run: RunFolder) -> dict:
 def knockout_beyond_random(run: RunFolder) -> dict:
     claim = "Knocking out the key heads breaks arithmetic far more than knocking out as many random heads"
     ko = run.knockout_record
-    if not isinstance(ko, dict) or "key_heads" not in ko:
+    if ko is None:
         return _claim(claim, None, "knockout did not run")
-    key = ko["key_heads"]
-    n, before, after = len(key.get("heads", [])), key.get("accuracy_before"), key.get("accuracy_after")
+    key = ko.key_heads
+    n, before, after = len(key.heads), key.accuracy_before, key.accuracy_after
     rand, std, draws = _random_at(ko, n)
     if rand is None:
         return _claim(claim, None, "no random-head comparison was computed (no curves and no transfer control)")
@@ -73,23 +75,22 @@ def knockout_beyond_random(run: RunFolder) -> dict:
     gap = rand - after
     need = max(BEYOND_RANDOM, 2 * std)
     return _claim(claim, gap >= need,
-                  f"accuracy {pct(before)} -> {pct(after)} with the {n} key heads out ({ko.get('mean')} mean), "
+                  f"accuracy {pct(before)} -> {pct(after)} with the {n} key heads out ({ko.mean} mean), "
                   f"{pct(rand)} (std {pct(std)}) "
                   f"with {n} random heads out {_draws(draws)}: {100 * gap:.1f} points lower "
                   f"(rule: at least {100 * need:.1f})")
 
 
-def _random_at(ko: dict, n: int) -> tuple[float | None, float, int]:
+def _random_at(ko: KnockoutResult, n: int) -> tuple[float | None, float, int]:
     """Random-head accuracy with n heads out, its std and the number of random draws behind it: the
     random-rank curve at k = n (one draw per seed), else the transfer control (one draw)."""
-    curves = ko.get("curves") or {}
-    ks = curves.get("k") or []
-    if n in ks:
-        i = ks.index(n)
-        return curves["random_mean"][i], curves["random_std"][i], len(curves.get("random_rank") or []) or 1
-    rows = (ko.get("transfer") or {}).get("rows") or []
-    if rows and is_num(rows[0].get("accuracy_random_heads")):
-        return rows[0]["accuracy_random_heads"], 0.0, 1
+    curves = ko.curves
+    if curves is not None and n in curves.k:
+        i = curves.k.index(n)
+        return curves.random_mean[i], curves.random_std[i], len(curves.random_rank) or 1
+    rows = ko.transfer.rows if ko.transfer is not None else []
+    if rows and is_num(rows[0].accuracy_random_heads):
+        return rows[0].accuracy_random_heads, 0.0, 1
     return None, 0.0, 0
 
 
@@ -102,17 +103,16 @@ def transfer(run: RunFolder) -> dict:
         "The key heads matter on arithmetic in other formats too (SVAMP, multi-digit, decimals), beyond random heads"
     )
     ko = run.knockout_record
-    rows = ((ko or {}).get("transfer") or {}).get("rows") if isinstance(ko, dict) else None
-    if not rows:
+    if ko is None or ko.transfer is None or not ko.transfer.rows:
         return _claim(claim, None, "the transfer sets were not run")
-    rows = [r for r in rows[1:] if is_num(r.get("relative_change")) and is_num(r.get("relative_change_random_heads"))]
+    rows = [r for r in ko.transfer.rows[1:] if is_num(r.relative_change) and is_num(r.relative_change_random_heads)]
     if not rows:
         return _claim(claim, None, "no transfer set had right answers before the knockout and a random control")
-    wins = [r for r in rows if r["relative_change"] <= r["relative_change_random_heads"] - TRANSFER_GAP]
-    shown = "; ".join(f"{r['set']}: {pct(r['relative_change'])} vs random {pct(r['relative_change_random_heads'])}"
+    wins = [r for r in rows if r.relative_change <= r.relative_change_random_heads - TRANSFER_GAP]
+    shown = "; ".join(f"{r.set}: {pct(r.relative_change)} vs random {pct(r.relative_change_random_heads)}"
                       for r in rows)
     return _claim(claim, 2 * len(wins) > len(rows),
-                  f"relative accuracy change with key heads vs random heads out ({ko.get('mean')} mean) "
+                  f"relative accuracy change with key heads vs random heads out ({ko.mean} mean) "
                   f"{SINGLE_DRAW} — {shown}. The key heads "
                   "cost at least "
                   f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets (rule: more than half)")
@@ -137,10 +137,9 @@ def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str,
 def attend_operands(run: RunFolder) -> dict:
     claim = "The key heads attend to the operands and the operator"
     att = run.attention_record
-    labels = (att or {}).get("labels") if isinstance(att, dict) else None
-    if not labels:
+    if att is None or not att.labels:
         return _claim(claim, None, "attention did not run")
-    kinds = [l.get("label") for l in labels]
+    kinds = [l.label for l in att.labels]
     task = sum(1 for k in kinds if k in ("operand", "operator"))
     return _claim(claim, 2 * task >= len(kinds),
                   f"{kinds.count('operand')} operand-, {kinds.count('operator')} operator- and {kinds.count('text')} "
@@ -150,14 +149,14 @@ def attend_operands(run: RunFolder) -> dict:
 def later_mlps(run: RunFolder) -> dict:
     claim = "Later MLPs compute the answer (after the layers that gather the operands)"
     mlp = run.mlp_record
-    if not isinstance(mlp, dict) or "turning_points" not in mlp:
+    if mlp is None:
         return _claim(claim, None, "mlp did not run")
-    tp, c = mlp["turning_points"], mlp.get("answer_contrast") or []
+    tp, c = mlp.turning_points, mlp.answer_contrast
     layers = len(c)
-    end = tp["end"]
+    end = tp.end
     peak = c[end] if 0 <= end < layers else float("nan")
-    held = is_num(peak) and peak > 0 and end >= tp["inflection"] and 2 * end >= layers - 1
-    return _claim(claim, held, f"start-inflection-end {tp['start']}-{tp['inflection']}-{tp['end']} of {layers} layers; "
+    held = is_num(peak) and peak > 0 and end >= tp.inflection and 2 * end >= layers - 1
+    return _claim(claim, held, f"start-inflection-end {tp.text()} of {layers} layers; "
                   f"answer contrast at the end layer {peak:.3g} (rule: positive, at or after the inflection, "
                   "in the later half)")
 
@@ -184,19 +183,21 @@ def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, 
                           + _items(pairs, [prow, frow], table.math())))
         pg, fg = table.mean_delta(prow, table.generic()), table.mean_delta(frow, table.generic())
         dp, df = table.drift(prow), table.drift(frow)
-        if dp and df:  # the drift measure can show a loss where chance-level accuracies cannot
-            overlap = dp["kl_ci95"][1] >= df["kl_ci95"][0] and df["kl_ci95"][1] >= dp["kl_ci95"][0]
-            out.append(_claim(claims[1], dp["kl"] <= df["kl"],
-                              f"KL from the base model on generic text {dp['kl']:.4g} {_ci(dp['kl_ci95'])} with {p}, "
-                              f"{df['kl']:.4g} {_ci(df['kl_ci95'])} with {f}"
+        if dp is not None and df is not None and dp.kl is not None and df.kl is not None:
+            # the drift measure can show a loss where chance-level accuracies cannot
+            cp, cf = dp.kl_ci95 or [math.nan, math.nan], df.kl_ci95 or [math.nan, math.nan]
+            overlap = cp[1] >= cf[0] and cf[1] >= cp[0]
+            out.append(_claim(claims[1], dp.kl <= df.kl,
+                              f"KL from the base model on generic text {dp.kl:.4g} {_ci(cp)} with {p}, "
+                              f"{df.kl:.4g} {_ci(cf)} with {f}"
                               + (" (the intervals overlap: within the noise)" if overlap else "")
                               + f"; generic accuracy {points(pg)} vs {points(fg)} points (rule: the smaller KL)"))
         else:
             held = None if pg is None or fg is None else abs(pg) <= abs(fg)
             out.append(_claim(claims[1], held, f"generic accuracy {points(pg)} points with {p}, {points(fg)} with {f} "
                               "(rule: the smaller change)" + _items(pairs, [prow, frow], table.generic())))
-    sp, sf = (runs[k].get("train", {}).get("samples_per_second") for k in (p, f))
-    tp, tf = runs[p].get("tuned_params"), runs[f].get("tuned_params")
+    sp, sf = runs[p].train.samples_per_second, runs[f].train.samples_per_second
+    tp, tf = runs[p].tuned_params, runs[f].tuned_params
     held = None if not (is_num(sp) and is_num(sf)) else sp > sf and (not is_num(tp) or not is_num(tf) or tp < tf)
     out.append(_claim(claims[2], held, f"{sp:.3g} vs {sf:.3g} samples/s, {human(tp)} vs {human(tf)} tuned parameters "
                       f"({p} vs {f})" if held is not None else "training speed was not recorded"))
@@ -207,13 +208,13 @@ def _ci(ci) -> str:
     return f"[{ci[0]:.3g}-{ci[1]:.3g}]"
 
 
-def _random_note(runs: dict, table: EvalTable, precise_gain) -> str:
+def _random_note(runs: dict[str, FinetuneResult], table: EvalTable, precise_gain) -> str:
     """Tuning as many random heads is the control for the choice of heads; quoted when it ran: one run is
     one random draw; several seeds of it (random@K, random@K-seed1, ...) give a band."""
-    name = next((k for k, v in runs.items() if is_random(v)), None)
+    name = next((k for k, v in runs.items() if v.random_heads), None)
     if name is None or precise_gain is None:
         return ""
-    seeds = [k for k, v in runs.items() if is_random(v) and seed_free(k) == seed_free(name)]
+    seeds = [k for k, v in runs.items() if v.random_heads and seed_free(k) == seed_free(name)]
     rows = [r for r in (table.of_run(k) for k in seeds) if r is not None]
     if len(rows) > 1:
         spread = delta_band(table, rows, table.math())

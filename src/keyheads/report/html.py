@@ -32,14 +32,13 @@ def _facts(run: RunFolder, items: list[dict]) -> list[str]:
     pairs = run.pairs
     n_pairs = sum(1 for line in open(pairs, encoding="utf-8") if line.strip()) if pairs.is_file() else None
     facts = [f"{n_pairs} reference/counterfactual pairs" if n_pairs is not None else "no pairs.jsonl"]
-    if isinstance(keys, dict):
-        facts.append(f"{len(keys.get('heads', []))} key heads of {keys.get('n_heads_total', '?')}: "
-                     + heads_text(keys.get("heads", [])[:12]))
-    if isinstance(ko, dict) and ko.get("key_heads"):
-        k = ko["key_heads"]
-        facts.append(f"knocking them out ({ko.get('mean')} mean): accuracy {pct(k.get('accuracy_before'))} → "
-                     f"{pct(k.get('accuracy_after'))} "
-                     f"({signed_pct(k.get('relative_change'))})")
+    if keys is not None:
+        facts.append(f"{len(keys.heads)} key heads of {keys.n_heads_total}: " + heads_text(keys.heads_ranked[:12]))
+    if ko is not None:
+        k = ko.key_heads
+        facts.append(f"knocking them out ({ko.mean} mean): accuracy {pct(k.accuracy_before)} → "
+                     f"{pct(k.accuracy_after)} "
+                     f"({signed_pct(k.relative_change)})")
     held = [f["held"] for f in items]
     facts.append(f"claims: {held.count(True)} held, {held.count(False)} not held, {held.count(None)} not tested")
     return facts
@@ -49,8 +48,8 @@ def render(folder: str | Path) -> str:
     """The whole page as a string (nothing written), from templates/page.html.j2."""
     run = RunFolder.of(folder)
     items = findings(run)
-    config = run.config_record or {}
-    model = config.get("model") if isinstance(config, dict) else None
+    config = run.config_record or {}  # the effective settings, as given
+    model = config.get("model")
     sets = sections.identified_sets(run)  # empty unless the run identified on more sets (also_identify)
     parts = [sections.identify(run), sets, sections.knockout(run), sections.transfer(run), sections.attention(run),
              sections.mlp(run), tables.improve(run), tables.findings_section(items), manifest(run)]

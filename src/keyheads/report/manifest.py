@@ -6,11 +6,13 @@ computed the numbers, so its versions are never filled in for missing records.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from markupsafe import Markup
 
+from ..effects import Effects
 from ..io import file_sha256
+from ..results.finetune import FinetuneResult
+from ..results.run import ModelInfo, StageRecord
 from ..runfolder import FINETUNE_JSON, KNOCKOUT_JSON, RunFolder
 from .markup import MACROS, bullet_list, cell, heading, is_num, join, note, num, section, table
 
@@ -18,44 +20,48 @@ NOT_RECORDED = "not recorded"
 VERSION_KEYS = ("keyheads", "torch", "transformers", "python")
 
 
-def _versions(records: dict[str, dict], runs: dict[str, dict]) -> Markup:
-    sources: dict[str, Any] = {RunFolder.stage_rel(k): r.get("versions") for k, r in records.items()}
-    sources.update({f"{RunFolder.finetune_rel(k)}/{FINETUNE_JSON}": r.get("versions") for k, r in runs.items()})
-    sources = {k: v for k, v in sources.items() if isinstance(v, dict)}
+def _version(versions: dict[str, str], package: str) -> str:
+    return versions[package] if package in versions else NOT_RECORDED
+
+
+def _versions(records: dict[str, StageRecord], runs: dict[str, FinetuneResult]) -> Markup:
+    sources: dict[str, dict[str, str]] = {RunFolder.stage_rel(k): r.versions for k, r in records.items()}
+    sources.update({f"{RunFolder.finetune_rel(k)}/{FINETUNE_JSON}": r.versions for k, r in runs.items()})
     if not sources:
         return table(["package", "version"], [[k, NOT_RECORDED] for k in VERSION_KEYS], "versions")
     distinct = {json.dumps(v, sort_keys=True) for v in sources.values()}
     if len(distinct) == 1:
         v = next(iter(sources.values()))
-        return table(["package", "version"], [[k, v.get(k, NOT_RECORDED)] for k in VERSION_KEYS], "versions")
+        return table(["package", "version"], [[k, _version(v, k)] for k in VERSION_KEYS], "versions")
     # stages computed under different versions: show each, the reader has to know
     return join([note("The stages were computed under different versions:"),
-                 table(["recorded by", *VERSION_KEYS], [[k, *[v.get(p, NOT_RECORDED) for p in VERSION_KEYS]]
+                 table(["recorded by", *VERSION_KEYS], [[k, *[_version(v, p) for p in VERSION_KEYS]]
                                                          for k, v in sources.items()], "versions")], "")
 
 
-def _fingerprints(records: dict[str, dict], runs: dict[str, dict], model_info: dict | None) -> list[str]:
+def _fingerprints(records: dict[str, StageRecord], runs: dict[str, FinetuneResult],
+                  model_info: ModelInfo | None) -> list[str]:
     """Each model fingerprint the run recorded, with where (one line per distinct value)."""
     seen: dict[str, list[str]] = {}
-    if isinstance(model_info, dict) and model_info.get("fingerprint"):
-        seen[str(model_info["fingerprint"])] = [RunFolder.MODEL]
+    if model_info is not None and model_info.fingerprint:
+        seen[model_info.fingerprint] = [RunFolder.MODEL]
     for name, rec in records.items():
-        settings = rec.get("settings") or {}
-        for key in ("fingerprint", "model_fingerprint", "base_fingerprint"):
-            if settings.get(key):
-                seen.setdefault(str(settings[key]), []).append(RunFolder.stage_rel(name))
+        for key in ("fingerprint", "model_fingerprint", "base_fingerprint"):  # the stage's settings, as given
+            if rec.settings.get(key):
+                seen.setdefault(str(rec.settings[key]), []).append(RunFolder.stage_rel(name))
     for name, info in runs.items():
-        if info.get("base_fingerprint"):
-            seen.setdefault(str(info["base_fingerprint"]), []).append(RunFolder.finetune_rel(name))
+        if info.base_fingerprint:
+            seen.setdefault(info.base_fingerprint, []).append(RunFolder.finetune_rel(name))
     return [f"{fp} ({', '.join(where)})" for fp, where in seen.items()]
 
 
-def _data(run: RunFolder, records: dict[str, dict], effects: dict | None) -> list[list]:
+def _data(run: RunFolder, records: dict[str, StageRecord], effects: Effects | None) -> list[list]:
     """The pairs file's sha256 as recorded, and whether the file in the folder still has it."""
-    recorded = ((records.get("data") or {}).get("outputs") or {}).get(RunFolder.PAIRS)
+    outputs = records["data"].outputs if "data" in records else {}
+    recorded = outputs[RunFolder.PAIRS] if RunFolder.PAIRS in outputs else None
     source = RunFolder.stage_rel("data") if recorded else None
-    if not recorded and isinstance(effects, dict) and effects.get("data_sha256"):
-        recorded, source = effects["data_sha256"], RunFolder.EFFECTS
+    if not recorded and effects is not None and effects.data_sha256:
+        recorded, source = effects.data_sha256, RunFolder.EFFECTS
     path = run.pairs
     now = file_sha256(path) if path.is_file() else None
     if recorded and now:
@@ -67,24 +73,21 @@ def _data(run: RunFolder, records: dict[str, dict], effects: dict | None) -> lis
              source or "–", status]]
 
 
-def _stage_times(run: RunFolder, records: dict[str, dict]) -> Markup:
+def _stage_times(run: RunFolder, records: dict[str, StageRecord]) -> Markup:
     if records:
-        rows = [[name, cell(r.get("seconds"), num(r.get("seconds"), ".1f")), str(r.get("finished") or "–"),
-                 str(r.get("signature") or "–")[:16], ", ".join(sorted(r.get("outputs") or {})) or "–"]
+        rows = [[name, cell(r.seconds, num(r.seconds, ".1f")), r.finished or "–", r.signature[:16] or "–",
+                 ", ".join(sorted(r.outputs)) or "–"]
                 for name, r in records.items()]
-        total = sum(r.get("seconds") or 0 for r in records.values() if is_num(r.get("seconds")))
+        total = sum(r.seconds for r in records.values() if is_num(r.seconds))
         return join([table(["stage", "seconds", "finished", "signature", "outputs"], rows, "stages"),
                      note(f"Total: {total:.1f} s.")], "")
-    # no records: the seconds some outputs carry themselves, labelled as such
-    own = [("identify", RunFolder.KEY_HEADS, run.key_heads_record),
-           ("knockout", f"{RunFolder.KNOCKOUT}/{KNOCKOUT_JSON}", run.knockout_record)]
-    rows = []
-    key = "seconds"
-    for stage, rel, data in own:
-        if isinstance(data, dict) and is_num(data.get(key)):
-            rows.append([stage, cell(data[key], f"{data[key]:.1f}"), rel])
+    # no records: the seconds some outputs carry themselves (releases before the stage records), labelled as such
+    keys, ko = run.key_heads_record, run.knockout_record
+    own = [("identify", RunFolder.KEY_HEADS, keys.seconds if keys is not None else None),
+           ("knockout", f"{RunFolder.KNOCKOUT}/{KNOCKOUT_JSON}", ko.seconds if ko is not None else None)]
+    rows = [[stage, cell(secs, f"{secs:.1f}"), rel] for stage, rel, secs in own if is_num(secs)]
     for name, info in run.finetune_records.items():
-        secs = (info.get("train") or {}).get("wall_seconds")
+        secs = info.train.wall_seconds
         if is_num(secs):
             folder = RunFolder.finetune_rel(name)
             rows.append([folder, cell(secs, f"{secs:.1f}"), f"{folder}/{FINETUNE_JSON}"])
@@ -92,10 +95,8 @@ def _stage_times(run: RunFolder, records: dict[str, dict]) -> Markup:
     return join([text, table(["stage", "seconds", "from"], rows, "stages") if rows else ""], "")
 
 
-def _machine(records: dict[str, dict]) -> Markup:
-    machines = {
-        json.dumps(r["machine"], sort_keys=True) for r in records.values() if isinstance(r.get("machine"), dict)
-    }
+def _machine(records: dict[str, StageRecord]) -> Markup:
+    machines = {json.dumps(r.machine, sort_keys=True) for r in records.values() if r.machine}
     if not machines:
         return note(f"Machine: {NOT_RECORDED}.")
     return join((table(["key", "value"], [[k, json.dumps(v) if not isinstance(v, str) else v]
@@ -105,18 +106,18 @@ def _machine(records: dict[str, dict]) -> Markup:
 def manifest(run: RunFolder) -> Markup:
     records = run.stage_records
     runs = run.finetune_records
-    config = run.config_record
+    config = run.config_record  # the effective settings, as given
     effects = run.effects_record
     info = run.model_record  # what the pipeline loaded: name, source, fingerprint, shape
-    model = config.get("model") if isinstance(config, dict) else None
-    if not model and isinstance(effects, dict):  # an older run without config.json
-        model = effects.get("model")
+    model = config.get("model") if config is not None else None
+    if not model and effects is not None:  # an older run without config.json
+        model = effects.model
     loaded = ""
-    if isinstance(info, dict):
-        loaded = (f" Loaded from {info.get('source', '?')}: {info.get('n_layers', '?')} layers × "
-                  f"{info.get('n_heads', '?')} heads, {info.get('dtype', '?')} on {info.get('device', '?')}.")
-    seeds = {k: config[k] for k in ("seed", "seeds") if isinstance(config, dict) and k in config}
-    seeds.update({f"{RunFolder.finetune_rel(k)} seed": (r.get("config") or {}).get("seed") for k, r in runs.items()})
+    if info is not None:
+        loaded = (f" Loaded from {info.source}: {info.n_layers} layers × {info.n_heads} heads, {info.dtype} on "
+                  f"{info.device}.")
+    seeds = {k: config[k] for k in ("seed", "seeds") if config is not None and k in config}
+    seeds.update({f"{RunFolder.finetune_rel(k)} seed": r.config.get("seed") for k, r in runs.items()})
     fingerprints = _fingerprints(records, runs, info)
     body = [MACROS.model_line(model or NOT_RECORDED, "; ".join(fingerprints) if fingerprints else NOT_RECORDED, loaded),
             heading("Versions"), _versions(records, runs),
@@ -126,7 +127,7 @@ def manifest(run: RunFolder) -> Markup:
             heading("Stages"), _stage_times(run, records),
             heading("Machine"), _machine(records),
             heading("Configuration")]
-    if isinstance(config, dict):
+    if config is not None:
         body.append(table(["setting", "value"], [[k, json.dumps(v)] for k, v in config.items()], "config"))
     else:
         body.append(note(f"config.json: {NOT_RECORDED}."))

@@ -1,4 +1,5 @@
-"""What the stages wrote, read once into plain structures the sections and the findings share.
+"""What the stages wrote (their typed results, keyheads.results), arranged as the sections and the findings share
+it: the eval table with each row's kind and training run, the identifications set by set.
 
 Nothing here imports torch: the report only reads files, and a run folder copied to a laptop must
 render there. The benchmark names are keyheads.evaluation.config's, which loads without torch.
@@ -8,66 +9,74 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..effects import Effects
 from ..evaluation.config import CHOICE, DISPLAY, DRIFT
-from ..heads import Head, heads_of
+from ..heads import Head
+from ..results.evaluation import BenchmarkSummary, VariantInfo
+from ..results.finetune import FinetuneResult
 from ..runfolder import RunFolder
 from .markup import is_num
 from .stats import Band, PairedTest, band, paired_sets, seed_free, seed_groups, with_holm
 
 
 def display(benchmark: str) -> str:
-    return DISPLAY.get(benchmark, benchmark)
+    """A benchmark's name as the paper writes it (its own name when it has no other)."""
+    return DISPLAY[benchmark] if benchmark in DISPLAY else benchmark
 
 
-def is_random(info: dict) -> bool:
-    return str((info.get("components") or {}).get("source", "")).startswith("random")
-
-
-def precise_runs(runs: dict[str, dict]) -> dict[str, dict]:
+def precise_runs(runs: dict[str, FinetuneResult]) -> dict[str, FinetuneResult]:
     """Precise SFT on chosen (not random) components: the paper's method and its ablation."""
-    return {k: v for k, v in runs.items() if v.get("method") == "precise" and not is_random(v)}
+    return {k: v for k, v in runs.items() if v.method == "precise" and not v.random_heads}
 
 
-def main_precise(runs: dict[str, dict]) -> str | None:
+def main_precise(runs: dict[str, FinetuneResult]) -> str | None:
     """The precise run that stands for the method in the findings: among runs named 'precise*'
     (the pipeline's naming; else all), the first by name that tunes heads only, as the paper's
     default does (its MLP variants are ablations)."""
     chosen = precise_runs(runs)
     named = [k for k in chosen if k.startswith("precise")] or list(chosen)
-    heads_only = [k for k in named if not (chosen[k].get("components") or {}).get("mlps")]
+    heads_only = [k for k in named if not _mlps(chosen[k])]
     names = heads_only or named
     return names[0] if names else None
 
 
-def row_mean(info: dict) -> str | None:
-    """The mean a knockout row of the eval table used, "aligned" or "global" (keyheads.knockout); None when
-    its results do not say. Files written before the mean had a name recorded "mode", always "global"."""
-    ko = info.get("knockout") or {}
-    options = (info.get("variant") or {}).get("options") or {}
-    mean = ko.get("mean") or ko.get("mode") or options.get("mean")
+def _mlps(run: FinetuneResult) -> tuple[int, ...]:
+    return run.components.mlps if run.components is not None else ()
+
+
+def row_mean(info: VariantInfo) -> str | None:
+    """The mean a knockout row of the eval table used, "aligned" or "global" (keyheads.knockout): its results'
+    (files that called it otherwise are read through keyheads.mean.upgraded), else its variant's option; None
+    when neither says."""
+    if info.knockout is not None and info.knockout.mean:
+        return info.knockout.mean
+    mean = info.variant.options.get("mean") if info.variant is not None else None
     return str(mean) if mean else None
 
 
-def first_of(runs: dict[str, dict], method: str) -> str | None:
-    return next((k for k, v in runs.items() if v.get("method") == method), None)
+def first_of(runs: dict[str, FinetuneResult], method: str) -> str | None:
+    return next((k for k, v in runs.items() if v.method == method), None)
 
 
 @dataclass
 class EvalRow:
     label: str
     kind: str                                    # model | knockout | adapter | ...
-    benchmarks: dict[str, dict]                  # name -> {"accuracy", "ci95", "n", ...}
+    benchmarks: dict[str, BenchmarkSummary]
     run: str | None = None                       # the finetune/<run> folder of an adapter row
-    info: dict = field(default_factory=dict)
+    info: VariantInfo = field(default_factory=VariantInfo)
 
     @property
     def mean(self) -> str | None:
         """A knockout row's mean ("aligned" or "global"), when its results say."""
         return row_mean(self.info) if self.kind == "knockout" else None
 
+    def summary(self, benchmark: str) -> BenchmarkSummary | None:
+        return self.benchmarks[benchmark] if benchmark in self.benchmarks else None
+
     def acc(self, benchmark: str) -> float | None:
-        value = (self.benchmarks.get(benchmark) or {}).get("accuracy")
-        return value if is_num(value) else None
+        s = self.summary(benchmark)
+        return s.accuracy if s is not None and is_num(s.accuracy) else None
 
 
 @dataclass
@@ -89,10 +98,10 @@ class EvalTable:
     def math(self) -> list[str]:
         return [b for b in self.benchmarks if b not in CHOICE and b != DRIFT]
 
-    def drift(self, row: EvalRow) -> dict | None:
-        """The row's generic-kl summary ({"kl", "kl_ci95", "perplexity", ...}), when it was measured."""
-        s = row.benchmarks.get(DRIFT)
-        return s if isinstance(s, dict) and is_num(s.get("kl")) else None
+    def drift(self, row: EvalRow) -> BenchmarkSummary | None:
+        """The row's generic-kl summary (kl, kl_ci95, perplexity, ...), when it was measured."""
+        s = row.summary(DRIFT)
+        return s if s is not None and is_num(s.kl) else None
 
     def generic(self) -> list[str]:
         return [b for b in self.benchmarks if b in CHOICE]
@@ -111,40 +120,37 @@ class EvalTable:
         return sum(diffs) / len(diffs) if diffs else None
 
 
-def _kind(info: dict) -> str:
-    variant = info.get("variant") or {}
-    if variant.get("kind"):
-        return variant["kind"]
-    if info.get("finetune"):
+def _kind(info: VariantInfo) -> str:
+    if info.variant is not None and info.variant.kind:
+        return info.variant.kind
+    if info.finetune is not None:
         return "adapter"
-    return "knockout" if info.get("knockout") else "model"
+    return "knockout" if info.knockout is not None else "model"
 
 
-def _run_of(info: dict, runs: dict[str, dict]) -> str | None:
+def _run_of(info: VariantInfo, runs: dict[str, FinetuneResult]) -> str | None:
     """The finetune/<name> folder an adapter row was evaluated from: by the folder's name (the
     path itself may be from another machine), else by method when only one run has it."""
-    variant = info.get("variant") or {}
-    path = (variant.get("options") or {}).get("path") or variant.get("model")
+    variant = info.variant
+    path = (variant.options.get("path") or variant.model) if variant is not None else None
     if path:
         name = Path(str(path)).name
         return name if name in runs else None
-    method = (info.get("finetune") or {}).get("method")
-    same = [k for k, v in runs.items() if v.get("method") == method]
+    method = info.finetune.method if info.finetune is not None else None
+    same = [k for k, v in runs.items() if v.method == method]
     return same[0] if method and len(same) == 1 else None
 
 
 def eval_table(run: RunFolder) -> EvalTable | None:
     data = run.eval_record
-    if not isinstance(data, dict) or not data.get("variants"):
+    if data is None or not data.variants:
         return None
     runs = run.finetune_records
-    benchmarks = list((data.get("config") or {}).get("benchmarks") or [])
+    benchmarks = data.benchmarks
     rows = []
-    for v in data["variants"]:
-        info = v.get("info") or {}
-        kind = _kind(info)
-        rows.append(EvalRow(str(v.get("label", "?")), kind, v.get("benchmarks") or {},
-                            _run_of(info, runs) if kind == "adapter" else None, info))
+    for v in data.variants:
+        kind = _kind(v.info)
+        rows.append(EvalRow(v.label, kind, v.benchmarks, _run_of(v.info, runs) if kind == "adapter" else None, v.info))
         benchmarks += [b for b in rows[-1].benchmarks if b not in benchmarks]
     return EvalTable(benchmarks, rows)
 
@@ -170,7 +176,7 @@ def paired_family(run: RunFolder, table: EvalTable) -> dict[tuple[str, str], Pai
 def _paired(run: RunFolder, base: EvalRow, row: EvalRow, bench: str) -> PairedTest | None:
     if bench not in base.benchmarks or bench not in row.benchmarks:
         return None
-    n, n_row = (base.benchmarks[bench] or {}).get("n"), (row.benchmarks[bench] or {}).get("n")
+    n, n_row = base.benchmarks[bench].n, row.benchmarks[bench].n
     if not isinstance(n, int) or n <= 0 or n != n_row:
         return None
     base_wrong, row_wrong = run.wrong_ids(base.label, bench), run.wrong_ids(row.label, bench)
@@ -204,13 +210,12 @@ class IdentifiedSet:
 
     name: str
     key_heads: list[Head]
-    effects: dict
+    effects: Effects
 
     @property
     def strongest(self) -> tuple[Head, float] | None:
         """The head of the largest effect, the most negative (patching it away lowers the answer most)."""
-        found = [(Head(l, h), e) for l, row in enumerate(self.effects.get("heads") or [])
-                 for h, e in enumerate(row) if is_num(e)]
+        found = [(Head(l, h), e) for l, row in enumerate(self.effects.heads) for h, e in enumerate(row) if is_num(e)]
         return min(found, key=lambda he: he[1]) if found else None
 
 
@@ -218,15 +223,14 @@ def identified_sets(run: RunFolder) -> list[IdentifiedSet]:
     """The main identification, then the identify/NAME ones (those the config lists, in its order, when it
     does: a set taken out of also_identify leaves its folder behind), when at least one of those was written."""
     others = run.also_identify_records
-    listed = run.config_record.get("also_identify") if isinstance(run.config_record, dict) else None
+    listed = run.config_record.get("also_identify") if run.config_record is not None else None
     if isinstance(listed, list):
         others = {name: others[name] for name in listed if name in others}
     if not others:
         return []
-    main = ([IdentifiedSet(MAIN_SET, heads_of(run.key_heads_record.get("heads", [])), run.effects_record)]
-            if isinstance(run.key_heads_record, dict) and isinstance(run.effects_record, dict) else [])
-    return main + [IdentifiedSet(name, heads_of(r["key_heads"].get("heads", [])), r["effects"])
-                   for name, r in others.items()]
+    keys, effects = run.key_heads_record, run.effects_record
+    main = [IdentifiedSet(MAIN_SET, keys.heads_ranked, effects)] if keys is not None and effects is not None else []
+    return main + [IdentifiedSet(name, r.key_heads.heads_ranked, r.effects) for name, r in others.items()]
 
 
 @dataclass

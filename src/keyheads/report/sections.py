@@ -6,10 +6,13 @@ Each takes the run folder and returns HTML; a stage that left nothing behind giv
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from markupsafe import Markup
 
 from ..components import rule_text
-from ..heads import Head, heads_of
+from ..heads import Head
+from ..results.knockout import Case
 from ..runfolder import ATTENTION_JSON, KNOCKOUT_JSON, MLP_JSON, RunFolder
 from . import rundata
 from .markup import (
@@ -43,31 +46,30 @@ def identify(run: RunFolder) -> Markup:
     folder = run.identify
     keys, eff = run.key_heads_record, run.effects_record
     title = "1. Which heads matter: path-patching effects (figure 2)"
-    if not isinstance(keys, dict):
+    if keys is None:
         return section("identify", title, not_run("identify", RunFolder.KEY_HEADS))
-    eff = eff if isinstance(eff, dict) else {}
-    metric = keys.get("metric") or eff.get("metric")
-    sem = eff.get("heads_sem") or []
-    intro = (f"{eff.get('method', '?')} patching, metric {metric}, over {eff.get('n_samples', '?')} prompts "
-             f"({eff.get('n_excluded', 0)} excluded). Key heads: {len(keys.get('heads', []))} of "
-             f"{keys.get('n_heads_total', '?')}, chosen as {rule_text(keys.get('threshold'), keys.get('top_k'))}.")
+    metric = keys.metric
+    sem = eff.heads_sem if eff is not None else []
+    method, n, excluded = (eff.method, eff.n_samples, eff.n_excluded) if eff is not None else ("?", "?", 0)
+    intro = (f"{method} patching, metric {metric}, over {n} prompts ({excluded} excluded). Key heads: "
+             f"{len(keys.heads)} of {keys.n_heads_total}, chosen as {rule_text(keys.threshold, keys.top_k)}.")
     rows = []
-    for i, k in enumerate(keys.get("heads", [])):
-        l, h = k["layer"], k["head"]
+    for i, k in enumerate(keys.heads):
+        l, h = k.layer, k.head
         s = sem[l][h] if l < len(sem) and h < len(sem[l]) else None
         rows.append(
             [
                 cell(i + 1, str(i + 1)),
-                k["label"],
+                k.label,
                 cell(l, str(l)),
                 cell(h, str(h)),
-                _effect(k["effect"], metric),
+                _effect(k.effect, metric),
                 cell(s, num(s, ".2g")),
             ]
         )
     body = [note(intro), figures(folder, [("heatmap.png", "effect of patching each head and MLP")]),
             heading("Key heads"), table(["rank", "head", "layer", "index", "effect", "s.e.m."], rows, "key-heads")]
-    mlps = eff.get("mlps") or []
+    mlps = eff.mlps if eff is not None else []
     if mlps:
         ranked = sorted(range(len(mlps)), key=lambda l: mlps[l] if is_num(mlps[l]) else 0.0)[:5]
         body += [heading("Strongest MLPs"),
@@ -80,12 +82,12 @@ def identified_sets(run: RunFolder) -> Markup:
     sets = rundata.identified_sets(run)
     if not sets:
         return Markup("")
-    metric = (run.effects_record or {}).get("metric") if isinstance(run.effects_record, dict) else None
+    metric = run.effects_record.metric if run.effects_record is not None else None
     title = "1b. Key heads set by set: the operations apart (figure 15), exponentiation and GSM8K (appendices D, E)"
     rows = []
     for one in sets:
         strongest = one.strongest
-        rows.append([one.name, cell(one.effects.get("n_samples"), str(one.effects.get("n_samples", "–"))),
+        rows.append([one.name, cell(one.effects.n_samples, str(one.effects.n_samples)),
                      cell(len(one.key_heads), str(len(one.key_heads))),
                      str(strongest[0]) if strongest else "–", _effect(strongest[1] if strongest else None, metric),
                      ", ".join(map(str, one.key_heads[:8]))])
@@ -111,100 +113,96 @@ def knockout(run: RunFolder) -> Markup:
     folder = run.knockout
     ko = run.knockout_record
     title = "2. Knocking heads out: effect-rank vs random heads (figure 3)"
-    if not isinstance(ko, dict):
+    if ko is None:
         return section("knockout", title, not_run("knockout", f"{RunFolder.KNOCKOUT}/{KNOCKOUT_JSON}"))
-    key = ko.get("key_heads") or {}
-    heads = key.get("heads", [])
-    summary = (f"Mean ablation ({ko.get('mean')} mean) on {ko.get('n_samples')} reference prompts. Knocking out "
-               f"the {len(heads)} key heads [{heads_text(heads)}]: accuracy {pct(key.get('accuracy_before'))} → "
-               f"{pct(key.get('accuracy_after'))} ({signed_pct(key.get('relative_change'))} relative).")
+    key = ko.key_heads
+    summary = (f"Mean ablation ({ko.mean} mean) on {ko.n_samples} reference prompts. Knocking out "
+               f"the {len(key.heads)} key heads [{heads_text(key.heads)}]: accuracy {pct(key.accuracy_before)} → "
+               f"{pct(key.accuracy_after)} ({signed_pct(key.relative_change)} relative).")
     body = [para(summary, "headline", "key-heads-knockout"),
             figures(folder, [("knockout_curves.png", "accuracy while top-k heads are knocked out")])]
-    curves = ko.get("curves")
-    if curves:
-        order = [""] + [str(h) for h in heads_of(curves.get("effect_order", []))]
+    curves = ko.curves
+    if curves is not None:
+        order = [""] + [str(h) for h in curves.effect_order]
         rows = [
             [
                 cell(k, str(k)),
                 order[i] if i < len(order) else "",
-                cell(curves["effect_rank"][i], pct(curves["effect_rank"][i])),
-                cell(curves["random_mean"][i], pct(curves["random_mean"][i])),
-                cell(curves["random_std"][i], pct(curves["random_std"][i])),
+                cell(curves.effect_rank[i], pct(curves.effect_rank[i])),
+                cell(curves.random_mean[i], pct(curves.random_mean[i])),
+                cell(curves.random_std[i], pct(curves.random_std[i])),
             ]
-            for i, k in enumerate(curves["k"])
+            for i, k in enumerate(curves.k)
         ]
         body += [heading("Accuracy by k"),
                  table(["k", "head added (effect-rank)", "effect-rank", "random-rank mean", "random-rank std"], rows,
                        "curves")]
     else:
         body.append(note("No knockout curves: the run had no effects.json to rank heads by."))
-    body.append(bullet_list(ko.get("notes") or []))
+    body.append(bullet_list(ko.notes))
     return section("knockout", title, join(body))
 
 
 def transfer(run: RunFolder) -> Markup:
     ko = run.knockout_record
     title = "3. Transfer to other data, with a random-heads control (figure 4)"
-    if not isinstance(ko, dict):
+    if ko is None:
         return section("transfer", title, not_run("knockout", f"{RunFolder.KNOCKOUT}/{KNOCKOUT_JSON}"))
-    tr = ko.get("transfer")
-    if not tr or not tr.get("rows"):
+    tr = ko.transfer
+    if tr is None or not tr.rows:
         return section("transfer", title, note("The transfer sets were not run (transfer was off)."))
-    ctrl = tr.get("random_heads")
+    ctrl = tr.random_heads
     rows = [
         [
-            r["set"],
-            cell(r["n"], str(r["n"])),
-            cell(r["accuracy_before"], pct(r["accuracy_before"])),
-            cell(r["accuracy_after"], pct(r["accuracy_after"])),
-            cell(r["relative_change"], signed_pct(r["relative_change"])),
-            cell(r.get("accuracy_random_heads"), pct(r.get("accuracy_random_heads"))),
-            cell(r.get("relative_change_random_heads"), signed_pct(r.get("relative_change_random_heads"))),
-            "; ".join(x for x in (r.get("note"), r.get("fallback")) if x),
+            r.set,
+            cell(r.n, str(r.n)),
+            cell(r.accuracy_before, pct(r.accuracy_before)),
+            cell(r.accuracy_after, pct(r.accuracy_after)),
+            cell(r.relative_change, signed_pct(r.relative_change)),
+            cell(r.accuracy_random_heads, pct(r.accuracy_random_heads)),
+            cell(r.relative_change_random_heads, signed_pct(r.relative_change_random_heads)),
+            "; ".join(x for x in (r.note, r.fallback) if x),
         ]
-        for r in tr["rows"]
+        for r in tr.rows
     ]
-    body = [note(f"Knocked out ({ko.get('mean')} mean): {heads_text(tr.get('heads', []))}. Control: as many "
+    body = [note(f"Knocked out ({ko.mean} mean): {heads_text(tr.heads)}. Control: as many "
                  "random other heads"
                  + (f" ({heads_text(ctrl)})." if ctrl else " (not run).")),
             table(["set", "n", "before", "after (key heads out)", "relative", "after (random heads out)",
                    "relative (random)", "note"], rows, "transfer")]
-    cases = tr.get("cases") or []
-    if cases:
-        body += [heading("Cases: the top-5 next tokens before and after the knockout"), *map(_case, cases)]
+    if tr.cases:
+        body += [heading("Cases: the top-5 next tokens before and after the knockout"), *map(_case, tr.cases)]
     return section("transfer", title, join(body))
 
 
-def _case(case: dict) -> Markup:
-    prompt = case.get("prompt", "")
-    shown = prompt if len(prompt) <= 240 else "…" + prompt[-240:]
+def _case(case: Case) -> Markup:
+    shown = case.prompt if len(case.prompt) <= 240 else "…" + case.prompt[-240:]
 
-    def top(pairs) -> str:
-        return ", ".join(f"{t!r} {p:.1%}" for t, p in pairs or [])
+    def top(pairs: list[tuple[str, float]]) -> str:
+        return ", ".join(f"{t!r} {p:.1%}" for t, p in pairs)
 
     rows = [[label, repr(pairs[0][0]) if pairs else "–", top(pairs)]
-            for label, pairs in (("before knockout", case.get("before")), ("after knockout", case.get("after")))]
-    return MACROS.case(case.get("name", ""), case.get("answer", ""), shown,
-                       table(["", "next token", "top-5 probabilities"], rows))
+            for label, pairs in (("before knockout", case.before), ("after knockout", case.after))]
+    return MACROS.case(case.name, case.answer, shown, table(["", "next token", "top-5 probabilities"], rows))
 
 
 def attention(run: RunFolder) -> Markup:
     folder = run.attention
     att = run.attention_record
     title = "4. Where the key heads look: attention from END by token role (figure 5)"
-    if not isinstance(att, dict):
+    if att is None:
         return section("attention", title, not_run("attention", f"{RunFolder.ATTENTION}/{ATTENTION_JSON}"))
-    effects = {Head.from_json(e): e["effect"] for e in att.get("effects") or []}
+    effects = {Head(e.layer, e.head): e.effect for e in att.effects or []}
     rows = []
-    for lab in att.get("labels", []):
-        top = ", ".join(f"{t} {v:.2f}" for t, v in lab.get("top_other_tokens") or [])
-        head = Head.from_json(lab["head"])
-        rows.append([str(head), cell(lab["label"], None, f"label {lab['label']}"), lab.get("lean", ""),
-                     cell(effects.get(head), signed_pct(effects.get(head), 2)),
-                     *[cell(lab.get(k), num(lab.get(k), ".3f"))
-                       for k in ("operand_A_plus_B", "operator", "other_words", "first_token")], top])
-    counts = ", ".join(f"{t}: {n}" for t, n in (att.get("counts") or {}).items())
-    body = [note(f"Mean attention of each key head from the END token over {att.get('n_samples')} reference prompts "
+    for lab in att.labels:
+        top = ", ".join(f"{t} {v:.2f}" for t, v in lab.top_other_tokens)
+        effect = effects[lab.head] if lab.head in effects else None
+        rows.append([str(lab.head), cell(lab.label, None, f"label {lab.label}"), lab.lean,
+                     cell(effect, signed_pct(effect, 2)),
+                     *[cell(v, num(v, ".3f"))
+                       for v in (lab.operand_A_plus_B, lab.operator, lab.other_words, lab.first_token)], top])
+    counts = ", ".join(f"{t}: {n}" for t, n in att.counts.items())
+    body = [note(f"Mean attention of each key head from the END token over {att.n_samples} reference prompts "
                  f"({counts}), summed per token role."),
             figures(folder, [("attention_by_role.png", "attention by token role")], others=False),
             heading("Each key head's label"),
@@ -214,7 +212,7 @@ def attention(run: RunFolder) -> Markup:
             figures(folder, [("attention_cases.png", "END attention on one prompt per task"),
                              ("attention_transfer_cases.png", "END attention on unseen formats")],
                     skip=("attention_by_role.png",)),
-            bullet_list(att.get("notes") or [])]
+            bullet_list(att.notes)]
     return section("attention", title, join(body))
 
 
@@ -222,30 +220,29 @@ def mlp(run: RunFolder) -> Markup:
     folder = run.mlp
     data = run.mlp_record
     title = "5. What the MLPs compute: read and write vs number tokens (figure 6)"
-    if not isinstance(data, dict):
+    if data is None:
         return section("mlp", title, not_run("mlp", f"{RunFolder.MLP}/{MLP_JSON}"))
-    tp = data.get("turning_points") or {}
-    case = data.get("case") or {}
-    tail = (case.get("prompt") or "").rstrip().splitlines()[-1:] or [""]
-    body = [para(f'Start–inflection–end layers: {tp.get("start")}–{tp.get("inflection")}–{tp.get("end")} '
-                 f'(over {data.get("n_samples")} prompts, MLP input read at {data.get("read_point")}).', "headline"),
-            note(f"Rule: {data.get('rule', '')}"),
+    tp, case = data.turning_points, data.case
+    tail = case.prompt.rstrip().splitlines()[-1:] or [""]
+    body = [para(f"Start–inflection–end layers: {tp.start}–{tp.inflection}–{tp.end} "
+                 f"(over {data.n_samples} prompts, MLP input read at {data.read_point}).", "headline"),
+            note(f"Rule: {data.rule}"),
             figures(folder, [("mlp_input_operands.png", "MLP input vs operand tokens"),
                              ("mlp_output_answer.png", "MLP write vs the answer token"),
                              ("mlp_case.png", "the case, layer by layer")])]
-    tops = case.get("top3_per_layer") or []
+    tops = case.top3_per_layer
     if tops:
-        contrast = data.get("answer_contrast") or []
+        contrast = data.answer_contrast
         value = [contrast[l] if l < len(contrast) else None for l in range(len(tops))]
         rows = [[cell(l, str(l)), ", ".join(t), cell(value[l], num(value[l], ".3f"))]
                 for l, t in enumerate(tops)]
         body += [
-            heading(f"The case {tail[0].strip()} → {case.get('answer')}"),
+            heading(f"The case {tail[0].strip()} → {case.answer}"),
             table(["layer", "top numbers in the MLP write", "answer contrast (mean over prompts)"], rows, "mlp-case"),
         ]
     return section("mlp", title, join(body))
 
 
-def heads_text(items) -> str:
-    """Stored heads ({"layer", "head"}) as people read them: "14.2, 21.2"."""
-    return ", ".join(map(str, heads_of(items)))
+def heads_text(heads: Iterable[Head]) -> str:
+    """Heads as people read them: "14.2, 21.2"."""
+    return ", ".join(map(str, heads))

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
+from ..components import Components
 from ..numbers import human
 from ..plotting import loss_curves, png_bytes
+from ..results.finetune import FinetuneResult
 from ..runfolder import FINETUNE_JSON, RunFolder
 from .markup import MACROS, cell, heading, is_num, join, not_run, note, num, pct, png, points, section, table
 from .rundata import DRIFT, EvalRow, EvalTable, delta_band, display, eval_table, paired_family, precise_runs, seed_sets
@@ -12,20 +14,25 @@ from .rundata import DRIFT, EvalRow, EvalTable, delta_band, display, eval_table,
 TITLE = "6. Improving the model: precise SFT vs full SFT (tables 1 and 2)"
 
 
-def _speed(info: dict | None):
-    value = ((info or {}).get("train") or {}).get("samples_per_second")
+def _speed(info: FinetuneResult | None):
+    value = info.train.samples_per_second if info is not None else None
     return cell(value, f"{value:.3g} sam./s" if is_num(value) else "–")
 
 
-def _params(info: dict | None):
-    value = (info or {}).get("tuned_params")
+def _params(info: FinetuneResult | None):
+    value = info.tuned_params if info is not None else None
     return cell(value, human(value))
 
 
+def _interval(values: list | None) -> tuple:
+    """An interval's (low, high), (None, None) when it was not saved."""
+    return (values[0], values[1]) if values is not None and len(values) >= 2 else (None, None)
+
+
 def _drift(row: EvalRow) -> list:
-    s = row.benchmarks.get(DRIFT) or {}
-    kl, ppl = s.get("kl"), s.get("perplexity")
-    lo, hi = (s.get("kl_ci95") or [None, None])[:2]
+    s = row.summary(DRIFT)
+    kl, ppl = (s.kl, s.perplexity) if s is not None else (None, None)
+    lo, hi = _interval(s.kl_ci95 if s is not None else None)
     shown = (f"{kl:.4f}" + (f" [{lo:.4f}–{hi:.4f}]" if is_num(lo) and is_num(hi) else "")) if is_num(kl) else "–"
     return [cell(kl, shown), cell(ppl, f"{ppl:.2f}" if is_num(ppl) else "–")]
 
@@ -33,33 +40,34 @@ def _drift(row: EvalRow) -> list:
 def _acc(row: EvalRow, base: EvalRow | None, bench: str) -> list:
     if bench == DRIFT:  # KL from the base row and perplexity, not an accuracy
         return _drift(row)
-    s = row.benchmarks.get(bench) or {}
+    s = row.summary(bench)
     acc = row.acc(bench)
-    lo, hi = (s.get("ci95") or [None, None])[:2]
+    lo, hi = _interval(s.ci95 if s is not None else None)
     shown = pct(acc) + (f" [{100 * lo:.1f}–{100 * hi:.1f}]" if is_num(lo) and is_num(hi) else "")
     ref = base.acc(bench) if base is not None and base is not row else None
     delta = acc - ref if acc is not None and ref is not None else None
     return [cell(acc, shown), cell(delta, points(delta))]
 
 
-def table1(t: EvalTable, runs: dict[str, dict]) -> Markup:
+def _n(row: EvalRow, bench: str) -> object:
+    s = row.summary(bench)
+    return s.n if s is not None and s.n is not None else "?"
+
+
+def table1(t: EvalTable, runs: dict[str, FinetuneResult]) -> Markup:
     header = ["Model", "Kind", "Train speed", "Tuned params"]
     for b in t.benchmarks:
         header += (["Generic KL [95% CI]", "Generic PPL"] if b == DRIFT
                    else [f"{display(b)} Acc. % [95% CI]", f"{display(b)} Δ"])
     rows = []
     for r in t.rows:
-        info = runs.get(r.run) if r.run else None
+        info = runs[r.run] if r.run in runs else None
         kind = r.kind + (f" ({r.run})" if r.run else "") + (f" ({r.mean} mean)" if r.mean else "")
         row = [r.label, kind, _speed(info), _params(info)]
         for b in t.benchmarks:
             row += _acc(r, t.base, b)
         rows.append(row)
-    n = (
-        ", ".join(f"{display(b)} n={(t.base.benchmarks.get(b) or {}).get('n', '?')}" for b in t.benchmarks)
-        if t.base
-        else ""
-    )
+    n = ", ".join(f"{display(b)} n={_n(t.base, b)}" for b in t.benchmarks) if t.base else ""
     added = (" A knockout row is keyheads' addition: the paper's table 1 has none (its knockouts are figures 3 "
              "and 4)." if any(r.kind == "knockout" for r in t.rows) else "")
     return join([heading("Table 1: accuracy of every evaluated variant"),
@@ -78,7 +86,7 @@ def item_by_item(run: RunFolder, t: EvalTable) -> Markup:
     for r in t.rows:
         if r is t.base or not any((r.label, b) in pairs for b in benches):
             continue
-        tests = [pairs.get((r.label, b)) for b in benches]
+        tests = [pairs[(r.label, b)] if (r.label, b) in pairs else None for b in benches]
         named = r.label if not r.mean or f"{r.mean} mean" in r.label else f"{r.label} ({r.mean} mean)"
         rows.append([named] + [cell(x.p_holm, x.cell()) if x else cell(None) for x in tests])
     for name, seeds in seed_sets([r for r in t.rows if r is not t.base]):
@@ -92,17 +100,17 @@ def item_by_item(run: RunFolder, t: EvalTable) -> Markup:
                  table(["Variant"] + [display(b) for b in benches], rows, "pairs")], "")
 
 
-def table2(t: EvalTable | None, runs: dict[str, dict]) -> Markup:
+def table2(t: EvalTable | None, runs: dict[str, FinetuneResult]) -> Markup:
     """The ablation over how many heads (and which MLPs) precise SFT tunes; only when it ran."""
     chosen = precise_runs(runs)
     if len(chosen) < 2:
         return Markup()
     benches = t.benchmarks if t else []
     rows = []
-    for name, info in sorted(chosen.items(), key=lambda kv: (len((kv[1].get("components") or {}).get("heads", [])),
-                                                              len((kv[1].get("components") or {}).get("mlps", [])))):
-        comp = info.get("components") or {}
-        setting = f"{len(comp.get('heads', []))} heads" + (f" + MLPs {comp['mlps']}" if comp.get("mlps") else "")
+    for name, info in sorted(chosen.items(), key=lambda kv: (len(_components(kv[1]).heads),
+                                                              len(_components(kv[1]).mlps))):
+        comp = _components(info)
+        setting = f"{len(comp.heads)} heads" + (f" + MLPs {list(comp.mlps)}" if comp.mlps else "")
         row = [name, setting, _speed(info), _params(info)]
         er = t.of_run(name) if t else None
         for b in benches:
@@ -114,25 +122,28 @@ def table2(t: EvalTable | None, runs: dict[str, dict]) -> Markup:
     return join([heading("Table 2: ablation over the tuned components"), table(header, rows, "table2")], "")
 
 
-def training(runs: dict[str, dict]) -> Markup:
+def _components(info: FinetuneResult) -> Components:
+    return info.components if info.components is not None else Components()
+
+
+def training(runs: dict[str, FinetuneResult]) -> Markup:
     rows, losses = [], {}
     for name, info in runs.items():
-        tr = info.get("train") or {}
-        comp = info.get("components") or {}
+        tr, comp = info.train, info.components
         rows.append(
             [
                 name,
-                info.get("method", "?"),
-                comp.get("source", "–") if comp else "all" if info.get("method") == "full" else "–",
-                cell(tr.get("steps"), str(tr.get("steps", "–"))),
+                info.method,
+                comp.source if comp is not None else "all" if info.method == "full" else "–",
+                cell(tr.steps, str(tr.steps)),
                 _speed(info),
                 _params(info),
-                cell(info.get("total_params"), human(info.get("total_params"))),
-                cell(tr.get("final_loss"), num(tr.get("final_loss"), ".4f")),
-                cell(tr.get("seconds_this_run"), num(tr.get("seconds_this_run"), ".1f")),
+                cell(info.total_params, human(info.total_params)),
+                cell(tr.final_loss, num(tr.final_loss, ".4f")),
+                cell(tr.seconds_this_run, num(tr.seconds_this_run, ".1f")),
             ]
         )
-        losses[name] = tr.get("losses") or []
+        losses[name] = tr.losses
     return join([heading("Training runs"),
                  table(["variant", "method", "components", "steps", "speed", "tuned params", "of total",
                         "final loss", "seconds"], rows, "training"),

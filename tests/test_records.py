@@ -1,0 +1,83 @@
+"""Every run folder committed under records/ reads through the run folder's typed readers (keyheads.results), the
+ones the report reads it with: a record that no longer parses as its type fails here, and when it is read, with
+the file and the field named, never as a report section that says its stage did not run."""
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from keyheads.errors import BadFile
+from keyheads.report.html import render
+from keyheads.results.evaluation import EvalResults
+from keyheads.results.finetune import FinetuneResult
+from keyheads.runfolder import RunFolder
+
+RECORDS = Path(__file__).resolve().parents[1] / "records"
+RUNS = sorted(stages.parent for stages in RECORDS.glob("**/stages") if stages.is_dir())
+
+
+def test_the_records_have_run_folders():
+    assert len(RUNS) >= 2, RUNS
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[str(r.relative_to(RECORDS)) for r in RUNS])
+def test_every_committed_run_folder_reads_as_its_types(run):
+    folder = RunFolder(run)
+    read = folder.read_all()
+    assert read["config_record"] and read["model_record"] and read["stage_records"]
+    # each artifact a stage says it wrote is read, as its type
+    written = {rel for record in folder.stage_records.values() for rel in record.outputs}
+    assert (read["effects_record"] is not None) == (RunFolder.EFFECTS in written)
+    assert (read["key_heads_record"] is not None) == (RunFolder.KEY_HEADS in written)
+    assert (read["eval_record"] is not None) == (RunFolder.EVAL_RESULTS in written)
+    assert set(read["finetune_records"]) == {rel.split("/")[1] for rel in written
+                                              if rel.startswith("finetune/") and rel.endswith("/finetune.json")}
+    assert set(read["also_identify_records"]) == {rel.split("/")[1] for rel in written
+                                                   if re.fullmatch(r"identify/[^/]+/key_heads\.json", rel)}
+    for info in read["finetune_records"].values():
+        assert isinstance(info, FinetuneResult) and info.train.losses
+    if read["eval_record"] is not None:
+        assert isinstance(read["eval_record"], EvalResults) and read["eval_record"].variants
+        assert "knockout_mean" not in read["eval_record"].config  # read through the one converter (mean.upgraded)
+    assert "Findings" in render(run)
+
+
+def _damage(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+DAMAGE = {  # file -> (how it is damaged, what the error names)
+    "finetune/full/finetune.json": (lambda d: d.update(tuned_params="many"), "tuned_params"),
+    "eval/results.json": (lambda d: d["variants"][0]["benchmarks"]["gsm8k"].update(accuracy="high"),
+                          "variants.0.benchmarks.gsm8k.accuracy"),
+    "identify/key_heads.json": (lambda d: d["heads"][0].pop("layer"), "heads.0.layer"),
+    "identify/gsm8k/effects.json": (lambda d: d.update(n_samples=[1]), "n_samples"),
+    "model.json": (lambda d: d.pop("fingerprint"), "fingerprint"),
+    "stages/data.json": (lambda d: d.update(seconds="slow"), "seconds"),
+}
+
+
+@pytest.mark.parametrize("rel", list(DAMAGE))
+def test_a_damaged_record_fails_naming_the_file_and_the_field(tmp_path, rel):
+    run = shutil.copytree(next(r for r in RUNS if (r / "finetune" / "full").is_dir()), tmp_path / "run")
+    RunFolder(run).read_all()  # the copy reads, before the damage
+    change, field = DAMAGE[rel]
+    _damage(run / rel, change)
+    with pytest.raises(BadFile, match=re.escape(str(run / rel)) + ".*" + re.escape(field)):
+        RunFolder(run).read_all()
+    with pytest.raises(BadFile, match=re.escape(str(run / rel))):
+        render(run)
+
+
+def test_a_cut_file_fails_and_a_missing_one_is_none(tmp_path):
+    run = shutil.copytree(RUNS[0], tmp_path / "run")
+    path = run / RunFolder.KEY_HEADS
+    path.write_text(path.read_text()[:100])
+    with pytest.raises(BadFile, match=re.escape(str(path)) + ".*not valid JSON"):
+        RunFolder(run).read_all()
+    path.unlink()
+    assert RunFolder(run).key_heads_record is None
