@@ -72,7 +72,7 @@ def from_run(run: Path, variant: str) -> tuple[Path, dict, list[str], int | None
     if variant not in folder.finetune_records:
         sys.exit(f"{folder.finetune(variant)} holds no finished adapter ({FINETUNE_JSON})")
     cfg = RunSettings.model_validate(folder.config_record)
-    settings = {"split": cfg.resolved_eval_split(), "data_dir": cfg.data_dir, "dtype": cfg.dtype, "device": cfg.device,
+    settings = {"split": cfg.eval.split, "data_dir": cfg.data_dir, "dtype": cfg.dtype, "device": cfg.device,
                 "batch_size": cfg.batch_size, "few_shot": cfg.eval.few_shot, "seed": cfg.seed}
     return (folder.finetune(variant), settings, cfg.eval.benchmarks, cfg.eval.limit, folder.eval_cache,
             f"{cfg.model} {variant} ({run.name})")

@@ -2,7 +2,7 @@
 it: the eval table with each row's kind and training run, the identifications set by set.
 
 Nothing here imports torch: the report only reads files, and a run folder copied to a laptop must
-render there. The benchmark names are keyheads.evaluation.config's, which loads without torch.
+render there. The benchmark names are keyheads.evaluation.settings's, which loads without torch.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..effects import Effects
-from ..evaluation.config import CHOICE, DISPLAY, DRIFT
+from ..evaluation.settings import CHOICE, DISPLAY, DRIFT
 from ..heads import Head
 from ..results.evaluation import BenchmarkSummary, VariantInfo
 from ..results.finetune import FinetuneResult
