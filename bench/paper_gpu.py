@@ -324,13 +324,18 @@ PHASE_C_TITLE = "The paper config's phase C and also_identify sets on one GPU (b
 
 def eval_timings(run_folder: Path) -> dict[str, dict[str, tuple[int, float, int | None]]]:
     """row folder -> benchmark -> (items computed, seconds, max_new_tokens or None), from the eval stage's
-    per-benchmark summaries."""
+    per-benchmark summaries (read as their type)."""
+    from keyheads.results.evaluation import BenchmarkSummary
+    from keyheads.runfolder import read_result
+
     out: dict[str, dict[str, tuple[int, float, int | None]]] = {}
     for path in sorted((run_folder / "eval").glob("*/*.json")):
-        data = json.loads(path.read_text())
-        if "timing" in data:
-            t = data["timing"]
-            out.setdefault(path.parent.name, {})[path.stem] = (t["computed"], t["seconds"], data.get("max_new_tokens"))
+        if path.name == "summary.json":  # the row's summaries together
+            continue
+        summary = read_result(path, BenchmarkSummary.from_json)
+        if summary is not None and summary.timing:
+            t = summary.timing
+            out.setdefault(path.parent.name, {})[path.stem] = (int(t["computed"]), t["seconds"], summary.max_new_tokens)
     return out
 
 
