@@ -255,7 +255,7 @@ def test_a_section_given_in_part_keeps_the_run_defaults(tmp_path):
     assert (cfg.data.task, cfg.data.n, cfg.data.few_shot) == ("all", 300, 0)
     assert (cfg.data.single_token_answer, cfg.data.keep_correct, cfg.patch.first_token) == (False, True, True)
     assert cfg.patch.top_k == 10 and cfg.knockout.limit == cfg.attention.limit == cfg.mlp.limit == 300
-    assert cfg.eval.limit == 50 and cfg.eval.split == "auto"
+    assert cfg.eval.limit == 50 and cfg.eval.split == "full"  # no variant trains on trainset
 
 
 def test_out_that_cannot_be_written_and_missing_config_are_named(tmp_path):

@@ -202,7 +202,8 @@ def test_multi_phrasings_must_not_be_builtin(monkeypatch):
 def test_known_benchmarks():
     assert check_benchmarks(["arith-add", "gsm8k"]) == ("arith-add", "gsm8k")
     assert check_benchmarks(["arith-mul", "arith-add4", "arith-multi"]) == ("arith-mul", "arith-add4", "arith-multi")
-    with pytest.raises(ValueError, match="known: gsm8k, addsub, singleeq, svamp, mmlu, csqa, arith-add, arith-sub, "
+    with pytest.raises(ValueError, match="known: gsm8k, addsub, singleeq, svamp, mmlu, csqa, mmlu-humanities, "
+                                         "mmlu-stem, mmlu-social-sciences, mmlu-other, arith-add, arith-sub, "
                                          "arith-decimal, arith-mul, arith-add4, arith-multi"):
         check_benchmarks(["arith-div"])
 
