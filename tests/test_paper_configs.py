@@ -98,10 +98,10 @@ def test_the_config_is_the_papers_protocol(paper_run):
     assert used["eval"]["split"] == "full" and set(used["eval"]["benchmarks"]) == {
         "gsm8k", "addsub", "singleeq", "svamp", "mmlu", "csqa", "mmlu-humanities"}  # appendix E's MMLU-Humanities
     base, knockout = json.loads((run / "eval" / "results.json").read_text())["variants"][:2]
-    for row in (base, knockout):  # its knockout against the base, from MMLU's items
+    for row in (base, knockout):  # its knockout against the base, on MMLU's items
         humanities = row["benchmarks"]["mmlu-humanities"]
-        assert humanities["n"] == 3 and set(humanities["subjects"]) == {"formal_logic"}
-        assert humanities["timing"]["computed"] == 0  # MMLU, evaluated first, scored them
+        assert humanities["n"] == 2 and set(humanities["subjects"]) == {"formal_logic"}  # --eval.limit 2
+        assert humanities["timing"]["cached"] >= 1  # the one MMLU's round robin took was scored by MMLU
     for variant in ("precise@32", "full", "lora", "random@32", "precise@8", "precise@64", "precise@32+mlp3"):
         assert variant in used["variants"]
 

@@ -30,8 +30,8 @@ def work_time(command: str, out: str | Path) -> Iterator[WorkTime]:
     timing = WorkTime(command)
     start = time.perf_counter()
     yield timing
-    timing.seconds = time.perf_counter() - start
+    timing.seconds = round(time.perf_counter() - start, 3)  # printed as written
     if distributed.is_main():
-        write_json(Path(out) / WORK_TIME_JSON, {"command": command, "seconds": round(timing.seconds, 3),
+        write_json(Path(out) / WORK_TIME_JSON, {"command": command, "seconds": timing.seconds,
                                                 "excludes": "loading the model"})
         print(timing.line())
