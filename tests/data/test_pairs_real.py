@@ -1,4 +1,5 @@
 """Pairs for the real SmolLM2 tokenizer and model: its space before a number is a token of its own."""
+import json
 import re
 
 import pytest
@@ -55,3 +56,21 @@ def test_smollm2_keep_correct_cli_writes_correct_pairs(smollm2, tmp_path, monkey
             logits = smollm2.forward(torch.tensor([tok(p.reference)["input_ids"]]))
             assert logits[0, -1].argmax().item() == answer_token_id(tok, p.reference, p.answer)
             assert int(p.answer) == int(p.operands["A"]) + int(p.operands["B"])
+
+
+def test_an_answer_with_its_leading_space_is_the_same_answer(smollm2, tmp_path):
+    """" Paul", as lm-eval and Hugging Face targets write an answer, is the answer "Paul" after the prompt: patching,
+    knockout and the transfer sets take the same token for both (IOI, where a name follows "to")."""
+    from keyheads.analysis.common import answer_token  # noqa: PLC0415
+    from keyheads.patching.samples import load_patch_samples  # noqa: PLC0415
+
+    prompt = "When Paul and Laura went to the school, Laura gave a gift to"
+    want = smollm2.tokenizer(prompt + " Paul")["input_ids"][len(smollm2.tokenizer(prompt)["input_ids"])]
+    assert smollm2.tokenizer.decode([want]) == " Paul"
+    assert answer_token_id(smollm2.tokenizer, prompt, " Paul") == answer_token_id(smollm2.tokenizer, prompt, "Paul") \
+        == want
+    assert answer_token(smollm2, prompt, " Paul") == answer_token(smollm2, prompt, "Paul") == (prompt, want)
+    path = tmp_path / "ioi.jsonl"
+    path.write_text(json.dumps({"reference": prompt, "counterfactual": prompt.replace("Laura gave", "Maria gave"),
+                                "answer": " Paul"}) + "\n")
+    assert [s.answer_id for s in load_patch_samples(smollm2, path)] == [want]

@@ -52,8 +52,8 @@ def answer_token(model: HookedModel, prompt: str, answer: str, join: str | None 
     answer must not merge with the prompt's last token.
     """
     answer = str(answer)
-    if join is None:
-        join = "" if prompt[-1:].isspace() else " "
+    if join is None:  # an answer written with its own leading space (" Paul") brings its join
+        join = "" if prompt[-1:].isspace() or answer[:1].isspace() else " "
     ids_p = model.tokens(prompt, add_special_tokens=True)
     ids_full = model.tokens(prompt + join + answer, add_special_tokens=True)
     if len(ids_full) <= len(ids_p) or ids_full[:len(ids_p)] != ids_p:

@@ -126,10 +126,12 @@ def answer_continuation(tokenizer, prompt: str, answer: str) -> tuple[int, str, 
     changing the prompt's tokens.
 
     A prompt not ending in whitespace is first tried with a space before the answer (" 8" as in
-    "3 + 5 = 8"), then without ("153" + "7" in "the year 1537").
+    "3 + 5 = 8"), then without ("153" + "7" in "the year 1537"). An answer written with its own leading
+    space (" Paul", as lm-eval and Hugging Face targets write it) follows the prompt as it is.
     """
     ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-    joins = [""] if prompt[-1:].isspace() else [" ", ""]
+    joins = [""] if prompt[-1:].isspace() or answer[:1].isspace() else [" ", ""]
+    answer_text = answer.strip()
     for join in joins:
         full = prompt + join + answer
         full_ids = tokenizer(full, add_special_tokens=True)["input_ids"]
@@ -137,7 +139,7 @@ def answer_continuation(tokenizer, prompt: str, answer: str) -> tuple[int, str, 
             continue
         token = full_ids[len(ids)]
         piece = tokenizer.decode([token]).strip()
-        if piece and answer.startswith(piece):
+        if piece and answer_text.startswith(piece):
             return token, full, len(full_ids) - len(ids)
     return None
 
