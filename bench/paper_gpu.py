@@ -66,6 +66,10 @@ PHASES = [
     # C2's training alone, for a lease too short for C2's evaluation (2026-11-27)
     ("C2-train", "precise@8,precise@16,precise@48,precise@64", ["--stages", "data,identify,finetune"], [], 150, False),
     ("D", "full,precise@8,precise@16,precise@48,precise@64", ["--stages", "identify"], C_EVAL, 60, True),
+    # C2's two outer head counts trained again and evaluated, for a 15-minute lease on one H100 (2026-11-27 evening):
+    # the inner two would take what these take. K: the knockout, attention and MLP stages on today's code.
+    ("C2-eval", "precise@8,precise@64", C_STAGES, C_EVAL, 300, False),
+    ("K", "precise@32", ["--stages", "data,identify,knockout,attention,mlp"], [], 60, False),
 ]
 
 
@@ -175,6 +179,7 @@ def run(out: Path, shape: str, device: str, budget: float, phases: list[str] | N
     out.mkdir(parents=True, exist_ok=True)
     model = Path("/tmp/paper-gpu-model")
     shutil.rmtree(model, ignore_errors=True)
+    shutil.rmtree("/tmp/paper-gpu-run", ignore_errors=True)  # phases of one call share it; calls do not
     # built in a process of its own, so that this one holds no CUDA context or cached blocks beside the stages
     built = subprocess.run([sys.executable, __file__, "build", str(model), shape, device], capture_output=True,
                            text=True)
