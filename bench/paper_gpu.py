@@ -344,10 +344,21 @@ def eval_timings(run_folder: Path) -> dict[str, dict[str, tuple[int, float, int 
     return out
 
 
+def full_size(benchmark: str, data_dir: Path) -> int:
+    """Items in the benchmark's whole evaluated set; an MMLU category (mmlu-humanities, ...) is MMLU's questions
+    of its subjects."""
+    from keyheads.data.benchmarks import load
+    from keyheads.evaluation.mmlu_subjects import CATEGORIES, subjects_of
+
+    if benchmark in CATEGORIES:
+        subjects = subjects_of(benchmark)
+        return sum(r.subject in subjects for r in load("mmlu", data_dir=data_dir))
+    return len(load(benchmark, data_dir=data_dir))
+
+
 def report_records(folders: list[Path], data_dir: Path) -> str:
     """The RESULTS section of phase C from committed records (each a folder with meta.json, stages.jsonl,
     record.json and run/): stage times and memory, and the evaluation's time extrapolated to the full sets."""
-    from keyheads.data.benchmarks import load
     from keyheads.evaluation.settings import DEFAULT_NEW_TOKENS
 
     gib = lambda b: "-" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
@@ -368,43 +379,52 @@ def report_records(folders: list[Path], data_dir: Path) -> str:
         lines.append(f"- `{folder.relative_to(ROOT)}`: {meta.get('gpu', '?')}, torch {meta.get('torch', '?')}, "
                      f"transformers {meta.get('transformers', '?')}, commit {record['commit'][:7]}; model built in "
                      f"{meta['build_seconds']} s; phases {phases}. Command: `{record['command']}`")
-    # the evaluation: seconds an item at the measured cap, times the full sets, for the config's 11 rows
-    timed = {}
-    for folder, *_ in runs:
-        timed.update(eval_timings(folder / "run"))
-    benches = sorted({b for rows in timed.values() for b in rows})
+    # the evaluation: seconds an item at the measured cap, times the full sets, for the config's 11 rows; one
+    # table per GPU model, since an H100's times are not an H200's
+    timed: dict[str, dict[str, dict]] = {}
+    for folder, meta, *_ in runs:
+        timed.setdefault(meta.get("gpu", "?"), {}).update(
+            {f"{folder.name}/{row}": b for row, b in eval_timings(folder / "run").items()})
     n_rows = 11  # table 1: base, knockout, and the config's nine variants
-    ext = ["| benchmark | full set | rows timed | items a row | s a row (mean) | cap (tokens) | full set, 11 rows, "
-           "at the cap measured | at the config's cap (x tokens) |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    total_cap, total_cfg = 0.0, 0.0
-    for b in benches:
-        cells = [rows[b] for rows in timed.values() if b in rows]
-        items = cells[0][0]
-        per_item = sum(c[1] for c in cells) / len(cells) / items
-        full = len(load(b, data_dir=data_dir))
-        cap = cells[0][2]
-        at_cap = per_item * full * n_rows
-        scale = (DEFAULT_NEW_TOKENS.get(b, cap) / cap) if cap else 1.0
-        total_cap, total_cfg = total_cap + at_cap, total_cfg + at_cap * scale
-        ext.append(f"| {b} | {full:,} | {len(cells)} | {items} | {per_item * items:.1f} | {cap or '-'} | "
-                   f"{at_cap / 3600:.2f} h | {at_cap * scale / 3600:.2f} h |")
-    ext.append(f"| all | | | | | | {total_cap / 3600:.1f} h | {total_cfg / 3600:.1f} h |")
-    return f"""Measured 2026-11-27 on one NVIDIA H200, on a randomly initialised LLaMA-2-7B shape in bf16 (SmolLM2's
+    ext, benches_all = [], set()
+    for gpu, by_row in timed.items():
+        benches = sorted({b for rows in by_row.values() for b in rows})
+        benches_all |= set(benches)
+        ext += [*([""] if ext else []), f"On the {gpu}:", "",
+                "| benchmark | full set | rows timed | items a row | s a row (mean) | cap (tokens) | full set, 11 rows, "
+                "at the cap measured | at the config's cap (x tokens) |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        total_cap, total_cfg = 0.0, 0.0
+        for b in benches:
+            cells = [rows[b] for rows in by_row.values() if b in rows]
+            items = cells[0][0]
+            per_item = sum(c[1] for c in cells) / len(cells) / items
+            full = full_size(b, data_dir)
+            cap = cells[0][2]
+            at_cap = per_item * full * n_rows
+            scale = (DEFAULT_NEW_TOKENS.get(b, cap) / cap) if cap else 1.0
+            total_cap, total_cfg = total_cap + at_cap, total_cfg + at_cap * scale
+            ext.append(f"| {b} | {full:,} | {len(cells)} | {items} | {per_item * items:.1f} | {cap or '-'} | "
+                       f"{at_cap / 3600:.2f} h | {at_cap * scale / 3600:.2f} h |")
+        ext.append(f"| all | | | | | | {total_cap / 3600:.1f} h | {total_cfg / 3600:.1f} h |")
+    benches = sorted(benches_all)
+    return f"""Measured 2026-11-27, each record on one GPU (named in its line), on a randomly initialised LLaMA-2-7B shape in bf16 (SmolLM2's
 tokenizer, as in "The paper config end to end on one GPU"), `configs/paper-llama2-7b.yaml` under torchrun (one
 process, FSDP2). The records are committed: each folder holds the run's meta, the planner's plan, every stage's
 time and memory (stages.jsonl) and the run folder's small outputs (stage records, pairs, effects, key heads, the
 fine-tuning summaries with their loss, the evaluation's per-benchmark summaries and per-item cache), without
-weights. Sizes cut by flags as in the earlier section; phases C1 and C2 evaluate {EVAL_ITEMS} items a benchmark
-(one batch of 32) instead of 4, and run without the also_identify sets (phase D runs them).
+weights. Sizes cut by flags as in the earlier section; phases C1, C2 and C2-eval evaluate {EVAL_ITEMS} items a
+benchmark (one batch of 32) instead of 4, and run without the also_identify sets (phase D runs them).
 
 {chr(10).join(lines)}
 
 What ran: phase C1 (full SFT, then the evaluation of base, knockout and full SFT), phase D (the six
 also_identify sets: every identify/NAME stage finished; the phase was cut while its run went on to the
-stale later stages, which it does not select), and phase C2's training (precise@8, @16, @48, @64). Not
-measured: C2's evaluation rows (the lease ended; each would take what the C1 rows took), and the knockout,
-attention and MLP stages on this commit (phase A of the earlier section ran them on an older commit).
+stale later stages, which it does not select), phase C2's training (precise@8, @16, @48, @64) on the H200;
+then on an H100, phase C2-eval (precise@8 and @64 trained again and evaluated beside base and knockout, MMLU's
+humanities subset included) and phase K (the knockout, attention and MLP stages on the library code of
+fa1e9bb). Not measured: the evaluation rows of precise@16 and @48 (the lease ended; each would take what the
+other precise rows took) and the evaluation on an H200 of anything but C1's rows.
 
 {chr(10).join(table)}
 
