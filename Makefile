@@ -43,7 +43,7 @@ test-fast: $(STAMP)
 # so one report shows every problem; the target fails if any of them does.
 lint: $(STAMP)
 	@status=0; \
-	$(PY) -m ruff check src tests bench studies || status=1; \
+	$(PY) -m ruff check src tests bench studies tools || status=1; \
 	$(PY) -m mypy || status=1; \
 	PYTHONPATH=src $(VENV)/bin/lint-imports || status=1; \
 	exit $$status

@@ -61,6 +61,12 @@ def variant_slug(label: str) -> str:
 T = TypeVar("T")
 
 
+# what a record that does not parse may be, and what to do
+OLDER = ("it was written by another version of keyheads, or changed since; run its stage again (a run folder saved "
+         "before the knockout mean was named `mean` converts with `python tools/upgrade_run_folder.py FOLDER` from "
+         "keyheads' source tree)")
+
+
 def read_result(path: Path, read: Callable[[Any], T]) -> T | None:
     """The artifact at `path` read by `read` (its type's from_json), or None when it was not written. A file that
     is there but is not JSON, or not of its type's shape, is a BadFile naming it and what is wrong: an old or
@@ -71,11 +77,9 @@ def read_result(path: Path, read: Callable[[Any], T]) -> T | None:
     try:
         return read(data)
     except ValidationError as err:
-        raise BadFile(f"{path} is not the record keyheads reads there ({problems(err)}): it was written by another "
-                      "version of keyheads, or changed since; run its stage again") from None
+        raise BadFile(f"{path} is not the record keyheads reads there ({problems(err)}): {OLDER}") from None
     except (ValueError, TypeError, KeyError) as err:
-        raise BadFile(f"{path} is not the record keyheads reads there ({err}): it was written by another version of "
-                      "keyheads, or changed since; run its stage again") from None
+        raise BadFile(f"{path} is not the record keyheads reads there ({err}): {OLDER}") from None
 
 
 def _settings(data: Any) -> dict:

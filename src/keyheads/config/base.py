@@ -130,9 +130,7 @@ def take(values: Section, cls: type[S], **given: Any) -> S:
 
 # ---- error messages -----------------------------------------------------------------------------
 # settings that were renamed: an old config or flag is told the new name
-RENAMED = {name: "knockout.mean (a run's one knockout mean; --mean of keyheads knockout and eval)"
-           for name in ("mean_mode", "knockout_mean")}
-RENAMED |= {"operands": "a_range and b_range (--a-range LO,HI --b-range LO,HI)",
+RENAMED = {"operands": "a_range and b_range (--a-range LO,HI --b-range LO,HI)",
             "heldout_seed": "heldout.seed (--heldout.seed)",
             "heldout_fraction": "heldout.train_fraction (--heldout.train-fraction)"}
 

@@ -46,8 +46,7 @@ def _mlps(run: FinetuneResult) -> tuple[int, ...]:
 
 def row_mean(info: VariantInfo) -> str | None:
     """The mean a knockout row of the eval table used, "aligned" or "global" (keyheads.knockout): its results'
-    (files that called it otherwise are read through keyheads.mean.upgraded), else its variant's option; None
-    when neither says."""
+    else its variant's option; None when neither says."""
     if info.knockout is not None and info.knockout.mean:
         return info.knockout.mean
     mean = info.variant.options.get("mean") if info.variant is not None else None

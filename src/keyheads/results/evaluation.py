@@ -4,15 +4,13 @@ BENCHMARK.json, as keyheads.evaluation.runner writes them.
 A benchmark's summary has the keys its kind of task writes (accuracy and its interval for the scored sets, KL
 and perplexity for generic-kl, the timing for every one) and a task may add its own. A row's `info` is what its
 variant kind says about it (the variant, the heads knocked out, the training run) and the caller's own notes.
-Records saved when the mean had other names are read through `keyheads.mean.upgraded`, the one converter.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, model_validator
+from pydantic import ConfigDict
 
-from ..mean import upgraded
 from .base import HeadField, Number, Result
 from .finetune import ComponentsField
 
@@ -100,11 +98,6 @@ class EvalResults(Result):
 
     config: dict[str, Any]  # the EvalSettings, as saved
     variants: list[VariantResult]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _former_names(cls, data: Any) -> Any:
-        return upgraded(data)
 
     @property
     def benchmarks(self) -> list[str]:

@@ -1,16 +1,13 @@
 """knockout.json: the knockout curves (figure 3), the key heads' own knockout, and the transfer table with its
 cases (figure 4), as `keyheads knockout` and the knockout stage write them.
 
-Records saved when the mean had other names are read through `keyheads.mean.upgraded`, the one converter.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from pydantic import model_validator
-
-from ..mean import KnockoutMean, upgraded
+from ..mean import KnockoutMean
 from .base import HeadField, Result
 
 
@@ -105,9 +102,4 @@ class KnockoutResult(Result):
     transfer: Transfer | None = None  # absent when transfer was off
     notes: list[str] = []
     seconds: float | None = None  # the stage's time, saved here by releases before the stage records
-
-    @model_validator(mode="before")
-    @classmethod
-    def _former_names(cls, data: Any) -> Any:
-        return upgraded(data)
 
