@@ -1,7 +1,15 @@
-"""Did the paper's claims hold on this model? One decision per claim, from the numbers the stages wrote.
+"""Did the paper's claims hold on this model? One verdict per claim, from the numbers the stages wrote.
 
-Each rule is fixed here, before any run is seen, and the evidence string quotes the numbers it
-used, so a reader can redo the call. held is None when this run did not test the claim.
+This module is the one place a claim's verdict is decided. Each rule is fixed here, before any run is seen; a
+`Finding` carries the verdict, the evidence quoting the numbers it used (so a reader can redo the call) and the
+rule with its test and family. A verdict is one of five (`VERDICTS`):
+- holds / does not hold: the rule's conditions are all met / none is;
+- partly: some are (for example a gap beyond random that a band of fewer than `MIN_DRAWS` draws cannot confirm);
+- not testable: the stage ran, but its numbers cannot decide the claim (nothing to break, nothing moved);
+- not measured: the stage that would test it did not run.
+One significance criterion holds everywhere: Holm-adjusted exact McNemar p below 0.05 (`stats.ALPHA`) over the
+family of every item-by-item test of the run's eval table. A random control decides "holds" only with a band of
+at least `MIN_DRAWS` draws.
 
 Where a claim rests on accuracies of the eval table, the evidence also gives each row against the base
 row item by item (keyheads.report.stats): items gained / lost, the change in points with its 95%
@@ -11,7 +19,9 @@ comparison with one draw of random heads says "(single random draw)".
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from ..effects import PAPER_THRESHOLD
 from ..numbers import human
@@ -29,7 +39,7 @@ from .rundata import (
     main_precise,
     paired_family,
 )
-from .stats import PairedTest, seed_free
+from .stats import ALPHA, PairedTest, seed_free
 
 SINGLE_DRAW = "(single random draw)"
 
@@ -38,47 +48,75 @@ BEYOND_RANDOM = 0.05    # key-head knockout must cost 5 accuracy points more tha
 TRANSFER_GAP = 0.10     # on other formats, key heads must cut 10 points of relative accuracy more than random
 GENERIC_KEPT = 0.05     # knocking out key heads may move MMLU/CSQA by at most 5 points
 LIKE_FULL = 0.02        # precise SFT's math gain may trail full SFT's by at most 2 points
+PAPER_SPEEDUP = 3.0     # the paper: precise SFT trains "at least threefold" faster
+MIN_DRAWS = 3           # a random control decides "holds" only as a band of at least this many draws
+
+Verdict = Literal["holds", "partly", "does not hold", "not testable", "not measured"]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 
 
-def _claim(claim: str, held: bool | None, evidence: str) -> dict:
-    return {"claim": claim, "held": held, "evidence": evidence}
+@dataclass(frozen=True)
+class Finding:
+    """One claim of the paper on one run: its verdict, the numbers behind it and the rule that decided it."""
+
+    claim: str
+    verdict: Verdict
+    evidence: str
+    rule: str = ""  # the test and its family; empty where the claim was not measured
+
+    def to_json(self) -> dict:
+        return {"claim": self.claim, "verdict": self.verdict, "evidence": self.evidence, "rule": self.rule}
 
 
-def few_key_heads(run: RunFolder) -> dict:
+def _claim(claim: str, verdict: Verdict, evidence: str, rule: str = "") -> Finding:
+    return Finding(claim, verdict, evidence, rule)
+
+
+def _of(parts: list[bool]) -> Verdict:
+    """holds when every condition is met, does not hold when none is, partly between."""
+    return "holds" if all(parts) else "does not hold" if not any(parts) else "partly"
+
+
+def few_key_heads(run: RunFolder) -> Finding:
     claim = "Only a few percent of the heads are key heads (relative logit change below -5%)"
     eff = run.effects_record
     if eff is None or not eff.heads:
-        return _claim(claim, None, "identify did not run")
+        return _claim(claim, "not measured", "identify did not run")
     if eff.metric != "relative-logit":
-        return _claim(claim, None, f"effects are in metric {eff.metric!r}; the -5% rule needs relative-logit")
+        return _claim(claim, "not testable", f"effects are in metric {eff.metric!r}; the -5% rule needs relative-logit")
     values = [v for row in eff.heads for v in row]
     below = sum(1 for v in values if is_num(v) and v < PAPER_THRESHOLD)
     share = below / len(values)
     best = min((v for v in values if is_num(v)), default=float("nan"))
-    return _claim(claim, 0 < share <= FEW_HEADS,
-                  f"{below} of {len(values)} heads ({pct(share)}) are below -5% (rule: more than none and at most "
-                  f"{pct(FEW_HEADS, 0)}); the strongest head changes the answer logit by {pct(best)}")
+    return _claim(claim, "holds" if 0 < share <= FEW_HEADS else "does not hold",
+                  f"{below} of {len(values)} heads ({pct(share)}) are below -5%; the strongest head changes the "
+                  f"answer logit by {pct(best)}",
+                  f"share of heads past the paper's -5%: holds if more than none and at most {pct(FEW_HEADS, 0)}")
 
 
-def knockout_beyond_random(run: RunFolder) -> dict:
+def knockout_beyond_random(run: RunFolder) -> Finding:
     claim = "Knocking out the key heads breaks arithmetic far more than knocking out as many random heads"
     ko = run.knockout_record
     if ko is None:
-        return _claim(claim, None, "knockout did not run")
+        return _claim(claim, "not measured", "knockout did not run")
     key = ko.key_heads
     n, before, after = len(key.heads), key.accuracy_before, key.accuracy_after
     rand, std, draws = _random_at(ko, n)
     if rand is None:
-        return _claim(claim, None, "no random-head comparison was computed (no curves and no transfer control)")
+        return _claim(claim, "not measured",
+                      "no random-head comparison was computed (no curves and no transfer control)")
     if not is_num(before) or before <= 0:
-        return _claim(claim, None, "no prompt was answered right before the knockout: nothing to break")
+        return _claim(claim, "not testable", "no prompt was answered right before the knockout: nothing to break")
     gap = rand - after
     need = max(BEYOND_RANDOM, 2 * std)
-    return _claim(claim, gap >= need,
+    verdict: Verdict = "does not hold" if gap <= 0 else "holds" if gap >= need and draws >= MIN_DRAWS else "partly"
+    return _claim(claim, verdict,
                   f"accuracy {pct(before)} -> {pct(after)} with the {n} key heads out ({ko.mean} mean), "
                   f"{pct(rand)} (std {pct(std)}) "
-                  f"with {n} random heads out {_draws(draws)}: {100 * gap:.1f} points lower "
-                  f"(rule: at least {100 * need:.1f})")
+                  f"with {n} random heads out {_draws(draws)}: {100 * gap:.1f} points lower",
+                  f"accuracy with the key heads out against as many random heads: holds if at least "
+                  f"{100 * need:.1f} points lower (5 points and 2 std of the band) over a band of at least "
+                  f"{MIN_DRAWS} draws; partly if lower by less, or over fewer draws")
 
 
 def _random_at(ko: KnockoutResult, n: int) -> tuple[float | None, float, int]:
@@ -98,70 +136,84 @@ def _draws(draws: int) -> str:
     return SINGLE_DRAW if draws == 1 else f"(mean of {draws} random draws)"
 
 
-def transfer(run: RunFolder) -> dict:
+def transfer(run: RunFolder) -> Finding:
     claim = (
         "The key heads matter on arithmetic in other formats too (SVAMP, multi-digit, decimals), beyond random heads"
     )
     ko = run.knockout_record
     if ko is None or ko.transfer is None or not ko.transfer.rows:
-        return _claim(claim, None, "the transfer sets were not run")
+        return _claim(claim, "not measured", "the transfer sets were not run")
     rows = [r for r in ko.transfer.rows[1:] if is_num(r.relative_change) and is_num(r.relative_change_random_heads)]
     if not rows:
-        return _claim(claim, None, "no transfer set had right answers before the knockout and a random control")
+        return _claim(claim, "not testable",
+                      "no transfer set had right answers before the knockout and a random control")
     wins = [r for r in rows if r.relative_change <= r.relative_change_random_heads - TRANSFER_GAP]
     shown = "; ".join(f"{r.set}: {pct(r.relative_change)} vs random {pct(r.relative_change_random_heads)}"
                       for r in rows)
-    return _claim(claim, 2 * len(wins) > len(rows),
+    # the run's transfer control is one random draw: without a band it can support "partly" at most
+    verdict: Verdict = "does not hold" if not wins else "partly"
+    return _claim(claim, verdict,
                   f"relative accuracy change with key heads vs random heads out ({ko.mean} mean) "
-                  f"{SINGLE_DRAW} — {shown}. The key heads "
-                  "cost at least "
-                  f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets (rule: more than half)")
+                  f"{SINGLE_DRAW} — {shown}. The key heads cost at least "
+                  f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets",
+                  f"per transfer set, key heads against one draw of random heads: holds needs more than half of "
+                  f"the sets {100 * TRANSFER_GAP:.0f} points beyond a band of {MIN_DRAWS} draws "
+                  "(studies/transfer_band.py), so one draw gives partly at most; does not hold if no set")
 
 
-def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> dict:
+def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> Finding:
     claim = "Without the key heads, generic skills (MMLU, CSQA) stay while math drops"
     ko = table.of_kind("knockout") if table else []
     if table is None or not ko or table.base is None or not table.generic():
-        return _claim(claim, None, "the evaluation did not include a key-head knockout row and a generic benchmark")
+        return _claim(claim, "not measured",
+                      "the evaluation did not include a key-head knockout row and a generic benchmark")
     g = table.mean_delta(ko[0], table.generic())
     m = table.mean_delta(ko[0], table.math())
     if g is None:
-        return _claim(claim, None, "no generic benchmark accuracy for both rows")
-    held = abs(g) <= GENERIC_KEPT and (m is None or m < g)
+        return _claim(claim, "not testable", "no generic benchmark accuracy for both rows")
+    verdict = _of([abs(g) <= GENERIC_KEPT, m is None or m < g])
     mean = f" ({ko[0].mean} mean)" if ko[0].mean else ""
-    return _claim(claim, held, f"generic accuracy {points(g)} points, math {points(m)} points with the key heads "
-                  f"out{mean} (rule: generic within ±{100 * GENERIC_KEPT:.0f} points and math below it)"
-                  + _items(pairs, [ko[0]], table.generic() + table.math()))
+    return _claim(claim, verdict, f"generic accuracy {points(g)} points, math {points(m)} points with the key heads "
+                  f"out{mean}" + _items(pairs, [ko[0]], table.generic() + table.math()),
+                  f"mean change against the base row: holds if generic within ±{100 * GENERIC_KEPT:.0f} points "
+                  "and math below it; partly if one of the two")
 
 
-def attend_operands(run: RunFolder) -> dict:
+def attend_operands(run: RunFolder) -> Finding:
     claim = "The key heads attend to the operands and the operator"
     att = run.attention_record
     if att is None or not att.labels:
-        return _claim(claim, None, "attention did not run")
+        return _claim(claim, "not measured", "attention did not run")
     kinds = [l.label for l in att.labels]
     task = sum(1 for k in kinds if k in ("operand", "operator"))
-    return _claim(claim, 2 * task >= len(kinds),
+    verdict: Verdict = "holds" if 2 * task >= len(kinds) else "partly" if task else "does not hold"
+    return _claim(claim, verdict,
                   f"{kinds.count('operand')} operand-, {kinds.count('operator')} operator- and {kinds.count('text')} "
-                  f"text-attending of {len(kinds)} key heads (rule: at least half attend to operands or operators)")
+                  f"text-attending of {len(kinds)} key heads",
+                  "heads labelled by where their attention goes: holds if at least half attend to operands or "
+                  "operators; partly if some do")
 
 
-def later_mlps(run: RunFolder) -> dict:
+def later_mlps(run: RunFolder) -> Finding:
     claim = "Later MLPs compute the answer (after the layers that gather the operands)"
     mlp = run.mlp_record
     if mlp is None:
-        return _claim(claim, None, "mlp did not run")
+        return _claim(claim, "not measured", "mlp did not run")
     tp, c = mlp.turning_points, mlp.answer_contrast
     layers = len(c)
     end = tp.end
     peak = c[end] if 0 <= end < layers else float("nan")
-    held = is_num(peak) and peak > 0 and end >= tp.inflection and 2 * end >= layers - 1
-    return _claim(claim, held, f"start-inflection-end {tp.text()} of {layers} layers; "
-                  f"answer contrast at the end layer {peak:.3g} (rule: positive, at or after the inflection, "
-                  "in the later half)")
+    positive = is_num(peak) and peak > 0
+    verdict: Verdict = _of([end >= tp.inflection, 2 * end >= layers - 1]) if positive else "does not hold"
+    if verdict == "does not hold" and positive:
+        verdict = "partly"
+    return _claim(claim, verdict, f"start-inflection-end {tp.text()} of {layers} layers; "
+                  f"answer contrast at the end layer {peak:.3g}",
+                  "the answer contrast of the MLP writes: holds if positive at the end layer, at or after the "
+                  "inflection, in the later half; partly if positive but not both; does not hold if not positive")
 
 
-def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> list[dict]:
+def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> list[Finding]:
     claims = ("Precise SFT of the key heads improves math about as much as full SFT",
               "Precise SFT moves generic skills (MMLU, CSQA) less than full SFT",
               "Precise SFT trains faster than full SFT, with far fewer tuned parameters")
@@ -169,39 +221,72 @@ def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, 
     p, f = main_precise(runs), first_of(runs, "full")
     if p is None or f is None:
         why = "precise and full SFT did not both run"
-        return [_claim(c, None, why) for c in claims]
+        return [_claim(c, "not measured", why) for c in claims]
     out = []
     prow, frow = (table.of_run(p), table.of_run(f)) if table else (None, None)
     if table is None or prow is None or frow is None or table.base is None:
-        out += [_claim(c, None, "the fine-tuned variants were not evaluated") for c in claims[:2]]
+        out += [_claim(c, "not measured", "the fine-tuned variants were not evaluated") for c in claims[:2]]
     else:
         pm, fm = table.mean_delta(prow, table.math()), table.mean_delta(frow, table.math())
         extra = _random_note(runs, table, pm)
-        held = None if pm is None or fm is None else pm > 0 and pm >= fm - LIKE_FULL
-        out.append(_claim(claims[0], held, f"math accuracy {points(pm)} points with {p}, {points(fm)} with {f} "
-                          f"(rule: gain above 0 and within {100 * LIKE_FULL:.0f} points of full SFT){extra}"
-                          + _items(pairs, [prow, frow], table.math())))
+        out.append(_claim(claims[0], _matches_full(pm, fm, _moved(pairs, [prow, frow], table.math())),
+                          f"math accuracy {points(pm)} points with {p}, {points(fm)} with {f}{extra}"
+                          + _items(pairs, [prow, frow], table.math()),
+                          f"mean math change against the base row: holds if a gain within {100 * LIKE_FULL:.0f} "
+                          "points of full SFT's; partly if a gain that trails it by more; not testable if neither "
+                          "gains, or no item-by-item test of either row is significant (Holm p < "
+                          f"{ALPHA:g} over the table's family)"))
         pg, fg = table.mean_delta(prow, table.generic()), table.mean_delta(frow, table.generic())
         dp, df = table.drift(prow), table.drift(frow)
         if dp is not None and df is not None and dp.kl is not None and df.kl is not None:
             # the drift measure can show a loss where chance-level accuracies cannot
             cp, cf = dp.kl_ci95 or [math.nan, math.nan], df.kl_ci95 or [math.nan, math.nan]
             overlap = cp[1] >= cf[0] and cf[1] >= cp[0]
-            out.append(_claim(claims[1], dp.kl <= df.kl,
+            verdict: Verdict = "does not hold" if dp.kl > df.kl else "partly" if overlap else "holds"
+            out.append(_claim(claims[1], verdict,
                               f"KL from the base model on generic text {dp.kl:.4g} {_ci(cp)} with {p}, "
                               f"{df.kl:.4g} {_ci(cf)} with {f}"
                               + (" (the intervals overlap: within the noise)" if overlap else "")
-                              + f"; generic accuracy {points(pg)} vs {points(fg)} points (rule: the smaller KL)"))
+                              + f"; generic accuracy {points(pg)} vs {points(fg)} points",
+                              "KL from the base model on generic text with its 95% interval: holds if precise "
+                              "SFT's is smaller and the intervals do not overlap; partly if smaller within them"))
         else:
-            held = None if pg is None or fg is None else abs(pg) <= abs(fg)
-            out.append(_claim(claims[1], held, f"generic accuracy {points(pg)} points with {p}, {points(fg)} with {f} "
-                              "(rule: the smaller change)" + _items(pairs, [prow, frow], table.generic())))
+            verdict = "not testable" if pg is None or fg is None else \
+                "holds" if abs(pg) <= abs(fg) else "does not hold"
+            out.append(_claim(claims[1], verdict, f"generic accuracy {points(pg)} points with {p}, {points(fg)} "
+                              f"with {f}" + _items(pairs, [prow, frow], table.generic()),
+                              "mean generic change against the base row (no KL measured): holds if precise SFT's "
+                              "is the smaller"))
     sp, sf = runs[p].train.samples_per_second, runs[f].train.samples_per_second
     tp, tf = runs[p].tuned_params, runs[f].tuned_params
-    held = None if not (is_num(sp) and is_num(sf)) else sp > sf and (not is_num(tp) or not is_num(tf) or tp < tf)
-    out.append(_claim(claims[2], held, f"{sp:.3g} vs {sf:.3g} samples/s, {human(tp)} vs {human(tf)} tuned parameters "
-                      f"({p} vs {f})" if held is not None else "training speed was not recorded"))
+    if not (is_num(sp) and is_num(sf)) or sf <= 0:
+        out.append(_claim(claims[2], "not measured", "training speed was not recorded"))
+        return out
+    ratio = sp / sf
+    fewer = not is_num(tp) or not is_num(tf) or tp < tf
+    verdict = "holds" if ratio >= PAPER_SPEEDUP and fewer else "partly" if ratio > 1 and fewer else "does not hold"
+    out.append(_claim(claims[2], verdict, f"{sp:.3g} vs {sf:.3g} samples/s ({ratio:.2f}x), {human(tp)} vs "
+                      f"{human(tf)} tuned parameters ({p} vs {f})",
+                      f"samples per second in the same run: holds if at least {PAPER_SPEEDUP:g}x (the paper's "
+                      "\"at least threefold\") with fewer tuned parameters; partly if faster by less"))
     return out
+
+
+def _matches_full(pm: float | None, fm: float | None, moved: bool | None) -> Verdict:
+    """Claim 7's rule on the mean math changes of precise and full SFT; moved: whether any item-by-item test of
+    the two rows is significant (None when no per-item outcomes were saved)."""
+    if pm is None or fm is None:
+        return "not measured"
+    if (pm <= 0 and fm <= 0) or moved is False:
+        return "not testable"
+    if pm <= 0:
+        return "does not hold"
+    return "holds" if pm >= fm - LIKE_FULL else "partly"
+
+
+def _moved(pairs: dict[tuple[str, str], PairedTest], rows: list[EvalRow], benchmarks: list[str]) -> bool | None:
+    tests = [pairs[(row.label, b)] for row in rows for b in benchmarks if (row.label, b) in pairs]
+    return any(t.significant for t in tests) if tests else None
 
 
 def _ci(ci) -> str:
@@ -237,8 +322,8 @@ def _items(pairs: dict[tuple[str, str], PairedTest], rows: list[EvalRow], benchm
             f"the table's {len(pairs)} tests): " + "; ".join(parts))
 
 
-def findings(folder: str | Path | RunFolder) -> list[dict]:
-    """[{"claim", "held": True | False | None, "evidence"}] for the paper's claims, in its order."""
+def findings(folder: str | Path | RunFolder) -> list[Finding]:
+    """The paper's claims on this run, in its order, each with its verdict."""
     run = RunFolder.of(folder)
     table = eval_table(run)
     pairs = paired_family(run, table) if table is not None else {}

@@ -14,7 +14,7 @@ from ..errors import MissingFile
 from ..io import atomic_write_text
 from ..runfolder import RunFolder
 from . import sections, tables
-from .findings import findings
+from .findings import VERDICTS, Finding, findings
 from .manifest import manifest
 from .markup import ENV, pct, signed_pct
 from .sections import heads_text
@@ -25,7 +25,7 @@ CONTENTS = (("identify", "Effects heatmap and key heads"), ("identify-sets", "Ke
             ("improve", "Tables 1 and 2"), ("findings", "Findings"), ("manifest", "Manifest"))
 
 
-def _facts(run: RunFolder, items: list[dict]) -> list[str]:
+def _facts(run: RunFolder, items: list[Finding]) -> list[str]:
     """The page's opening lines: the data, the key heads, the knockout, the claims."""
     keys = run.key_heads_record
     ko = run.knockout_record
@@ -39,8 +39,8 @@ def _facts(run: RunFolder, items: list[dict]) -> list[str]:
         facts.append(f"knocking them out ({ko.mean} mean): accuracy {pct(k.accuracy_before)} → "
                      f"{pct(k.accuracy_after)} "
                      f"({signed_pct(k.relative_change)})")
-    held = [f["held"] for f in items]
-    facts.append(f"claims: {held.count(True)} held, {held.count(False)} not held, {held.count(None)} not tested")
+    verdicts = [f.verdict for f in items]
+    facts.append("claims: " + ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if v in verdicts))
     return facts
 
 

@@ -8,6 +8,7 @@ from ..numbers import human
 from ..plotting import loss_curves, png_bytes
 from ..results.finetune import FinetuneResult
 from ..runfolder import FINETUNE_JSON, RunFolder
+from .findings import Finding
 from .markup import MACROS, cell, heading, is_num, join, not_run, note, num, pct, png, points, section, table
 from .rundata import DRIFT, EvalRow, EvalTable, delta_band, display, eval_table, paired_family, precise_runs, seed_sets
 
@@ -177,9 +178,11 @@ def improve(run: RunFolder) -> Markup:
     return section("improve", TITLE, join(parts))
 
 
-def findings_section(items: list[dict]) -> Markup:
-    badge = {True: ("held", "held"), False: ("not held", "failed"), None: ("not tested", "untested")}
-    shown = [{**f, "badge": badge[f["held"]][0], "cls": badge[f["held"]][1]} for f in items]
+def findings_section(items: list[Finding]) -> Markup:
+    css = {"holds": "held", "partly": "partly", "does not hold": "failed", "not testable": "untested",
+           "not measured": "untested"}
+    shown = [{"claim": f.claim, "evidence": f"{f.evidence}. Rule: {f.rule}" if f.rule else f.evidence,
+              "badge": f.verdict, "cls": css[f.verdict]} for f in items]
     return section("findings", "7. Findings: did the paper's claims hold on this model?",
                    join([note("Each claim is decided by a fixed rule (stated in the evidence) on this run's numbers. "
                               "Where it rests on accuracies, the evidence gives each row against the base row item "
