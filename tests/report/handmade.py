@@ -16,7 +16,7 @@ from keyheads.results.knockout import HeadsKnockout, KnockoutCurves, KnockoutRes
 from keyheads.results.mlp import MLPCase, MLPResult, TurningPoints
 
 BENCHMARKS = ["gsm8k", "mmlu"]
-KEY = [Head(0, 0), Head(0, 1)]
+KEY = [Head(2, 0), Head(2, 1)]
 
 
 def _summary(acc: float, n: int = 100) -> BenchmarkSummary:
@@ -42,14 +42,17 @@ def make_run(folder: Path, holds: bool) -> Path:
     pairs = str(folder / "pairs.jsonl")
 
     # 32 heads: 2 (good) or 10 (bad) below the paper's -5%
+    # the 2 key heads sit in layer 2 of 4, the middle third (good), or the bad 10 in layers 0-1
     n_key = 2 if holds else 10
-    heads = [[-0.2 if 8 * l + h < n_key else -0.01 for h in range(8)] for l in range(4)]
+    key_layer = KEY[0].layer if holds else 0
+    heads = [[-0.2 if (l == key_layer and h < n_key if holds else 8 * l + h < n_key) else -0.01 for h in range(8)]
+             for l in range(4)]
     write_json(folder / "identify" / "effects.json", Effects(
         metric="relative-logit", method="path", model="hand-made", n_samples=50, n_excluded=0, data_sha256=None,
         heads=heads, mlps=[0.0, -0.01, -0.1, -0.2]).to_json())
     write_json(folder / "identify" / "key_heads.json", KeyHeads(
         metric="relative-logit", threshold=-0.05, top_k=None, n_heads_total=32, mlps=[],
-        heads=[KeyHead(layer=0, head=h, label=f"0.{h}", effect=-0.2) for h in range(2)]).to_json())
+        heads=[KeyHead(layer=key_layer, head=h, label=f"{key_layer}.{h}", effect=-0.2) for h in range(2)]).to_json())
 
     after = 0.2 if holds else 0.78
     transfer = [TransferRow(set="pairs.jsonl (identification data)", n=50, accuracy_before=0.8, accuracy_after=after,
@@ -74,7 +77,7 @@ def make_run(folder: Path, holds: bool) -> Path:
     write_json(folder / "attention" / "attention.json", AttentionResult(
         model="hand-made", data=pairs, n_samples=50, heads=KEY, roles=["A", "B", "operator", "other", "first"],
         per_task={}, counts={"addition": 50}, all=[], notes=[], effects=None,
-        labels=[HeadLabel(head=Head(0, i), label=lab, lean="operand", operand_A_plus_B=0.5, operator=0.2,
+        labels=[HeadLabel(head=KEY[i], label=lab, lean="operand", operand_A_plus_B=0.5, operator=0.2,
                           other_words=0.1, first_token=0.2, top_other_tokens=[("=", 0.05)])
                 for i, lab in enumerate(labels)]).to_json())
 

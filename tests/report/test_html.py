@@ -112,9 +112,11 @@ def test_table2_only_when_the_ablation_ran(report, run_folder, tmp_path):
     assert "Table 2" not in render(copy) and "Table 1" in render(copy)
 
 
-# the handmade run where every claim's numbers go the paper's way: the knockout's random control is a band of
-# 2 draws and the transfer's is one draw, fewer than a "holds" needs (findings.MIN_DRAWS), so those two are partly
-HOLDS = ["holds", "partly", "partly"] + ["holds"] * 6
+# the handmade run where every claim's numbers go the paper's way, in the findings table's order: the knockout's
+# random control is a band of 2 draws and the transfer's is one draw, fewer than a "holds" needs
+# (findings.MIN_DRAWS), so those two are partly; it fine-tunes no random heads (row 9)
+HOLDS = ["holds", "holds", "partly", "partly", "holds", "holds", "holds", "holds", "not measured", "holds", "holds"]
+FAILS = ["does not hold"] * 8 + ["not measured"] + ["does not hold"] * 2
 
 
 def verdicts(run) -> list[str]:
@@ -124,25 +126,26 @@ def verdicts(run) -> list[str]:
 @pytest.mark.parametrize("holds", [True, False])
 def test_findings_follow_the_numbers(tmp_path, holds):
     items = findings(make_run(tmp_path / "run", holds))
-    assert len(items) == 9
-    expected = HOLDS if holds else ["does not hold"] * 9
+    assert len(items) == 11 and [f.row for f in items] == list(range(1, 12))
+    expected = HOLDS if holds else FAILS
     assert [f.verdict for f in items] == expected, [(f.claim, f.evidence) for f in items]
-    assert all(f.evidence and any(c.isdigit() for c in f.evidence) and f.rule for f in items)
+    measured = [f for f in items if f.verdict != "not measured"]
+    assert all(f.evidence and any(c.isdigit() for c in f.evidence) and f.rule and f.key for f in measured)
     page = write_html_report(tmp_path / "run").read_text()
-    assert page.count('class="badge held"') == (7 if holds else 0)
+    assert page.count('class="badge held"') == (8 if holds else 0)
     assert page.count('class="badge partly"') == (2 if holds else 0)
-    assert page.count('class="badge failed"') == (0 if holds else 9)
+    assert page.count('class="badge failed"') == (0 if holds else 10)
 
 
 def test_a_random_control_decides_holds_only_as_a_band_of_three_draws(tmp_path):
     run = make_run(tmp_path / "run", True)
     path = run / "knockout" / "knockout.json"
     data = read(path)
-    assert len(data["curves"]["random_rank"]) == 2 and verdicts(run)[1] == "partly"
+    assert len(data["curves"]["random_rank"]) == 2 and verdicts(run)[2] == "partly"
     data["curves"]["random_rank"].append(data["curves"]["random_rank"][-1])
     path.write_text(json.dumps(data))
-    assert verdicts(run)[1] == "holds"
-    assert "(mean of 3 random draws)" in findings(run)[1].evidence
+    assert verdicts(run)[2] == "holds"
+    assert "(mean of 3 random draws)" in findings(run)[2].evidence
 
 
 def test_findings_of_the_tiny_run_and_of_an_empty_folder(run_folder, tmp_path):
@@ -150,7 +153,7 @@ def test_findings_of_the_tiny_run_and_of_an_empty_folder(run_folder, tmp_path):
     assert all(isinstance(f, Finding) and f.verdict in VERDICTS for f in items)
     assert items[0].verdict != "not measured" and items[4].verdict != "not measured"  # identify and attention ran
     (tmp_path / "empty").mkdir()
-    assert verdicts(tmp_path / "empty") == ["not measured"] * 9
+    assert verdicts(tmp_path / "empty") == ["not measured"] * 11
 
 
 def test_missing_stages_say_so(run_folder, tmp_path):
@@ -268,7 +271,7 @@ def test_findings_give_the_item_by_item_tests_and_name_single_random_draws(tmp_p
     data = read(run / "eval" / "results.json")
     _wrong_items(run, {v["label"]: {b: s["accuracy"] for b, s in v["benchmarks"].items()} for v in data["variants"]})
     items = findings(run)
-    assert [f.verdict for f in items] == before == (HOLDS if holds else ["does not hold"] * 9)
+    assert [f.verdict for f in items] == before == (HOLDS if holds else FAILS)
     pairs = paired_family(RunFolder(run), eval_table(RunFolder(run)))
     assert len(pairs) == 3 * 2  # knockout, precise, full against the base, on GSM8K and MMLU
     by_claim = {f.claim: f.evidence for f in items}
@@ -306,11 +309,19 @@ def test_random_heads_are_one_draw_or_a_band_over_seeds(tmp_path):
     def math_evidence() -> str:
         return next(f.evidence for f in findings(run) if f.claim.startswith("Precise SFT of the key heads"))
 
+    def place() -> str:  # row 9: key heads against random heads as a place to fine-tune
+        return findings(run)[8].verdict
+
+    assert place() == "not measured"
     add("random@2", 0.25)
     assert "random heads (random@2) (single random draw): +5.0" in math_evidence()
+    assert place() == "partly"  # +15 beats the one draw's +5, but one draw is no band
     add("random@2-seed1", 0.21)
     add("random@2-seed2", 0.30)
     assert "random heads (random@2): mean +5.3, range +1.0 to +10.0 over 3 seeds" in math_evidence()
+    assert place() == "holds"  # +15 beats every one of three draws (+5, +1, +10)
+    add("random@2-seed3", 0.40)
+    assert place() == "partly"  # one draw's +20 beats precise SFT's +15; their mean +9 does not
 
 
 def test_the_identify_section_says_how_the_key_heads_were_chosen(report, tmp_path):

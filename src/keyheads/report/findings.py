@@ -19,7 +19,7 @@ comparison with one draw of random heads says "(single random draw)".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -63,13 +63,16 @@ class Finding:
     verdict: Verdict
     evidence: str
     rule: str = ""  # the test and its family; empty where the claim was not measured
+    key: str = ""   # the key numbers, a few words, for a table cell
+    row: int = 0    # the claim's row in the findings table (the paper's ten, then keyheads' additions)
 
     def to_json(self) -> dict:
-        return {"claim": self.claim, "verdict": self.verdict, "evidence": self.evidence, "rule": self.rule}
+        return {"row": self.row, "claim": self.claim, "verdict": self.verdict, "key": self.key,
+                "evidence": self.evidence, "rule": self.rule}
 
 
-def _claim(claim: str, verdict: Verdict, evidence: str, rule: str = "") -> Finding:
-    return Finding(claim, verdict, evidence, rule)
+def _claim(claim: str, verdict: Verdict, evidence: str, rule: str = "", key: str = "") -> Finding:
+    return Finding(claim, verdict, evidence, rule, key)
 
 
 def _of(parts: list[bool]) -> Verdict:
@@ -91,7 +94,8 @@ def few_key_heads(run: RunFolder) -> Finding:
     return _claim(claim, "holds" if 0 < share <= FEW_HEADS else "does not hold",
                   f"{below} of {len(values)} heads ({pct(share)}) are below -5%; the strongest head changes the "
                   f"answer logit by {pct(best)}",
-                  f"share of heads past the paper's -5%: holds if more than none and at most {pct(FEW_HEADS, 0)}")
+                  f"share of heads past the paper's -5%: holds if more than none and at most {pct(FEW_HEADS, 0)}",
+                  f"{below} of {len(values)} heads past -5%; strongest {pct(best)}")
 
 
 def knockout_beyond_random(run: RunFolder) -> Finding:
@@ -116,7 +120,8 @@ def knockout_beyond_random(run: RunFolder) -> Finding:
                   f"with {n} random heads out {_draws(draws)}: {100 * gap:.1f} points lower",
                   f"accuracy with the key heads out against as many random heads: holds if at least "
                   f"{100 * need:.1f} points lower (5 points and 2 std of the band) over a band of at least "
-                  f"{MIN_DRAWS} draws; partly if lower by less, or over fewer draws")
+                  f"{MIN_DRAWS} draws; partly if lower by less, or over fewer draws",
+                  f"top-{n} {pct(before)} → {pct(after)}; random-{n} {pct(rand)} ({draws} draw{'s' * (draws > 1)})")
 
 
 def _random_at(ko: KnockoutResult, n: int) -> tuple[float | None, float, int]:
@@ -158,7 +163,8 @@ def transfer(run: RunFolder) -> Finding:
                   f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets",
                   f"per transfer set, key heads against one draw of random heads: holds needs more than half of "
                   f"the sets {100 * TRANSFER_GAP:.0f} points beyond a band of {MIN_DRAWS} draws "
-                  "(studies/transfer_band.py), so one draw gives partly at most; does not hold if no set")
+                  "(studies/transfer_band.py), so one draw gives partly at most; does not hold if no set",
+                  f"beyond one random draw on {len(wins)} of {len(rows)} sets")
 
 
 def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> Finding:
@@ -176,7 +182,25 @@ def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str,
     return _claim(claim, verdict, f"generic accuracy {points(g)} points, math {points(m)} points with the key heads "
                   f"out{mean}" + _items(pairs, [ko[0]], table.generic() + table.math()),
                   f"mean change against the base row: holds if generic within ±{100 * GENERIC_KEPT:.0f} points "
-                  "and math below it; partly if one of the two")
+                  "and math below it; partly if one of the two",
+                  f"generic {points(g)}, math {points(m)} points with the key heads out")
+
+
+def where_heads_sit(run: RunFolder) -> Finding:
+    claim = "The key heads sit in the middle layers"
+    keys, eff = run.key_heads_record, run.effects_record
+    if keys is None or eff is None or not keys.heads:
+        return _claim(claim, "not measured", "identify did not run or took no key heads")
+    layers = len(eff.heads)
+    lo, hi = layers / 3, 2 * layers / 3  # the paper's 12-17 of 32 lie in the middle third
+    inside = sum(lo <= h.layer < hi for h in keys.heads)
+    verdict: Verdict = "holds" if 2 * inside >= len(keys.heads) else "partly" if inside else "does not hold"
+    span = f"{min(h.layer for h in keys.heads)}-{max(h.layer for h in keys.heads)}"
+    return _claim(claim, verdict, f"key heads in layers {span} of {layers}; {inside} of {len(keys.heads)} in the "
+                  f"middle third (layers {math.ceil(lo)}-{math.ceil(hi) - 1})",
+                  "layers of the key heads: holds if at least half lie in the middle third of the depth (the "
+                  "paper's 12-17 of 32 do); partly if some do",
+                  f"layers {span} of {layers}; {inside} of {len(keys.heads)} in the middle third")
 
 
 def attend_operands(run: RunFolder) -> Finding:
@@ -191,7 +215,8 @@ def attend_operands(run: RunFolder) -> Finding:
                   f"{kinds.count('operand')} operand-, {kinds.count('operator')} operator- and {kinds.count('text')} "
                   f"text-attending of {len(kinds)} key heads",
                   "heads labelled by where their attention goes: holds if at least half attend to operands or "
-                  "operators; partly if some do")
+                  "operators; partly if some do",
+                  f"{kinds.count('operand')} operand and {kinds.count('operator')} operator heads of {len(kinds)}")
 
 
 def later_mlps(run: RunFolder) -> Finding:
@@ -210,7 +235,8 @@ def later_mlps(run: RunFolder) -> Finding:
     return _claim(claim, verdict, f"start-inflection-end {tp.text()} of {layers} layers; "
                   f"answer contrast at the end layer {peak:.3g}",
                   "the answer contrast of the MLP writes: holds if positive at the end layer, at or after the "
-                  "inflection, in the later half; partly if positive but not both; does not hold if not positive")
+                  "inflection, in the later half; partly if positive but not both; does not hold if not positive",
+                  f"start-inflection-end {tp.text()} of {layers}; contrast {peak:.3g}")
 
 
 def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> list[Finding]:
@@ -235,7 +261,8 @@ def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, 
                           f"mean math change against the base row: holds if a gain within {100 * LIKE_FULL:.0f} "
                           "points of full SFT's; partly if a gain that trails it by more; not testable if neither "
                           "gains, or no item-by-item test of either row is significant (Holm p < "
-                          f"{ALPHA:g} over the table's family)"))
+                          f"{ALPHA:g} over the table's family)",
+                          f"math {points(pm)} ({p}) vs {points(fm)} ({f}) points"))
         pg, fg = table.mean_delta(prow, table.generic()), table.mean_delta(frow, table.generic())
         dp, df = table.drift(prow), table.drift(frow)
         if dp is not None and df is not None and dp.kl is not None and df.kl is not None:
@@ -249,14 +276,15 @@ def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, 
                               + (" (the intervals overlap: within the noise)" if overlap else "")
                               + f"; generic accuracy {points(pg)} vs {points(fg)} points",
                               "KL from the base model on generic text with its 95% interval: holds if precise "
-                              "SFT's is smaller and the intervals do not overlap; partly if smaller within them"))
+                              "SFT's is smaller and the intervals do not overlap; partly if smaller within them",
+                              f"KL {dp.kl:.3g} ({p}) vs {df.kl:.3g} ({f})"))
         else:
             verdict = "not testable" if pg is None or fg is None else \
                 "holds" if abs(pg) <= abs(fg) else "does not hold"
             out.append(_claim(claims[1], verdict, f"generic accuracy {points(pg)} points with {p}, {points(fg)} "
                               f"with {f}" + _items(pairs, [prow, frow], table.generic()),
                               "mean generic change against the base row (no KL measured): holds if precise SFT's "
-                              "is the smaller"))
+                              "is the smaller", f"generic {points(pg)} ({p}) vs {points(fg)} ({f}) points"))
     sp, sf = runs[p].train.samples_per_second, runs[f].train.samples_per_second
     tp, tf = runs[p].tuned_params, runs[f].tuned_params
     if not (is_num(sp) and is_num(sf)) or sf <= 0:
@@ -268,7 +296,8 @@ def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, 
     out.append(_claim(claims[2], verdict, f"{sp:.3g} vs {sf:.3g} samples/s ({ratio:.2f}x), {human(tp)} vs "
                       f"{human(tf)} tuned parameters ({p} vs {f})",
                       f"samples per second in the same run: holds if at least {PAPER_SPEEDUP:g}x (the paper's "
-                      "\"at least threefold\") with fewer tuned parameters; partly if faster by less"))
+                      "\"at least threefold\") with fewer tuned parameters; partly if faster by less",
+                      f"{sp:.3g} vs {sf:.3g} samples/s ({ratio:.2f}x)"))
     return out
 
 
@@ -287,6 +316,33 @@ def _matches_full(pm: float | None, fm: float | None, moved: bool | None) -> Ver
 def _moved(pairs: dict[tuple[str, str], PairedTest], rows: list[EvalRow], benchmarks: list[str]) -> bool | None:
     tests = [pairs[(row.label, b)] for row in rows for b in benchmarks if (row.label, b) in pairs]
     return any(t.significant for t in tests) if tests else None
+
+
+def random_place(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> Finding:
+    claim = "The key heads are a better place to fine-tune than as many random heads"
+    runs = run.finetune_records
+    p = main_precise(runs)
+    name = next((k for k, v in runs.items() if v.random_heads), None)
+    if p is None or name is None or table is None or table.base is None or table.of_run(p) is None:
+        return _claim(claim, "not measured", "precise SFT and SFT of random heads were not both run and evaluated")
+    seeds = [k for k, v in runs.items() if v.random_heads and seed_free(k) == seed_free(name)]
+    rows = [r for r in (table.of_run(k) for k in seeds) if r is not None]
+    prow = table.of_run(p)
+    pm = table.mean_delta(prow, table.math()) if prow is not None else None
+    draws = [d for d in (table.mean_delta(r, table.math()) for r in rows) if d is not None]
+    if pm is None or not draws or prow is None:
+        return _claim(claim, "not measured", "no math accuracy for precise SFT and the random heads")
+    moved = _moved(pairs, [prow, *rows], table.math())
+    best, mean = max(draws), sum(draws) / len(draws)
+    verdict: Verdict = ("not testable" if moved is False else "does not hold" if pm <= mean
+                        else "holds" if pm > best and len(draws) >= MIN_DRAWS else "partly")
+    return _claim(claim, verdict,
+                  f"mean math change {points(pm)} points with {p}; {seed_free(name)} over {len(draws)} draw(s): "
+                  f"mean {points(mean)}, best {points(best)}" + _items(pairs, [prow, *rows], table.math()),
+                  f"mean math change against the base row: holds if precise SFT's is above every one of at least "
+                  f"{MIN_DRAWS} random draws; partly if above their mean only, or over fewer draws; not testable if "
+                  f"no item-by-item test of these rows is significant (Holm p < {ALPHA:g})",
+                  f"math {points(pm)} ({p}) vs random mean {points(mean)}, best {points(best)} ({len(draws)} draws)")
 
 
 def _ci(ci) -> str:
@@ -327,5 +383,9 @@ def findings(folder: str | Path | RunFolder) -> list[Finding]:
     run = RunFolder.of(folder)
     table = eval_table(run)
     pairs = paired_family(run, table) if table is not None else {}
-    return [few_key_heads(run), knockout_beyond_random(run), transfer(run), generic_kept(run, table, pairs),
-            attend_operands(run), later_mlps(run), *precise_sft(run, table, pairs)]
+    math_like_full, drift, faster = precise_sft(run, table, pairs)
+    # in the order of the findings table: the paper's ten claims, then keyheads' additions
+    ordered = [few_key_heads(run), where_heads_sit(run), knockout_beyond_random(run), transfer(run),
+               attend_operands(run), later_mlps(run), math_like_full, drift, random_place(run, table, pairs), faster,
+               generic_kept(run, table, pairs)]
+    return [replace(f, row=i) for i, f in enumerate(ordered, 1)]
