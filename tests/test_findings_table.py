@@ -1,19 +1,106 @@
-"""The findings table (one row per claim of the paper, one column per model) is said once: README.md and
-studies/RESULTS.md carry the same rows."""
+"""The findings table is computed, not written: README.md and studies/RESULTS.md carry exactly what
+studies/findings.py computes from the committed records; a changed number in a record changes its cell; each
+cell's verdict is the rule's; and no verdict is stated anywhere else in README or RESULTS, so one claim cannot
+be given two verdicts."""
+import importlib.util
+import json
+import re
+import shutil
+import sys
 from pathlib import Path
 
+import pytest
+
+from keyheads.report.findings import VERDICTS, findings
+
+from .report.handmade import make_run
+
 ROOT = Path(__file__).resolve().parents[1]
-HEADER = "| # | Claim of the paper |"
+PAGES = [ROOT / "README.md", ROOT / "studies" / "RESULTS.md"]
 
 
-def findings_table(path: Path) -> list[str]:
-    lines = path.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(HEADER))
-    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
-    return lines[start:end]
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("studies_findings", ROOT / "studies" / "findings.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_readme_and_results_carry_the_same_findings_table():
-    readme, results = findings_table(ROOT / "README.md"), findings_table(ROOT / "studies" / "RESULTS.md")
-    assert len(results) == 12  # header, rule and the paper's ten claims
-    assert readme == results
+def cells(table: str) -> dict[tuple[str, str], str]:
+    """(row, column name) -> cell, from a markdown table."""
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    out = {}
+    for line in lines[2:]:
+        row = [c.strip() for c in line.strip("|").split(" | ")]
+        out |= {(row[0], name): value for name, value in zip(head[2:], row[2:])}
+    return out
+
+
+def test_readme_and_results_carry_the_table_the_records_give(script):
+    want = script.block(script.load_manifest())
+    for page in PAGES:
+        assert script.written(page.read_text()) == want, f"{page.name}: run python studies/findings.py"
+    manifest = script.load_manifest()
+    assert list(manifest["rows"]) == [str(i) for i in range(1, 12)]
+    for model in manifest["models"]:  # every record named is committed and read through the typed readers
+        if model["record"] is not None:
+            assert (ROOT / model["record"] / "stages").is_dir(), model["record"]
+
+
+def _manifest(script, run: Path) -> dict:
+    manifest = script.load_manifest()
+    manifest["models"] = [{"name": "hand-made", "record": str(run), "config": "-"}]
+    return manifest
+
+
+def test_a_changed_number_in_a_record_changes_its_cell_and_the_verdict_is_the_rules(script, tmp_path):
+    run = make_run(tmp_path / "run", True)
+    table = cells(script.table(_manifest(script, run), root=Path("/")))
+    for finding in findings(run):
+        cell = table[(str(finding.row), "hand-made")]
+        assert cell.startswith(f"**{finding.verdict}**"), (finding.row, cell)
+        assert finding.key in cell
+    # the knockout's accuracy with the key heads out: 20% in the record, then 50%
+    path = run / "knockout" / "knockout.json"
+    data = json.loads(path.read_text())
+    assert "→ 20.0%" in table[("3", "hand-made")]
+    data["key_heads"]["accuracy_after"] = 0.5
+    path.write_text(json.dumps(data))
+    changed = cells(script.table(_manifest(script, run), root=Path("/")))
+    assert "→ 50.0%" in changed[("3", "hand-made")] and changed[("3", "hand-made")] != table[("3", "hand-made")]
+    assert {k: v for k, v in changed.items() if k[0] != "3"} == {k: v for k, v in table.items() if k[0] != "3"}
+
+
+def test_a_stale_page_is_found_and_rewritten(script, tmp_path, monkeypatch):
+    pages = []
+    for page in PAGES:
+        pages.append(tmp_path / page.name)
+        shutil.copy(page, pages[-1])
+    monkeypatch.setattr(script, "PAGES", pages)
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    assert script.main(["--check"]) == 0
+    text = pages[0].read_text().replace("**not measured**: record pending", "**holds**: record pending", 1)
+    pages[0].write_text(text)
+    assert script.main(["--check"]) == 1
+    assert script.main([]) == 0 and script.main(["--check"]) == 0
+
+
+VERDICT = re.compile(r"\*\*(" + "|".join(re.escape(v) for v in VERDICTS) + r")\b")
+
+
+def verdicts_outside_the_table(text: str, script) -> list[str]:
+    block = script.written(text) or ""
+    return [line for line in text.replace(block, "").splitlines() if VERDICT.search(line)]
+
+
+def test_no_verdict_is_stated_outside_the_generated_table(script):
+    for page in PAGES:
+        assert verdicts_outside_the_table(page.read_text(), script) == [], page.name
+
+
+def test_a_second_verdict_written_into_the_readme_is_found(script):
+    text = (ROOT / "README.md").read_text() + "\nOn Qwen, row 8 **partly** holds.\n"
+    assert verdicts_outside_the_table(text, script) == ["On Qwen, row 8 **partly** holds."]
