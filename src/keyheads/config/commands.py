@@ -12,6 +12,7 @@ from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
 from ..data.settings import PairSettings, check_template_ids
 from ..errors import SettingError
 from ..evaluation.settings import EvalSettings
+from ..evaluation.settings import check_shard as check_shard_range
 from ..finetune.settings import FinetuneSettings, check_train
 from ..io import existing_file
 from ..machine import check_writable_dir, check_writable_file, parse_bytes
@@ -213,6 +214,4 @@ def check_shard(text: str | None) -> tuple[int, int] | None:
         k, n = (int(x) for x in text.split("/"))
     except ValueError:
         raise SettingError("shard", text, "expected K/N, e.g. 0/4 for the first of four processes") from None
-    if not (n >= 1 and 0 <= k < n):
-        raise SettingError("shard", text, "is not valid: use K/N with 0 <= K < N, e.g. 0/2 and 1/2")
-    return k, n
+    return check_shard_range((k, n), text)

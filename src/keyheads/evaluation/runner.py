@@ -19,7 +19,6 @@ from .. import (
     distributed,
     models,  # models.load_placed looked up at call time: tests replace what it calls
 )
-from ..errors import SettingError
 from ..io import atomic_write_text, write_json, write_jsonl
 from ..mean import DEFAULT_MEAN, KnockoutMean
 from ..models.model import HookedModel
@@ -27,7 +26,7 @@ from ..results.evaluation import BenchmarkSummary, EvalResults, VariantResult
 from ..runfolder import RESULTS_JSON
 from .cache import ResultCache, item_key
 from .engine import PrefixKV
-from .settings import EvalSettings, check_benchmarks
+from .settings import EvalSettings, check_benchmarks, check_shard
 from .table import to_csv, to_markdown
 from .task_types import PairwiseTask, Task
 from .tasks import MathTask, make_task
@@ -181,9 +180,7 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str
     items are split by rank, the main process writes the table and returns it; the other ranks
     return their shard's timings.
     """
-    if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
-        raise SettingError("shard", f"{shard[0]}/{shard[1]}", "is not valid: use K/N with 0 <= K < N, e.g. 0/2 "
-                                                                "and 1/2")
+    check_shard(shard)
     loaded: dict[str, HookedModel] = {}
 
     def load_once(name: str) -> HookedModel:  # variants of one model share its weights

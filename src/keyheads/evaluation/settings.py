@@ -65,6 +65,14 @@ class EvalSettings(Section):
         return DEFAULT_NEW_TOKENS[bench] if self.max_new_tokens is None else self.max_new_tokens
 
 
+def check_shard(shard: tuple[int, int] | None, given: object = None) -> tuple[int, int] | None:
+    """The one check of a shard (k, n): 0 <= k < n. `given` is how the caller spelled it, for the message."""
+    if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+        raise SettingError("shard", given if given is not None else f"{shard[0]}/{shard[1]}",
+                           "is not valid: use K/N with 0 <= K < N, e.g. 0/2 and 1/2")
+    return shard
+
+
 def check_benchmarks(names: Sequence[str]) -> tuple[str, ...]:
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
