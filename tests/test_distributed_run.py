@@ -231,8 +231,10 @@ def test_a_failure_inside_a_spread_stage_on_one_process_ends_the_job_with_its_me
     _, _, proc, _ = runs
     assert "[knockout] failed on process 1 of 2: RuntimeError: simulated failure on process 1" in proc.stderr
     assert "the run went on" not in proc.stderr
-    # its peer, waiting inside the stage for its share, fails too instead of waiting forever
-    assert "[knockout] failed on process 0 of 2: RuntimeError" in proc.stderr
+    # its peer, waiting inside the stage for its share, does not wait forever (the job ended: `launch` has a
+    # timeout): it fails in its next collective and says so, or, when the launcher is quicker, is stopped by it
+    assert ("[knockout] failed on process 0 of 2: RuntimeError" in proc.stderr
+            or "closing signal SIGTERM" in proc.stderr), proc.stderr[-3000:]
 
 
 def test_a_folder_of_two_processes_is_up_to_date_for_one(runs, tmp_path, capsys, monkeypatch):
