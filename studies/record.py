@@ -1,0 +1,85 @@
+"""Commit a study's run folder as a record: its small outputs, the commit and the command that made it.
+
+    python studies/record.py RUN_FOLDER records/STUDY/TAG --commit SHA --command "keyheads run ..." \
+        [--machine "2-core x86-64 CPU"] [--note "..."]
+
+A record holds what the findings, tables and pages are computed from, and nothing that is only derived or
+heavy: stage records, config, model facts, pairs, effects, key heads, knockout curves and transfer, attention
+and MLP summaries, each fine-tuned variant's summary (loss curve, speed, components), the evaluation's table,
+per-benchmark summaries and per-item outcomes (*.wrong.jsonl). Left out: weights, adapters, checkpoints,
+tokenizer files, figures, the report page, per-sample arrays and the evaluation's answer cache. The record is
+then read through the run folder's typed readers, so a record that does not parse is refused here, not later.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from keyheads.errors import UserError
+from keyheads.report.html import render
+
+ROOT = Path(__file__).resolve().parents[1]
+KEEP = {".json", ".jsonl", ".csv", ".md", ".txt"}
+SKIP_DIRS = {"model", "cache", "checkpoints", "tokenizer"}  # weights, the answer cache, training checkpoints
+SKIP_FILES = ("tokenizer", "special_tokens_map", "adapter_config", "generation_config", "chat_template")
+BUDGET = 25 * 2**20  # every record together
+
+
+def small_outputs(run: Path) -> list[Path]:
+    """The files of `run` a record keeps, relative to it."""
+    out = []
+    for path in sorted(run.rglob("*")):
+        rel = path.relative_to(run)
+        if not path.is_file() or path.suffix not in KEEP or any(part in SKIP_DIRS for part in rel.parts[:-1]):
+            continue
+        if rel.name.startswith(SKIP_FILES) or any(p.startswith("checkpoint") for p in rel.parts):
+            continue
+        out.append(rel)
+    return out
+
+
+def make_record(run: Path, dest: Path, commit: str, command: str, machine: str, note: str = "") -> Path:
+    if not (run / "stages").is_dir():
+        raise SystemExit(f"{run}: not a run folder (no stages/): give the --out of `keyheads run`")
+    if dest.exists():
+        raise SystemExit(f"{dest} exists: a record is written once; give another TAG")
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for rel in small_outputs(run):
+        (tmp / "run" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(run / rel, tmp / "run" / rel)
+    (tmp / "record.json").write_text(json.dumps({"study": dest.parent.name, "commit": commit, "command": command,
+                                                 "machine": machine, "note": note}, indent=1) + "\n")
+    try:
+        render(tmp / "run")  # every artifact through its typed reader, as the report and the findings read it
+    except UserError as err:
+        shutil.rmtree(tmp)
+        raise SystemExit(f"{run}: not recorded, a file does not parse: {err}") from None
+    tmp.rename(dest)
+    total = sum(p.stat().st_size for p in (ROOT / "records").rglob("*") if p.is_file()) \
+        if dest.is_relative_to(ROOT / "records") else 0
+    if total > BUDGET:
+        print(f"warning: records/ holds {total / 2**20:.1f} MB, over the {BUDGET / 2**20:.0f} MB budget",
+              file=sys.stderr)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("dest", type=Path, help="records/STUDY/TAG")
+    ap.add_argument("--commit", required=True, help="the commit whose code made the run")
+    ap.add_argument("--command", required=True, help="the command that made it")
+    ap.add_argument("--machine", default="", help="where it ran")
+    ap.add_argument("--note", default="")
+    a = ap.parse_args(argv)
+    dest = make_record(a.run, a.dest, a.commit, a.command, a.machine, a.note)
+    print(f"{dest}: {len(small_outputs(dest / 'run'))} files")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

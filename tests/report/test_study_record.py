@@ -1,0 +1,53 @@
+"""studies/record.py keeps a run folder's small outputs as a record the typed readers take, and nothing heavy."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from keyheads.report.findings import findings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def record_script():
+    spec = importlib.util.spec_from_file_location("studies_record", ROOT / "studies" / "record.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_record_keeps_the_small_outputs_and_reads_as_the_run(record_script, run_folder, tmp_path):
+    dest = tmp_path / "records" / "tiny" / "t1"
+    assert record_script.main([str(run_folder), str(dest), "--commit", "abc", "--command", "keyheads run x"]) == 0
+    kept = {p.relative_to(dest / "run").as_posix() for p in (dest / "run").rglob("*") if p.is_file()}
+    every = {p.relative_to(run_folder).as_posix() for p in run_folder.rglob("*") if p.is_file()}
+    heavy = {p for p in every if p.endswith((".safetensors", ".npz", ".png", ".html", ".sqlite", ".pt", ".bin"))}
+    assert heavy and not heavy & kept  # the tiny run has weights, figures and arrays: none is kept
+    assert kept <= every and "config.json" in kept and "identify/key_heads.json" in kept
+    assert any(p.startswith("stages/") for p in kept)
+    assert any(p.startswith("finetune/") and p.endswith("/finetune.json") for p in kept)
+    assert any(p.endswith(".wrong.jsonl") for p in kept) and "eval/results.json" in kept
+    assert json.loads((dest / "record.json").read_text())["commit"] == "abc"
+    # the findings computed from the record are the run's own
+    assert [f.to_json() for f in findings(dest / "run")] == [f.to_json() for f in findings(run_folder)]
+
+
+def test_a_record_is_written_once_and_a_damaged_run_is_refused(record_script, run_folder, tmp_path):
+    import shutil
+
+    dest = tmp_path / "t1"
+    record_script.main([str(run_folder), str(dest), "--commit", "a", "--command", "c"])
+    with pytest.raises(SystemExit, match="exists"):
+        record_script.main([str(run_folder), str(dest), "--commit", "a", "--command", "c"])
+    copy = Path(shutil.copytree(run_folder, tmp_path / "damaged"))
+    path = copy / "knockout" / "knockout.json"
+    data = json.loads(path.read_text())
+    del data["key_heads"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="knockout.json"):
+        record_script.main([str(copy), str(tmp_path / "t2"), "--commit", "a", "--command", "c"])
+    assert not (tmp_path / "t2").exists() and not (tmp_path / "t2.partial").exists()
