@@ -47,7 +47,7 @@ def model_shape(cfg: ExportCommand, identify: Path) -> tuple[int, bool, str | No
     name = cfg.model
     if name is None:
         for root in (identify, *identify.parents[:2]):  # identify/, identify/NAME/ or the run folder itself
-            record = RunFolder(root).model_record()
+            record = RunFolder(root).model_record
             if record is not None:
                 name = record.source
                 break
