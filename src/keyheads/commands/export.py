@@ -73,7 +73,7 @@ def cmd_export(args) -> int:
     if cfg.mlps > len(keys.mlps):
         raise SettingError("--mlps", cfg.mlps, f"{identify / KEY_HEADS_JSON} ranks only {len(keys.mlps)} MLPs")
     d_model, parallel, name = model_shape(cfg, identify)
-    heads = [tuple(h) for h in keys.heads_ranked]
+    heads = [(h.layer, h.head) for h in keys.heads_ranked]
     mlps = [m.layer for m in keys.mlps[:cfg.mlps]]
     extra = {k: v for k, v in effects.to_json().items() if k not in ("heads", "mlps")}
     out = Path(cfg.out)
