@@ -97,7 +97,8 @@ class MLPCommand(MLPSettings, Batched, OutFolder, PairsIn, Works):
 class EvalCommand(EvalSettings, Batched, DataFolder, OutFolder, Quiet, MachineSettings):
     model: str | None = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
                                                                 "the adapter's base model)")
-    knockout: str | None = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
+    knockout: str | None = Field(None, description="heads to mean-ablate: '12.3,14.2', a JSON/CSV key-head list or "
+                                 "a MIB / EAP-IG circuit graph")
     knockout_mlps: str | None = Field(None, description="MLP layers to mean-ablate, e.g. '14,15'")
     knockout_data: str | None = Field(None, description="pairs file whose counterfactual prompts give the means")
     mean: KnockoutMean = mean_field()
