@@ -28,6 +28,8 @@ TORCH_FREE = [
     "keyheads.config.commands",
     "keyheads.analysis.settings",
     "keyheads.selection",  # HeadChoice, ComponentChoice
+    "keyheads.circuits",  # MIB / EAP-IG graphs and TransformerLens hook names
+    "keyheads.commands.export",  # torch only when a model's config is read
     "keyheads.data.settings",
     "keyheads.patching.settings",
     "keyheads.finetune.settings",

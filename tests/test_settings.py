@@ -17,7 +17,7 @@ SHOW_PROGRESS = SEEDED + ("patch",)  # where --quiet has bars to hide
 # every command that loads a model; `demo` and `run` (keyheads.commands.run) have their own tests, and
 # `plan` reads only a model's config (tests/test_plan.py)
 LOADERS = ("data", "patch", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate")
-OWNED_ELSEWHERE = ("demo", "run", "plan")
+OWNED_ELSEWHERE = ("demo", "run", "plan", "export")  # plan and export read only a config
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "keyheads.commands.finetune",
     "keyheads.commands.run",
     "keyheads.commands.plan",
+    "keyheads.commands.export",
 )
 
 

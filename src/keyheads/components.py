@@ -18,7 +18,7 @@ from pydantic import Field
 
 from .effects import PAPER_THRESHOLD, Effects
 from .errors import BadFile, MissingFile, UserError
-from .heads import Head, heads_of, parse_heads, parse_layers
+from .heads import Head, heads_of, parse_layers, read_heads
 from .io import read_json
 
 __all__ = ["Components", "Threshold", "TopK", "rank_heads", "rank_mlps"]
@@ -118,8 +118,8 @@ class Components:
     # ---- the ways to choose ---------------------------------------------------------------------
     @classmethod
     def explicit(cls, heads: str = "", mlps: str = "") -> Components:
-        """From the command line: 'L.H,...' and 'L,...'."""
-        return cls(tuple(parse_heads(heads)), tuple(parse_layers(mlps)), "explicit")
+        """From the command line: 'L.H,...' (or a file of heads, keyheads.heads.read_heads) and 'L,...'."""
+        return cls(tuple(read_heads(heads)) if heads else (), tuple(parse_layers(mlps)), "explicit")
 
     @classmethod
     def select(cls, effects: Effects, threshold: float | None = None, top_k: int | None = None,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
+from . import circuits
 from .errors import BadFile, MissingFile
 from .heads import Head
 from .io import atomic_write_text, read_json, write_json
@@ -60,12 +61,15 @@ class Effects:
 
     @classmethod
     def load(cls, path, model=None) -> Effects:
-        """Read an effects.json; with `model`, check that its layers x heads match the model's."""
+        """Read an effects.json, or the node scores of a circuit graph file (keyheads.circuits); with `model`,
+        check that its layers x heads match the model's."""
         path = Path(path)
         if not path.is_file():
             raise MissingFile(f"{path} does not exist (it is written by `keyheads patch`)")
         data = read_json(path)
         try:
+            if circuits.is_graph(data):  # a MIB / EAP-IG circuit with node scores
+                data = circuits.effects_fields(circuits.read_graph(data))
             effects = cls.from_json(data)
         except ValidationError as err:
             raise BadFile(f"{path}: {err.error_count()} field(s) of the wrong type or missing, the first "

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from . import circuits
 from .errors import BadFile, MissingFile, UserError
 from .io import read_json
 
@@ -72,7 +73,8 @@ def read_heads(spec: str) -> list[Head]:
     """Heads as a user gives them: 'L.H,...', or a JSON or CSV file of them (in file order).
 
     JSON: a list of heads ({"layer", "head"}, [L, H] or "L.H"), or an object with such a list under
-    "heads" (key_heads.json is one). CSV: columns layer and head, or one column of "L.H".
+    "heads" (key_heads.json and `keyheads export`'s hooks.json are), or a MIB / EAP-IG circuit graph (its head
+    nodes with in_graph true, keyheads.circuits). CSV: columns layer and head, or one column of "L.H".
     """
     path = Path(spec)
     if path.suffix.lower() not in (".json", ".csv"):
@@ -81,6 +83,8 @@ def read_heads(spec: str) -> list[Head]:
         raise MissingFile(f"key-head file {path} does not exist")
     if path.suffix.lower() == ".json":
         data = read_json(path)
+        if circuits.is_graph(data):
+            return graph_heads(data, path)
         if isinstance(data, dict):
             data = data.get("heads")
         if not isinstance(data, list):
@@ -96,3 +100,15 @@ def read_heads(spec: str) -> list[Head]:
         first = [] if "." not in cells[0] else [cells[0]]
         return [Head.parse(c) for c in first + cells[1:]]
     raise BadFile(f"{path}: expected CSV columns layer and head, or one column of LAYER.HEAD")
+
+
+def graph_heads(data, path: Path) -> list[Head]:
+    """The heads in the graph of a MIB / EAP-IG circuit file's content (model order)."""
+    try:
+        circuit = circuits.read_graph(data)
+    except ValueError as err:
+        raise BadFile(f"{path}: {err}") from None
+    if not circuit.heads:
+        raise BadFile(f"{path}: no attention-head node (a{{L}}.h{{H}}) has in_graph true, so the circuit has no "
+                      "heads; give its node scores as --effects with --top-k instead")
+    return [Head(layer, head) for layer, head in circuit.heads]

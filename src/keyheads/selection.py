@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from .components import Components, Threshold, TopK
 from .effects import Effects
 from .errors import AnalysisError, SettingError
-from .heads import Head, parse_heads, parse_layers
+from .heads import Head, parse_layers, read_heads
 from .io import existing_file
 from .log import logger
 from .section import Section
@@ -37,10 +37,11 @@ def effects_file(path: str | None, key: str = "effects") -> str | None:
 
 
 def head_list(text: str | None, key: str = "heads") -> str | None:
-    """Heads as typed ("12.3,14.2"), read as the step will read them; a malformed item is named."""
+    """Heads as typed ("12.3,14.2") or a file of them (keyheads.heads.read_heads: a key-head list or a MIB /
+    EAP-IG circuit graph), read as the step will read them; a malformed item or file is named."""
     if text:
         try:
-            parse_heads(text)
+            read_heads(text)
         except ValueError as err:
             raise SettingError(key, text, str(err)) from None
     return text
@@ -52,9 +53,11 @@ class HeadChoice(Section):
     key heads as `heads`, with `effects` for the rankings."""
 
     effects: str | None = Field(
-        default=None, description="effects.json from `keyheads patch` (heads ranked most negative first)")
+        default=None, description="effects.json from `keyheads patch` (heads ranked most negative first), or a "
+        "MIB / EAP-IG circuit graph with node scores (ranked by largest |score|)")
     heads: str | None = Field(
-        default=None, description="explicit key heads, e.g. 12.3,14.2 (instead of selecting from effects)")
+        default=None, description="explicit key heads, e.g. 12.3,14.2, or a JSON/CSV file of them: a key-head list "
+        "or a MIB / EAP-IG circuit graph (its a{L}.h{H} nodes with in_graph true) (instead of selecting from effects)")
     threshold: Threshold = None
     top_k: TopK = None
 
@@ -75,7 +78,7 @@ class HeadChoice(Section):
 
     def record(self) -> dict:
         """As the analyses' JSON records it: heads as [layer, head] pairs."""
-        return {"heads": [list(h) for h in parse_heads(self.heads or "")], "effects": self.effects,
+        return {"heads": [list(h) for h in (read_heads(self.heads) if self.heads else [])], "effects": self.effects,
                 "threshold": self.threshold, "top_k": self.top_k}
 
 
@@ -83,7 +86,7 @@ def choose_heads(model: HookedModel, choice: HeadChoice) -> tuple[list[Head], Ef
     """(the chosen heads, checked against the model; the Effects, when a file was given)."""
     effects = Effects.load(choice.effects, model) if choice.effects else None
     if choice.heads:
-        return list(Components(tuple(parse_heads(choice.heads))).check(model.n_layers, model.n_heads).heads), effects
+        return list(Components(tuple(read_heads(choice.heads))).check(model.n_layers, model.n_heads).heads), effects
     if effects is None or choice.effects is None:
         raise AnalysisError("say which heads: --effects effects.json (from `keyheads patch`) or --heads L.H,...")
     return list(Components.select(effects, choice.threshold, choice.top_k, name=Path(choice.effects).name).heads), \

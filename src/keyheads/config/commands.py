@@ -3,6 +3,7 @@ step's section of a run config) beside its files, the caller's concerns and the 
 keyheads.commands.flags generates each command's flags from these models."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -97,7 +98,8 @@ class MLPCommand(MLPSettings, Batched, OutFolder, PairsIn, Works):
 class EvalCommand(EvalSettings, Batched, DataFolder, OutFolder, Quiet, MachineSettings):
     model: str | None = Field(None, description=MODEL_HELP + f" (default: {DEFAULT_MODEL}, or with adapter "
                                                                 "the adapter's base model)")
-    knockout: str | None = Field(None, description="heads to mean-ablate: '12.3,14.2' or a JSON/CSV key-head list")
+    knockout: str | None = Field(None, description="heads to mean-ablate: '12.3,14.2', a JSON/CSV key-head list or "
+                                 "a MIB / EAP-IG circuit graph")
     knockout_mlps: str | None = Field(None, description="MLP layers to mean-ablate, e.g. '14,15'")
     knockout_data: str | None = Field(None, description="pairs file whose counterfactual prompts give the means")
     mean: KnockoutMean = mean_field()
@@ -168,6 +170,30 @@ class MergeCommand(OutFolder, MachineSettings):
     model: str | None = Field(None, description="base model (default: the one the adapter names)")
     export: Literal["hf", "peft"] = Field("hf", description="hf: merged model folder; peft: the same change as a "
                                                             "PEFT LoRA adapter (exact)")
+
+
+class ExportCommand(OutFolder):
+    """`keyheads export`: a run's key heads and effects as a MIB / EAP-IG circuit graph and TransformerLens hooks."""
+
+    folder: CliPositionalArg[str] = Field(description="a run folder, or an identify folder (effects.json and "
+                                          "key_heads.json)")
+    out: str = Field(description="folder to write circuit.json (MIB / EAP-IG graph) and hooks.json "
+                     "(TransformerLens hook names)")
+    mlps: NonNegative = Field(0, description="also put the M MLPs of key_heads.json with the most negative effect "
+                              "in the circuit")
+    model: str | None = Field(None, description=MODEL_HELP + "; only its config is read, for d_model and whether "
+                              "attention and MLP are parallel (default: the run's model, from its model.json)")
+    d_model: Count | None = Field(None, description="the model's width for the graph's cfg, instead of reading "
+                                  "the model's config")
+    parallel_attn_mlp: bool | None = Field(None, description="attention and MLP read the same residual (GPT-J, "
+                                           "NeoX), instead of reading the model's config")
+
+    @field_validator("folder")
+    @classmethod
+    def _folder(cls, v):
+        if not Path(v).is_dir():
+            raise SettingError("folder", v, "is not a folder: give a run folder or its identify folder")
+        return v
 
 
 class GenerateCommand(Loads):
