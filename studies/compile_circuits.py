@@ -254,8 +254,10 @@ def to_gpt2(model, program: Program, out_label: str) -> tuple[dict, dict, list[s
         if source is not None and source in in_map:
             tok_rows[i, :d_t] = p["token_embed"]["embeddings"][in_map[source]]
         tok_rows[i, const] = 1.0
-    state = {"transformer.wte.weight": widen(tok_rows),
-             "transformer.wpe.weight": widen(p["pos_embed"]["embeddings"])}
+    # one position more than tracr's: the answer token after END, which fine-tuning feeds in (causal masking keeps
+    # it from every position before it); it has no index, as BOS has none
+    pos_rows = np.concatenate([p["pos_embed"]["embeddings"], np.zeros((1, d_t), np.float32)])
+    state = {"transformer.wte.weight": widen(tok_rows), "transformer.wpe.weight": widen(pos_rows)}
     ones = np.full(n_embd, 2.0 ** 25, np.float32)
     zeros = np.zeros(n_embd, np.float32)
     max_hidden = cfg.mlp_hidden_size
@@ -292,7 +294,7 @@ def to_gpt2(model, program: Program, out_label: str) -> tuple[dict, dict, list[s
     state["lm_head.weight"] = lm_head
     config = {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": len(vocab),
-        "n_positions": program.max_seq_len + 1, "n_embd": n_embd, "n_layer": n_layer, "n_head": n_head,
+        "n_positions": program.max_seq_len + 2, "n_embd": n_embd, "n_layer": n_layer, "n_head": n_head,
         "n_inner": max_hidden, "activation_function": "relu", "layer_norm_epsilon": LN_EPS,
         "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "summary_first_dropout": 0.0,
         "initializer_range": 0.02, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
@@ -406,7 +408,7 @@ def write_program(program: Program, out: Path) -> dict:
     (folder / "tokenizer.json").write_text(tokenizer_json(vocab))
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": PAD, "unk_token": UNK,
-        "model_max_length": program.max_seq_len + 1, "clean_up_tokenization_spaces": False}, indent=1) + "\n")
+        "clean_up_tokenization_spaces": False}, indent=1) + "\n")
     (folder / "ground_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     (folder / "tracr_outputs.json").write_text(json.dumps(outputs) + "\n")
     pairs = make_pairs(program, answers)
