@@ -56,8 +56,10 @@ node is an ancestor of the output (tracr compiles only those), so a head off the
 value the output ignores: program `offpath` feeds an Aggregate into a SequenceMap whose function ignores that
 argument. The head is in the weights, reads the input and writes its result into the residual stream, which
 the next MLP reads, yet no input's answer depends on it. `direct` marks on-path heads whose effect reaches the
-logits through MLPs alone (path patching with the logits as receivers measures exactly those); every head here
-is direct, since no program composes two heads.
+logits through MLPs alone: path patching with the logits as receivers measures exactly those, and freezes
+every later head, so an on-path head that acts only through another head's query, key or value (program
+`countfirst`'s first head) has no path-patching effect, though knocking it out or patching its activation
+changes the answer.
 """
 from __future__ import annotations
 
@@ -67,6 +69,7 @@ import itertools
 import json
 import random
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +124,16 @@ def program_offpath():
     return rasp.categorical(rasp.SequenceMap(lambda a, b: a + b, keep, rasp.tokens)).named("sum"), [middle]
 
 
+def program_countfirst():
+    """How many tokens equal the first one: a head copies the first token, and the query of a SelectorWidth's
+    head in the next layer reads it (the first head reaches the output only through the second)."""
+    from tracr.rasp import rasp
+    first = rasp.categorical(rasp.Aggregate(
+        rasp.Select(rasp.indices, rasp.indices, lambda k, q: k == 0), rasp.tokens)).named("first")
+    same = rasp.Select(rasp.tokens, first, rasp.Comparison.EQ).named("same_as_first")
+    return rasp.categorical(rasp.SelectorWidth(same)).named("count"), []
+
+
 @dataclass(frozen=True)
 class Program:
     name: str
@@ -137,6 +150,7 @@ PROGRAMS = [
     Program("count", program_count, ("a", "b", "c"), 4, lambda t: t.count(t[-1])),
     Program("sum3", program_sum3, (0, 1, 2), 3, lambda t: t[0] + t[1] + t[2]),
     Program("offpath", program_offpath, (0, 1, 2), 3, lambda t: t[0] + t[-1]),
+    Program("countfirst", program_countfirst, ("a", "b", "c"), 4, lambda t: t.count(t[0])),
 ]
 
 
@@ -194,6 +208,15 @@ def compile_program(program: Program):
 def node_name(label: str) -> str:
     """A node's name as the program gives it: rasp appends a counter that depends on what ran before."""
     return re.sub(r"_\d+$", "", label)
+
+
+def is_direct(graph, label: str, sink: str) -> bool:
+    """Whether `label`'s value reaches the output through MLP nodes alone (Map, SequenceMap), not through
+    another attention head: what path patching with the logits as receivers measures."""
+    if label == sink:
+        return True
+    return any(node_kind(graph, child) in ("Map", "SequenceMap") and is_direct(graph, child, sink)
+               for child in graph.successors(label))
 
 
 def node_kind(graph, label: str) -> str:
@@ -388,7 +411,8 @@ def write_program(program: Program, out: Path) -> dict:
         if module_name.endswith("attn"):
             for index, label in enumerate(node_labels):
                 heads.append({"layer": layer, "head": index, "node": node_name(label), "kind": node_kind(graph, label),
-                              "on_path": label not in ignored, "direct": label not in ignored})
+                              "on_path": label not in ignored,
+                              "direct": label not in ignored and is_direct(graph, label, out_label)})
         else:
             mlps.append({"layer": layer, "nodes": [node_name(n) for n in node_labels],
                          "kinds": [node_kind(graph, n) for n in node_labels],
@@ -401,8 +425,11 @@ def write_program(program: Program, out: Path) -> dict:
         "ignored_nodes": sorted(node_name(n) for n in ignored), "conversion": conversion,
         "compiler": {"tracr-pypi": getattr(tracr, "__version__", "1.0.0"), "causal": True, "mlp_exactness": 100},
     }
-    folder = out / program.name
-    folder.mkdir(parents=True, exist_ok=True)
+    # written beside the folder, then moved into its place: a crash leaves the old folder or none, never half of one
+    final = out / program.name
+    folder = out / f".{program.name}.tmp"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (folder / "tokenizer.json").write_text(tokenizer_json(vocab))
@@ -413,6 +440,8 @@ def write_program(program: Program, out: Path) -> dict:
     (folder / "tracr_outputs.json").write_text(json.dumps(outputs) + "\n")
     pairs = make_pairs(program, answers)
     (folder / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    shutil.rmtree(final, ignore_errors=True)
+    folder.rename(final)
     return truth
 
 

@@ -27,6 +27,11 @@ class Circuit:
         return [Head(h["layer"], h["head"]) for h in self.truth["heads"] if h["on_path"]]
 
     @property
+    def direct(self) -> list[Head]:
+        """On-path heads that reach the logits through MLPs alone, not through another head."""
+        return [Head(h["layer"], h["head"]) for h in self.truth["heads"] if h["direct"]]
+
+    @property
     def compiled(self) -> list[Head]:
         return [Head(h["layer"], h["head"]) for h in self.truth["heads"]]
 

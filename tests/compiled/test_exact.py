@@ -16,6 +16,7 @@ def test_the_fixtures_hold_the_programs_the_issue_asks_for():
     assert len(truths) >= 4
     assert any(len({h["head"] for h in t["heads"] if h["layer"] == 0}) > 1 for t in truths)  # several heads a layer
     assert any(not h["on_path"] for t in truths for h in t["heads"])  # a compiled head off the output's path
+    assert any(h["on_path"] and not h["direct"] for t in truths for h in t["heads"])  # one acting through a head
 
 
 @pytest.mark.parametrize("name", PROGRAMS)

@@ -3,12 +3,12 @@ Q/K/V/O slices on the program's inputs, and the program's accuracy comes back wh
 model stays bit-identical.
 
 The break zeroes the head's W_Q slice: the head then attends evenly instead of to the token it copies, and
-the answer is wrong on about a third of the inputs. Not every break is trained away by this recipe, and this test
-does not claim it: with N(0, 1) noise on the nonzero entries of W_V, training stops short of full accuracy for
-add's head and sum3's second, and with `count`'s SelectorWidth head, whose MLP reads the exact share of attention on BOS, at
-chance for either break. Likely reasons, not isolated: tracr's MLPs are ReLU lookup tables with flat regions,
-and cross-entropy on logits of about one (an exact compiled model's are one-hot) rewards a larger margin on
-some inputs over the right answer on others. studies/compiled_circuits.md records every case."""
+the answer is wrong on about a third of the inputs. Not every break is trained away by this recipe, and this
+test does not claim it: with N(0, 1) noise on the nonzero entries of W_V, training stops short of full accuracy
+for add's head and sum3's second, and with `count`'s SelectorWidth head, whose MLP reads the exact share of
+attention on BOS, at chance for either break. Likely reasons, not isolated: tracr's MLPs are ReLU lookup tables
+with flat regions, and cross-entropy on logits of about one (an exact compiled model's are one-hot) rewards a
+larger margin on some inputs over the right answer on others. studies/compiled_circuits.md records every case."""
 import pytest
 import torch
 
