@@ -42,6 +42,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "compiled"
 RECORD = ROOT / "records" / "compiled-circuits" / "record.json"
 PAGE = ROOT / "studies" / "compiled_circuits.md"
 DRAWS = 20
+NO_EFFECT = 1e-6  # |relative logit| below this is float rounding (the tests allow 1e-5)
 # the recipe of tests/compiled/test_precise_sft.py: full batch of the program's inputs, 300 AdamW steps
 RECIPE = dict(method="precise", lr=0.01, epochs=1000.0, max_steps=300, warmup_ratio=0.0, weight_decay=0.0,
               save_every=0, save_minutes=0.0)
@@ -103,21 +104,26 @@ def measure_program(name: str) -> dict:
     truth = json.loads((folder / "ground_truth.json").read_text())
     domain = [r for r in json.loads((folder / "tracr_outputs.json").read_text()) if "answer" in r]
     on = [Head(h["layer"], h["head"]) for h in truth["heads"] if h["on_path"]]
+    direct = [Head(h["layer"], h["head"]) for h in truth["heads"] if h["direct"]]
     every = [Head(layer, head) for layer in range(truth["n_layers"]) for head in range(truth["n_heads"])]
     others = [h for h in every if h not in on]
     model = load_model(str(folder), device="cpu", dtype="float32")
     record: dict = {"program": name, "description": truth["description"].split("\n")[0],
                     "layers": truth["n_layers"], "heads_per_layer": truth["n_heads"], "placed": truth["heads"],
-                    "mlps": truth["mlps"], "on_path": [str(h) for h in on], "n_inputs": len(domain),
+                    "mlps": truth["mlps"], "on_path": [str(h) for h in on], "direct": [str(h) for h in direct],
+                    "n_inputs": len(domain),
                     "accuracy": accuracy(model, domain), "loss": loss(model, domain)}
     for method in ("path", "activation"):
         effects, _ = run_sweep(model, folder / "pairs.jsonl", PatchSettings(method=method), batch_size=128,
                                progress=False)
-        ranked = effects.ranked()
+        # the k most negative effects, leaving out heads with none: with as few heads as these models have, the
+        # top k would otherwise take in heads that do nothing
+        ranked = [h for h in effects.ranked() if effects.effect(h) < -NO_EFFECT]
         key = Components.select(effects).heads  # the paper's -5%
         record[method] = {"effects": {str(h): effects.effect(h) for h in every},
                           "max_abs_other": max((abs(effects.effect(h)) for h in others), default=None),
-                          "top_k": scores(ranked[:len(on)], on), "threshold": scores(list(key), on)}
+                          "top_k": scores(ranked[:len(on)], on), "threshold": scores(list(key), on),
+                          "top_k_direct": scores(ranked[:len(direct)], direct)}
     counterfactuals = [p.counterfactual for p in read_pairs(folder / "pairs.jsonl")]
     knockout = compute_means(model, counterfactuals, heads=on, progress=False)
     draws = list(itertools.combinations(others, len(on)))
@@ -164,7 +170,8 @@ def page() -> str:
         "`python studies/compiled_circuits.py measure` computes; nothing below is typed by hand.",
         "",
         "tracr compiles a RASP program into transformer weights, so which head computes each step is known by",
-        "construction. `studies/compile_circuits.py` compiled four programs and embedded them exactly in GPT-2",
+        f"construction. `studies/compile_circuits.py` compiled {len(record['programs'])} programs and embedded them"
+        " exactly in GPT-2",
         "folders (`tests/fixtures/compiled/`; its docstring says how and why the embedding is exact), which keyheads",
         "loads with `--model PATH`. Each program's pairs give every full-length input a counterfactual that differs",
         "at every token and in its answer. A head is *on the output's path* when the answer depends on what it",
@@ -172,35 +179,50 @@ def page() -> str:
         "",
         "## Heads placed and heads found",
         "",
+        "k is the number of heads on the output's path; top-k leaves out heads with no effect (|effect| < 1e-6).",
+        "A head marked * reaches the output only through a later head. Precision and recall are against the",
+        "on-path heads.",
+        "",
         "| program | layers x heads | heads placed by the compiler | on path | path patching top-k | precision / "
-        "recall | -5% key heads | precision / recall | largest off-path effect |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "recall | -5% key heads | precision / recall | activation patching top-k | precision / recall | "
+        "largest off-path effect |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in record["programs"]:
         placed = ", ".join(f"{h['layer']}.{h['head']} {h['kind']} `{h['node']}`"
                            + ("" if h["on_path"] else " (ignored)") for h in p["placed"])
-        path = p["path"]
+        on = ", ".join(h + ("" if h in p["direct"] else "*") for h in p["on_path"])
+        path, act = p["path"], p["activation"]
         largest = "no other head" if path["max_abs_other"] is None else f"{path['max_abs_other']:.1e}"
-        lines.append(f"| {p['program']} | {p['layers']} x {p['heads_per_layer']} | {placed} | "
-                     f"{', '.join(p['on_path'])} | {', '.join(path['top_k']['found'])} | "
+        lines.append(f"| {p['program']} | {p['layers']} x {p['heads_per_layer']} | {placed} | {on} | "
+                     f"{', '.join(path['top_k']['found'])} | "
                      f"{pct(path['top_k']['precision'])} / {pct(path['top_k']['recall'])} | "
                      f"{', '.join(path['threshold']['found'])} | {pct(path['threshold']['precision'])} / "
-                     f"{pct(path['threshold']['recall'])} | {largest} |")
-    agree = all(p["activation"]["top_k"] == p["path"]["top_k"] for p in record["programs"])
+                     f"{pct(path['threshold']['recall'])} | {', '.join(act['top_k']['found'])} | "
+                     f"{pct(act['top_k']['precision'])} / {pct(act['top_k']['recall'])} | {largest} |")
+    indirect = [f"{p['program']}'s {h}" for p in record["programs"] for h in p["on_path"] if h not in p["direct"]]
+    direct_found = all(p["path"]["top_k_direct"]["recall"] in (1.0, None) for p in record["programs"])
     lines += [
         "",
-        "Effects are relative logits (the paper's metric), averaged over the pairs. Activation patching (total",
-        f"effect) finds {'the same heads' if agree else 'other heads (see the record)'}: no program composes two",
-        "heads, so every on-path head reaches the logits through MLPs alone, which is what path patching with the",
-        "logits as receivers measures. These models are small (one to four heads, the ones tracr leaves empty",
-        "included), so the ranking is a weak test on its own; the sharper ones are the off-path heads' effects,",
-        "zero to float rounding although every head's input changes between the prompts of a pair, and the",
-        "knockouts below.",
+        "Effects are relative logits (the paper's metric), averaged over the pairs; the largest off-path effect is",
+        "path patching's largest |effect| among the heads off the output's path, compiled or empty. Path patching",
+        "with the logits as receivers freezes every later head, so it measures what a head sends to the logits",
+        "through MLPs alone:\n"
+        + (f"it gives no effect to {', '.join(indirect)}, which acts through a later head's query, and\n"
+           if indirect else "")
+        + ("finds every head that reaches the logits through MLPs alone" if direct_found
+           else "misses a head that reaches the logits through MLPs alone (see the record)")
+        + ".\nActivation patching (total effect) sees the head acting through another.",
+        "These models are small (one to four heads, the ones tracr leaves empty included), so the ranking is a",
+        "weak test on its own; the sharper ones are the off-path heads' effects, zero to float rounding although",
+        "every head's input changes between the prompts of a pair, and the knockouts below.",
         "",
         "## Knockout",
         "",
         "Mean ablation over the counterfactual prompts. Chance is the best accuracy without any head: END sees",
         "only its own token, so the best guess is the commonest answer among the inputs ending in that token.",
+        "A knockout may fall below chance: the mean it puts in is no input's value, and what the MLPs make of it",
+        "need not be the best guess.",
         "",
         "| program | inputs | accuracy | on-path heads knocked out | chance | as many other heads (draws: min-max) |",
         "|---|---|---|---|---|---|",
