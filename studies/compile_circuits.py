@@ -71,7 +71,7 @@ import random
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +142,6 @@ class Program:
     max_seq_len: int
     answer: Callable  # the program's answer at END, from the tokens (BOS excluded): the reference to check
     seed: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 PROGRAMS = [
@@ -156,7 +155,8 @@ PROGRAMS = [
 
 # ---- compiling, keeping which node became which head or MLP -------------------------------------------------
 def compile_program(program: Program):
-    """tracr's compile_rasp_to_model step by step, keeping the graph: -> (assembled model, layout).
+    """tracr's compile_rasp_to_model step by step, keeping the graph: -> (assembled model, layout, graph, output
+    SOp, labels of the nodes whose value the output ignores).
 
     layout: [(module name "transformer/layer_N/attn" or ".../mlp", [node labels])], a layer's heads in order."""
     from tracr.compiler import (
@@ -167,6 +167,9 @@ def compile_program(program: Program):
         nodes,
         rasp_to_graph,
     )
+
+    # two private helpers of tracr (pinned in requirements/tracr.txt): the ones its own assembly uses to place
+    # blocks in layers, so that the layout read here is the one the weights have
     from tracr.compiler.assemble import _get_model_config_and_module_names
     from tracr.craft import bases, transformers
     from tracr.rasp import rasp
