@@ -408,14 +408,14 @@ def report_records(folders: list[Path], data_dir: Path) -> str:
                        f"{at_cap / 3600:.2f} h | {at_cap * scale / 3600:.2f} h |")
         ext.append(f"| all | | | | | | {total_cap / 3600:.1f} h | {total_cfg / 3600:.1f} h |")
     benches = sorted(benches_all)
-    return f"""Measured 2026-11-27, each record on one GPU (named in its line), on a randomly initialised LLaMA-2-7B shape in
-bf16 (SmolLM2's tokenizer, as in "The paper config end to end on one GPU"), `configs/paper-llama2-7b.yaml` under
-torchrun (one process, FSDP2). The records are committed: each folder holds the run's meta, the planner's plan,
-every stage's time and memory (stages.jsonl) and the run folder's small outputs (stage records, pairs, effects,
-key heads, the fine-tuning summaries with their loss, the evaluation's per-benchmark summaries and per-item
-cache), without weights. Sizes cut by flags as in the earlier section; phases C1, C2 and C2-eval evaluate
-{EVAL_ITEMS} items a benchmark (one batch of 32) instead of 4, and run without the also_identify sets (phase D
-runs them).
+    return f"""Measured 2026-11-27, each record on one GPU (named in its line), on a randomly initialised
+LLaMA-2-7B shape in bf16 (SmolLM2's tokenizer, as in "The paper config end to end on one GPU"),
+`configs/paper-llama2-7b.yaml` under torchrun (one process, FSDP2). The records are committed: each folder
+holds the run's meta, the planner's plan, every stage's time and memory (stages.jsonl) and the run folder's
+small outputs (stage records, pairs, effects, key heads, the fine-tuning summaries with their loss, the
+evaluation's per-benchmark summaries and per-item cache), without weights. Sizes cut by flags as in the
+earlier section; phases C1, C2 and C2-eval evaluate {EVAL_ITEMS} items a benchmark (one batch of 32) instead
+of 4, and run without the also_identify sets (phase D runs them).
 
 {chr(10).join(lines)}
 
