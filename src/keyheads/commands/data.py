@@ -33,7 +33,7 @@ def cmd_data(args) -> int:
     t0 = time.perf_counter()
     model = load_from_args(cfg)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731  stdout stays for the summary
-    pairs = pairs_for(model, cfg.pairs(), cfg.template_files, batch_size=cfg.batch_size, log=log,
+    pairs = pairs_for(model, cfg.pairs(), batch_size=cfg.batch_size, log=log,
                       progress=not cfg.quiet)
     write_pairs(cfg.out, pairs)
     counts = Counter(p.task for p in pairs)
