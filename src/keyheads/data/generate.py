@@ -201,8 +201,9 @@ class Generator:
                 same = [v for v in self.same_length(pool, pools[pool], values[part.name],
                                                     left_context(parts, i, values)) if v not in held]
                 if not same:
-                    raise CounterfactualError(f"template {template.id}: no other value of pool {pool} tokenizes "
-                                              f"like {values[part.name]!r} for slot {{{part.name}~}}")
+                    raise CounterfactualError(f"template {template.id}: no value of pool {pool} other than "
+                                              f"{', '.join(sorted(held))} tokenizes like {values[part.name]!r} "
+                                              f"for slot {{{part.name}~}}; add values of the same token count")
                 swaps[i] = rng.choice(same)
         return render(template, values, rng.choice(choices) if choices else None, swaps)
 
