@@ -19,6 +19,8 @@ template files (YAML):
   {A} {B} operands, {C} the answer (last; the prompt is what precedes it), {OP:word} the operator the
   counterfactual replaces, {NAME} a pool word, {OBJECT~} a pool word the counterfactual changes.
   Own pools: `pools: {FRUIT: [kiwis, figs]}`; use the file with --template-files.
+  Beyond arithmetic: `answer: IO` takes {C} from slot IO (no {A} {B} {OP}; the task is the template's own,
+  e.g. ioi), and the counterfactual changes the ~ slots: configs/ioi-templates.yaml.
   Built-in templates: keyheads/data/templates/*.yaml.
 
 output (one pair a line):
