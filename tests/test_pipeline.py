@@ -4,6 +4,7 @@ import json
 import logging
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -457,3 +458,29 @@ def test_the_finetune_stage_loads_as_keyheads_finetune_and_holds_no_analysis_mod
         main(["finetune", "--model", cfg.model, "--parallel", "fsdp", "--train", cfg.finetune.train,
               "--out", str(run.parent / "ft"), "--heads", "0.0"])
     assert seen == [loads[1]]
+
+
+@pytest.mark.real_model
+def test_the_ioi_example_config_runs_and_its_report_names_the_key_heads_it_found(tmp_path, monkeypatch):
+    """configs/ioi-smollm2.yaml on the bundled SmolLM2, from the repository root as the README runs it: pairs
+    from templates whose answer is a slot's value, identify, knockout, precise SFT and the report."""
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the config's template and training files are relative to the root
+    out = tmp_path / "ioi"
+    report = run_pipeline(RunSettings.from_yaml("configs/ioi-smollm2.yaml", out=str(out)), progress=False)
+    assert sorted(p.stem for p in (out / "stages").glob("*.json")) == [
+        "data", "finetune--precise", "identify", "knockout", "report"]  # no attention or MLP stage
+    pairs = [json.loads(line) for line in (out / "pairs.jsonl").read_text().splitlines()]
+    assert pairs and all(p["task"] == "ioi" and p["reference"].count(p["answer"]) == 1
+                         and p["counterfactual"] != p["reference"] for p in pairs)
+
+    keys = json.loads((out / "identify" / "key_heads.json").read_text())
+    labels = [k["label"] for k in keys["heads"]]
+    assert len(labels) == 4  # patch.top_k
+    knock = json.loads((out / "knockout" / "knockout.json").read_text())
+    assert [f"{h['layer']}.{h['head']}" for h in knock["key_heads"]["heads"]] == labels
+    page = report.read_text()
+    assert f"{len(labels)} key heads of {keys['n_heads_total']}: {', '.join(labels)}" in page  # the opening facts
+    table = re.search(r'<table class="sortable key-heads">(.*?)</table>', page, re.S)
+    assert table, "no key-heads table in the report"
+    assert re.findall(r"<tr><td[^>]*>\d+</td><td>([\d.]+)</td>", table.group(1)) == labels  # in rank order

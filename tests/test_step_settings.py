@@ -31,6 +31,7 @@ BASE = dict(model="tiny", variants=VARIANTS, finetune=dict(train="arith:multidig
 OTHER = {
     ("data", "task"): "subtraction",
     ("data", "templates"): ["add-eq-1"],
+    ("data", "template_files"): ["builtin"],
     ("data", "a_range"): (2, 9),
     ("data", "b_range"): (2, 9),
     ("patch", "method"): "activation",

@@ -89,11 +89,14 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
         Stage("knockout", {**model_key, **section(cfg.knockout), "data_dir": cfg.data_dir},
               [PAIRS, KEY_HEADS, EFFECTS], [RunFolder.KNOCKOUT], lambda: _knockout(cfg, run, get_model(), progress),
               spread=True),
-        Stage("attention", {**model_key, **section(cfg.attention)}, [PAIRS, KEY_HEADS, EFFECTS], [RunFolder.ATTENTION],
-              lambda: _attention(cfg, run, get_model(), progress)),
-        Stage("mlp", {**model_key, **section(cfg.mlp)}, [PAIRS], [RunFolder.MLP],
-              lambda: _mlp(cfg, run, get_model(), progress)),
     ]
+    if cfg.data.arithmetic:  # both read the operands and the operator, which a task beyond arithmetic has not
+        stages += [
+            Stage("attention", {**model_key, **section(cfg.attention)}, [PAIRS, KEY_HEADS, EFFECTS],
+                  [RunFolder.ATTENTION], lambda: _attention(cfg, run, get_model(), progress)),
+            Stage("mlp", {**model_key, **section(cfg.mlp)}, [PAIRS], [RunFolder.MLP],
+                  lambda: _mlp(cfg, run, get_model(), progress)),
+        ]
     train = {**seeded, **section(cfg.finetune), "data_dir": cfg.data_dir}
     # only +mlp variants read mlps; the others change no result
     for key in ("mlps", *FinetuneSettings.RESUMABLE_CHANGES):

@@ -19,6 +19,8 @@ template files (YAML):
   {A} {B} operands, {C} the answer (last; the prompt is what precedes it), {OP:word} the operator the
   counterfactual replaces, {NAME} a pool word, {OBJECT~} a pool word the counterfactual changes.
   Own pools: `pools: {FRUIT: [kiwis, figs]}`; use the file with --template-files.
+  Beyond arithmetic: `answer: IO` takes {C} from slot IO (no {A} {B} {OP}; the task is the template's own,
+  e.g. ioi), and the counterfactual changes the ~ slots: configs/ioi-templates.yaml.
   Built-in templates: keyheads/data/templates/*.yaml.
 
 output (one pair a line):
@@ -33,7 +35,7 @@ def cmd_data(args) -> int:
     t0 = time.perf_counter()
     model = load_from_args(cfg)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731  stdout stays for the summary
-    pairs = pairs_for(model, cfg.pairs(), cfg.template_files, batch_size=cfg.batch_size, log=log,
+    pairs = pairs_for(model, cfg.pairs(), batch_size=cfg.batch_size, log=log,
                       progress=not cfg.quiet)
     write_pairs(cfg.out, pairs)
     counts = Counter(p.task for p in pairs)

@@ -55,8 +55,6 @@ class PairsIn(Section):
 
 class DataCommand(PairSettings, Batched, Works):
     out: str = Field(description="output .jsonl file")
-    template_files: list[str] = Field(default_factory=list, description="YAML template files to use instead of "
-                                      "the built-in ones; the word 'builtin' adds the built-in ones")
 
     @model_validator(mode="after")
     def _template_ids(self):

@@ -151,7 +151,8 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
 
     @model_validator(mode="after")
     def _together(self):
-        check_template_ids(self.data.templates, key="data.templates")
+        files = self.data.template_files or None
+        check_template_ids(self.data.templates, files, key="data.templates")
         if not self.data.single_token_answer and not self.patch.first_token:
             raise SettingError("patch.first_token", False, "cannot measure the multi-token answers the data keeps "
                                                            "(data.single_token_answer false): leave patch.first_token "
@@ -161,7 +162,7 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
         if need and not folder:
             raise SettingError(f"eval.benchmarks {', '.join(need)} read a benchmark folder: set data_dir (or "
                                "$KEYHEADS_DATA), or keep only the built-in arith-* sets")
-        chosen = {t.task for t in load_templates().templates if t.id in self.data.templates} \
+        chosen = {t.task for t in load_templates(files).templates if t.id in self.data.templates} \
             if self.data.templates else set(TASKS)
         missing = [x for x in self.also_identify if x in TASKS and x not in chosen]
         if missing:

@@ -60,9 +60,13 @@ class Generator:
         # a string seed is hashed with sha512: stable across runs and Python processes
         return random.Random(f"{self.config.seed}:{template.id}")
 
-    def few_shot_prefix(self, template: Template, rng: random.Random, query: tuple[str, str]) -> str:
+    def few_shot_prefix(self, template: Template, rng: random.Random, query) -> str:
         lines = []
         for _ in range(self.config.few_shot):
+            if template.answer is not None:  # prefer examples whose answer differs from the question's
+                values, answer = self.draw_slots(template, rng, avoid=query)
+                lines.append(render(template, values).text + answer)
+                continue
             for _ in range(20):  # prefer examples whose operands differ from the question's
                 drawn = draw_operands(template, self.config, rng)
                 if drawn[:2] != query:
@@ -72,13 +76,29 @@ class Generator:
             lines.append(render(template, values).text + answer)
         return "".join(line + "\n" for line in lines)
 
+    def draw_slots(self, template: Template, rng: random.Random, avoid: str | None = None) -> tuple[dict, str]:
+        """Filler values of an answer-slot template and its answer (one other than `avoid` if 20 draws find it)."""
+        slot = template.answer
+        assert slot is not None  # only answer-slot templates come here
+        for _ in range(20):
+            values = draw_fillers(template, self.pools, rng)
+            if values[slot] != avoid:
+                break
+        return values, values[slot]
+
     def shared(self, template: Template) -> tuple[str, set]:
-        """The template's one few-shot prefix and the operand pairs it shows (own random stream)."""
+        """The template's one few-shot prefix and the questions it shows, as `question` keys them (own
+        random stream)."""
         if template.id not in self._shared:
             rng = random.Random(f"{self.config.seed}:{template.id}:prefix")
-            examples = set()
+            examples: set = set()
             lines = []
             for _ in range(self.config.few_shot):
+                if template.answer is not None:
+                    values, answer = self.draw_slots(template, rng)
+                    examples.add(answer)
+                    lines.append(render(template, values).text + answer + "\n")
+                    continue
                 a, b, answer = draw_operands(template, self.config, rng)
                 examples.add((a, b))
                 values = {"A": a, "B": b, **draw_fillers(template, self.pools, rng)}
@@ -88,19 +108,24 @@ class Generator:
 
     def sample(self, template: Template, rng: random.Random) -> Candidate | None:
         """One candidate, or None (counted in `rejected`) when the tokenizer rules it out."""
-        drawn = draw_operands(template, self.config, rng)
-        if drawn is None:
-            raise TemplateError(f"template {template.id}: no operands in {self.config.a_range} x "
-                                f"{self.config.b_range} give a valid {template.task} answer")
-        a, b, answer = drawn
-        values = {"A": a, "B": b, **draw_fillers(template, self.pools, rng)}
+        if template.answer is not None:
+            values, answer = self.draw_slots(template, rng)
+            question: object = answer  # a few-shot example with the question's answer would give it away
+        else:
+            drawn = draw_operands(template, self.config, rng)
+            if drawn is None:
+                raise TemplateError(f"template {template.id}: no operands in {self.config.a_range} x "
+                                    f"{self.config.b_range} give a valid {template.task} answer")
+            a, b, answer = drawn
+            values = {"A": a, "B": b, **draw_fillers(template, self.pools, rng)}
+            question = (a, b)
         if self.config.shared_prefix:
             prefix, examples = self.shared(template)
-            if (a, b) in examples:
+            if question in examples:
                 self.rejected["question repeats a few-shot example"] += 1
                 return None
         else:
-            prefix = self.few_shot_prefix(template, rng, (a, b))
+            prefix = self.few_shot_prefix(template, rng, question)
         ref = render(template, values)
 
         end = prompt_end(self.tokenizer, prefix, ref.text, answer)
@@ -115,24 +140,29 @@ class Generator:
         reference = prefix + stem
         ids, offsets = encode_with_offsets(self.tokenizer, reference)
         shift = lambda span: (span[0] + len(prefix), span[1] + len(prefix))  # noqa: E731
-        positions = self._positions(reference, offsets, {k: shift(v) for k, v in ref.spans.items()})
-        if positions is None:
-            return None
+        positions = None  # an answer-slot template has no operands or operator to point at
+        if template.answer is None:
+            positions = self._positions(reference, offsets, {k: shift(v) for k, v in ref.spans.items()})
+            if positions is None:
+                return None
 
         for _ in range(self.config.counterfactual_tries):
             cf = self._counterfactual(template, values, rng)
             counterfactual = prefix + cf.text[:len(cf.text) - cut]
             cf_ids, cf_offsets = encode_with_offsets(self.tokenizer, counterfactual)
-            if self._aligned(ids, offsets, [shift(s) for s in ref.changed],
-                             cf_ids, cf_offsets, [shift(s) for s in cf.changed]) \
-                    and cf_ids[positions["operator"]] != ids[positions["operator"]]:
+            changed = cf_ids != ids if positions is None else \
+                cf_ids[positions["operator"]] != ids[positions["operator"]]
+            if changed and self._aligned(ids, offsets, [shift(s) for s in ref.changed],
+                                         cf_ids, cf_offsets, [shift(s) for s in cf.changed]):
                 break
         else:
+            pools = "its ~ slots' pools" if template.answer is not None else \
+                f"the {operator_pool(template)} pool (or to the pools of its ~ slots)"
             raise CounterfactualError(
                 f"template {template.id}: no counterfactual of {len(ids)} tokens found for {reference!r} "
-                f"in {self.config.counterfactual_tries} tries; add words of the same token count to the "
-                f"{operator_pool(template)} pool (or to the pools of its ~ slots)")
-        pair = Pair(reference, counterfactual, answer, template.task, template.id, {"A": a, "B": b}, positions)
+                f"in {self.config.counterfactual_tries} tries; add words of the same token count to {pools}")
+        operands = None if template.answer is not None else {"A": values["A"], "B": values["B"]}
+        pair = Pair(reference, counterfactual, answer, template.task, template.id, operands, positions)
         return Candidate(pair, found[0], len(ids))
 
     def _positions(self, text: str, offsets, spans) -> dict[str, int] | None:
@@ -152,24 +182,30 @@ class Generator:
 
     def _counterfactual(self, template: Template, values: dict, rng: random.Random) -> Rendered:
         pools, parts = self.pools, template.parts
-        op = template.operator
-        assert op.word is not None  # the OP slot always has its word (build_template checks)
-        left = left_context(parts, parts.index(op), values)
-        choices = self.same_length(operator_pool(template), pools[operator_pool(template)], op.word, left)
-        if not choices:
-            raise CounterfactualError(
-                f"template {template.id}: no {operator_pool(template)} pool entry tokenizes like the operator "
-                f"{op.word!r}; add one with the same token count")
+        choices: list[str] = []
+        if template.answer is None:  # arithmetic: the operator's word or symbol is replaced
+            op = template.operator
+            assert op.word is not None  # the OP slot always has its word (build_template checks)
+            left = left_context(parts, parts.index(op), values)
+            choices = self.same_length(operator_pool(template), pools[operator_pool(template)], op.word, left)
+            if not choices:
+                raise CounterfactualError(
+                    f"template {template.id}: no {operator_pool(template)} pool entry tokenizes like the operator "
+                    f"{op.word!r}; add one with the same token count")
         swaps = {}
         for i, part in enumerate(parts):
             if isinstance(part, Slot) and part.resample:
                 pool = template.pool_of[part.name]
-                same = self.same_length(pool, pools[pool], values[part.name], left_context(parts, i, values))
+                # a value no slot of this pool holds: IOI's third name, never the other name
+                held = {values[name] for name, p in template.pool_of.items() if p == pool}
+                same = [v for v in self.same_length(pool, pools[pool], values[part.name],
+                                                    left_context(parts, i, values)) if v not in held]
                 if not same:
-                    raise CounterfactualError(f"template {template.id}: no other value of pool {pool} tokenizes "
-                                              f"like {values[part.name]!r} for slot {{{part.name}~}}")
+                    raise CounterfactualError(f"template {template.id}: no value of pool {pool} other than "
+                                              f"{', '.join(sorted(held))} tokenizes like {values[part.name]!r} "
+                                              f"for slot {{{part.name}~}}; add values of the same token count")
                 swaps[i] = rng.choice(same)
-        return render(template, values, rng.choice(choices), swaps)
+        return render(template, values, rng.choice(choices) if choices else None, swaps)
 
     _aligned = staticmethod(aligned)  # (tests call it here)
 
@@ -180,7 +216,7 @@ class Generator:
             raise TemplateError(f"no templates for task {task}")
         usable = []
         for t in templates:  # a template whose constraints no operand pair meets is skipped, loudly
-            if draw_operands(t, self.config, random.Random(0)) is None:
+            if t.answer is None and draw_operands(t, self.config, random.Random(0)) is None:
                 log(f"  {t.id}: skipped, no operands in {self.config.a_range} x {self.config.b_range} "
                     f"satisfy it (max_answer={t.max_answer})")
             else:
@@ -211,14 +247,14 @@ class Generator:
 
 
 # ---- the whole job ------------------------------------------------------------------------------
-def pairs_for(model, config: PairSettings, template_files: list[str] | None = None, batch_size: int = 32,
-              log=logger.info, progress: bool = True) -> list[Pair]:
-    """The pairs `config` asks for, from its tasks' templates (the built-in ones, or `template_files`),
+def pairs_for(model, config: PairSettings, batch_size: int = 32, log=logger.info, progress: bool = True) -> list[Pair]:
+    """The pairs `config` asks for, from its tasks' templates (the built-in ones, or config.template_files),
     kept correct by `model` if config.keep_correct: the data step of `keyheads data` and of a run."""
-    templates = load_templates(template_files or None)
+    templates = load_templates(config.template_files or None)
+    known = templates.tasks
     if config.templates:
         templates.templates = [t for t in templates.templates if t.id in config.templates]
-    tasks = templates.tasks if config.task == ALL else parse_tasks(config.task)
+    tasks = templates.tasks if config.task == ALL else parse_tasks(config.task, known)
     for task in tasks:
         if not templates.for_task(task):
             raise SettingError(f"task {task}: no {task} templates among those selected ({', '.join(config.templates)})")

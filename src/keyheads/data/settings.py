@@ -47,17 +47,36 @@ class PairSettings(Section):
     counterfactual_tries: int = Field(
         default=50, ge=1, description="counterfactual draws per sample before giving up on "
         "alignment")
-    task: str = Field(default="addition", description=f"one of {', '.join(TASKS)}, several with commas "
-                                                    "(addition,division), or all (every template's task)")
+    # before `task`, whose validator reads it: the template files' own tasks are valid too
+    template_files: list[str] = Field(default_factory=list, description="YAML template files to use instead of "
+                                      "the built-in ones; the word 'builtin' adds the built-in ones")
+    task: str = Field(default="addition", description=f"one of {', '.join(TASKS)} or a task of the "
+                                                    "template_files, several with commas (addition,division), "
+                                                    "or all (every template's task)")
     templates: list[str] = Field(default_factory=list, description="template ids to use, e.g. add-eq-1,add-eq-2 "
                                                                    "(empty: all of the task's)")
     keep_correct: bool = Field(
         default=False, description="keep only the pairs whose answer the model predicts (argmax)")
 
+    @field_validator("template_files")
+    @classmethod
+    def _template_files(cls, v):
+        if v:
+            load_templates(v)  # a missing file or a bad template is named now, before any model loads
+        return v
+
     @field_validator("task")
     @classmethod
-    def _task(cls, v):
-        return v if v == ALL else ",".join(parse_tasks(v))
+    def _task(cls, v, info):
+        files = info.data.get("template_files")
+        return v if v == ALL else ",".join(parse_tasks(v, load_templates(files).tasks if files else TASKS))
+
+    @property
+    def arithmetic(self) -> bool:
+        """Whether every task is arithmetic, so that every pair has operands and an operator (the attention
+        and MLP analyses read them); a task of answer-slot templates has neither."""
+        tasks = load_templates(self.template_files or None).tasks if self.task == ALL else self.task.split(",")
+        return all(t in TASKS for t in tasks)
 
     @field_validator("a_range", "b_range")
     @classmethod
@@ -68,12 +87,13 @@ class PairSettings(Section):
         return v
 
 
-def parse_tasks(text: str) -> list[str]:
-    """"addition, division" -> ["addition", "division"]: the tasks a `task` setting names ("all" is not
-    a list: it takes the tasks of whichever templates are loaded). A SettingError names a task that is not one."""
+def parse_tasks(text: str, known=TASKS) -> list[str]:
+    """"addition, division" -> ["addition", "division"]: the tasks a `task` setting names, each one of `known`
+    (the arithmetic ones, or the tasks of the templates loaded; "all" is not a list: it takes the tasks of
+    whichever templates are loaded). A SettingError names a task that is not one."""
     tasks = [t.strip() for t in text.split(",")]
-    valid = f"valid tasks: {', '.join(TASKS)}, several with commas, or {ALL} alone"
-    bad = [t for t in tasks if t not in TASKS]
+    valid = f"valid tasks: {', '.join(known)}, several with commas, or {ALL} alone"
+    bad = [t for t in tasks if t not in known]
     if bad:
         raise SettingError("task", text, f"unknown task {', '.join(map(repr, bad))}; {valid}")
     if len(set(tasks)) != len(tasks):

@@ -19,6 +19,19 @@ A YAML file holds `templates:` (a list) and/or `pools:` (a mapping). Template fi
     text        as above
     slots       optional {slot: pool}, e.g. {VERB: SPAN_PAST}, for a slot named unlike its pool
     max_answer  optional upper bound on the answer, e.g. 9 when it is the last digit of a year
+    answer      optional: the filler slot whose value is the answer, for tasks beyond arithmetic
+
+A template with `answer:` names its own task (e.g. ioi) and has no {A}, {B} or {OP}: {C} is the value of
+the named slot, and the counterfactual changes the occurrences marked ~ (at least one). A ~ occurrence
+always gets a value that no slot of the sample holds in its pool: a third name in indirect-object
+identification (Wang et al. 2022), whose template reads
+
+    text: "When {IO} and {S} went to the {PLACE}, {S~} gave a {GIFT} to {C}"
+    slots: {IO: NAME, S: NAME}
+    answer: IO
+
+("When Paul and Laura went to the school, Laura gave a gift to" -> Paul; the counterfactual has another
+name where Laura gives).
 
 A pool is a list of strings or {range: [lo, hi]} (integers, both ends included).
 """
@@ -41,6 +54,7 @@ NONSENSE, SYMBOLS = "NONSENSE", "SYMBOLS"  # the pools operator replacements com
 _SLOT = re.compile(r"\{([^{}]*)\}")
 _SLOT_BODY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(~?)(?::(.*))?$", re.S)
 _NUMBERED = re.compile(r"^(.*?[A-Za-z_])(\d+)$")
+_TASK_NAME = re.compile(r"[a-z][a-z0-9-]*")
 
 
 
@@ -65,6 +79,7 @@ class Template:
     pool_of: dict = field(default_factory=dict)  # filler slot -> pool name
     max_answer: int | None = None
     source: str = ""  # the file it came from, for messages
+    answer: str | None = None  # the filler slot whose value is the answer; None: computed from A and B
 
     @property
     def operator(self) -> Slot:
@@ -92,7 +107,9 @@ class TemplateSet:
 
     @property
     def tasks(self) -> list[str]:
-        return [t for t in TASKS if self.for_task(t)]
+        """The arithmetic tasks in TASKS' order, then the tasks of answer-slot templates as they come."""
+        own = [t.task for t in self.templates if t.task not in TASKS]
+        return [t for t in TASKS if self.for_task(t)] + list(dict.fromkeys(own))
 
     def get(self, template_id: str) -> Template:
         for t in self.templates:
@@ -138,18 +155,25 @@ def build_template(raw: dict, pools: dict, source: str = "") -> Template:
     tid = raw.get("id")
     if not isinstance(tid, str) or not tid:
         raise TemplateError(f"template entry{where} without an id: {raw!r}")
-    unknown = set(raw) - {"id", "task", "text", "slots", "max_answer"}
+    unknown = set(raw) - {"id", "task", "text", "slots", "max_answer", "answer"}
     if unknown:
         raise TemplateError(f"template {tid}{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    task, text = raw.get("task"), raw.get("text")
-    if task not in TASKS:
-        raise TemplateError(f"template {tid}{where}: task {task!r} is not one of {', '.join(TASKS)}")
+    task, text, answer = raw.get("task"), raw.get("text"), raw.get("answer")
+    if answer is None and task not in TASKS:
+        raise TemplateError(f"template {tid}{where}: task {task!r} is not one of {', '.join(TASKS)} (a task "
+                            "beyond arithmetic names the slot that holds its answer: `answer: NAME`)")
+    if answer is not None and (not isinstance(task, str) or not _TASK_NAME.fullmatch(task) or task in TASKS):
+        raise TemplateError(f"template {tid}{where}: a template with `answer:` names a task of its own in lower "
+                            f"case letters, digits and - (e.g. ioi), not {task!r}"
+                            + (f": {task} computes its answer from {{A}} and {{B}}" if task in TASKS else ""))
     if not isinstance(text, str) or not text.strip():
         raise TemplateError(f"template {tid}{where}: needs a text")
     parts = parse_text(tid, text)
     slots = [p for p in parts if isinstance(p, Slot)]
     names = [s.name for s in slots]
-    for required in (*OPERANDS, "OP", ANSWER):
+    if answer is not None:
+        _check_answer_slot(tid, where, text, answer, slots, raw)
+    for required in (*OPERANDS, "OP", ANSWER) if answer is None else (ANSWER,):
         if names.count(required) == 0:
             raise TemplateError(f"template {tid}{where}: missing slot {{{required}}} in {text!r}")
         if names.count(required) > 1:
@@ -174,14 +198,40 @@ def build_template(raw: dict, pools: dict, source: str = "") -> Template:
     for name in mapping:
         if name not in pool_of:
             raise TemplateError(f"template {tid}{where}: slots maps {name!r}, which the text does not use")
-    pool_of_op = NONSENSE if _is_word(next(s.word for s in slots if s.name == "OP")) else SYMBOLS
-    if pool_of_op not in pools or not pools[pool_of_op]:
-        raise TemplateError(f"template {tid}{where}: slot {{OP}} needs the pool {pool_of_op}")
+    if answer is None:
+        pool_of_op = NONSENSE if _is_word(next(s.word for s in slots if s.name == "OP")) else SYMBOLS
+        if pool_of_op not in pools or not pools[pool_of_op]:
+            raise TemplateError(f"template {tid}{where}: slot {{OP}} needs the pool {pool_of_op}")
 
     max_answer = raw.get("max_answer")
     if max_answer is not None and (not isinstance(max_answer, int) or isinstance(max_answer, bool)):
         raise TemplateError(f"template {tid}{where}: max_answer must be an integer")
-    return Template(tid, task, text, parts, pool_of, max_answer, source)
+    return Template(tid, str(task), text, parts, pool_of, max_answer, source, answer)
+
+
+def _check_answer_slot(tid: str, where: str, text: str, answer, slots: list[Slot], raw: dict) -> None:
+    """What a template whose answer is a slot's value needs: that slot in the text, a ~ occurrence for the
+    counterfactual to change, and none of arithmetic's slots."""
+    if not isinstance(answer, str) or not _SLOT_BODY.fullmatch(answer) or ":" in answer or "~" in answer:
+        raise TemplateError(f"template {tid}{where}: answer must name a slot of the text, e.g. `answer: IO`, "
+                            f"not {answer!r}")
+    names = [s.name for s in slots]
+    arithmetic = [n for n in (*OPERANDS, "OP") if n in names]
+    if arithmetic:
+        raise TemplateError(f"template {tid}{where}: slot {{{arithmetic[0]}}} is arithmetic's; a template with "
+                            "`answer:` takes its answer from a slot and its counterfactual from the ~ slots")
+    if answer == ANSWER:
+        raise TemplateError(f"template {tid}{where}: answer names the slot whose value {{C}} shows, e.g. "
+                            "`answer: IO`, not C itself")
+    if answer not in names:
+        raise TemplateError(f"template {tid}{where}: answer slot {{{answer}}} is not in the text {text!r}: "
+                            "the prompt must show the value the answer repeats")
+    if not any(s.resample for s in slots):
+        raise TemplateError(f"template {tid}{where}: no slot marked ~, so the counterfactual would equal the "
+                            "reference; mark the occurrences it changes, e.g. {S~}")
+    if raw.get("max_answer") is not None:
+        raise TemplateError(f"template {tid}{where}: max_answer bounds a computed answer; a slot's answer has "
+                            "none")
 
 
 def _is_word(word: str | None) -> bool:
