@@ -100,12 +100,19 @@ class Effects:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["component", "layer", "head", "label", "effect", "sem", "metric", "method"])
+        def sem(values: list, *at: int) -> str:  # blank where the file recorded none (a circuit's node scores)
+            for i in at:
+                if i >= len(values):
+                    return ""
+                values = values[i]
+            return f"{values:.8g}"
+
         for layer, row in enumerate(self.heads):
             for head, value in enumerate(row):
-                w.writerow(["head", layer, head, f"{layer}.{head}", f"{value:.8g}",
-                            f"{self.heads_sem[layer][head]:.8g}", self.metric, self.method])
+                w.writerow(["head", layer, head, f"{layer}.{head}", f"{value:.8g}", sem(self.heads_sem, layer, head),
+                            self.metric, self.method])
         for layer, value in enumerate(self.mlps):
-            w.writerow(["mlp", layer, "", f"mlp{layer}", f"{value:.8g}", f"{self.mlps_sem[layer]:.8g}",
+            w.writerow(["mlp", layer, "", f"mlp{layer}", f"{value:.8g}", sem(self.mlps_sem, layer),
                         self.metric, self.method])
         atomic_write_text(path.with_name("effects.csv"), buf.getvalue())
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import os
 from collections.abc import Callable
 from functools import cache
@@ -49,7 +50,7 @@ from .log import logger
 from .mean import DEFAULT_MEAN, KnockoutMean
 from .models.fingerprint import base_fingerprint
 from .patching import describe as describe_effects
-from .patching import identify
+from .patching import identify, identify_from
 from .report.html import write_html_report
 from .results.run import ModelInfo
 from .runfolder import RunFolder
@@ -79,7 +80,7 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
 
     stages = [
         Stage("data", {**model_key, **section(cfg.data)}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
-        Stage("identify", {**model_key, **section(cfg.patch)}, [PAIRS], [RunFolder.IDENTIFY],
+        Stage("identify", {**model_key, **section(cfg.patch), **_circuit_key(cfg)}, [PAIRS], [RunFolder.IDENTIFY],
               lambda: _identify(cfg, run, get_model(), progress), spread=True,
               resume=[f"{RunFolder.IDENTIFY}/per_sample*.npz"],  # one checkpoint per process
               keep=[RunFolder.also_identify_rel(name) for name in ALSO_IDENTIFY]),  # the identify/NAME stages' own
@@ -217,7 +218,18 @@ def _data(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> Non
     write_pairs(run.pairs, pairs_for(model, cfg.data, batch_size=cfg.batch_size, progress=progress))
 
 
+def _circuit_key(cfg: RunSettings) -> dict:
+    """What identify depends on besides its settings: a circuit file's path and bytes (nothing without one, so
+    that a run without a circuit keeps its signature)."""
+    if cfg.circuit is None:
+        return {}
+    return {"circuit": cfg.circuit, "circuit_sha256": hashlib.sha256(Path(cfg.circuit).read_bytes()).hexdigest()}
+
+
 def _identify(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> str:
+    if cfg.circuit is not None:  # a circuit found elsewhere: its heads, not patched ones
+        effects, keys = identify_from(cfg.circuit, model, cfg.patch, run.identify)
+        return f"key heads from the circuit {cfg.circuit}\n" + describe_effects(effects, keys)
     effects, keys = identify(model, run.pairs, cfg.patch, run.identify, batch_size=cfg.batch_size,
                              progress=progress)
     return describe_effects(effects, keys)

@@ -51,6 +51,11 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
         "a task (the data settings on that task alone: figure 15's operations apart, appendix D's "
         "exponentiation) or gsm8k (appendix E: pairs from data.n GSM8K test questions of data_dir); the rest "
         "of the run reads only the main key heads"), json_schema_extra={"metavar": "SET[,SET...]"})
+    circuit: str | None = Field(None, description=(
+        "a circuit found by another tool, read instead of patched: a MIB / EAP-IG graph file with node scores "
+        "(its in_graph heads are the key heads) or an effects.json (patch.top_k / patch.threshold choose); the "
+        "identify stage writes its effects and key heads from it, and every later stage works on them"),
+        json_schema_extra={"metavar": "FILE"})
     # the paper's data (its appendix A): zero-shot, answers scored by their first token (A and B in 1..9, so C
     # spans one or two digits), only the pairs the model answers correctly
     data: PairSettings = Field(default_factory=lambda: PairSettings(n=300, few_shot=0, single_token_answer=False,
@@ -147,6 +152,14 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
                                                    f"{', '.join(ALSO_IDENTIFY)}")
         if len(set(v)) != len(v):
             raise SettingError("also_identify", v, "an entry is listed twice")
+        return v
+
+    @field_validator("circuit")
+    @classmethod
+    def _circuit(cls, v):
+        if v is not None and not Path(v).is_file():
+            raise SettingError("circuit", v, "no such file: give a MIB / EAP-IG graph JSON with node scores, or an "
+                                             "effects.json")
         return v
 
     @model_validator(mode="after")
