@@ -104,3 +104,16 @@ def test_no_verdict_is_stated_outside_the_generated_table(script):
 def test_a_second_verdict_written_into_the_readme_is_found(script):
     text = (ROOT / "README.md").read_text() + "\nOn Qwen, row 8 **partly** holds.\n"
     assert verdicts_outside_the_table(text, script) == ["On Qwen, row 8 **partly** holds."]
+
+
+def test_the_readme_s_demo_numbers_are_the_demo_record_s():
+    """README's sentence on the demo's strongest head is recomputed from the committed demo record."""
+    from keyheads.runfolder import RunFolder
+
+    [record] = sorted((ROOT / "records" / "demo-smollm2-135m").iterdir())
+    effects = RunFolder(record / "run").effects_record
+    value, layer, head = min((v, l, h) for l, row in enumerate(effects.heads) for h, v in enumerate(row))
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert f"`records/demo-smollm2-135m`, {effects.n_samples} addition pairs) the strongest is {layer}.{head} at " \
+           f"{100 * value:.1f}%" in text
+    assert value > -0.05  # "no head reaches the paper's -5%"
