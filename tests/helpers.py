@@ -5,9 +5,12 @@ in-memory model as an evaluation variant. The direct reference computations are 
 Test modules import these from here; conftest files hold only fixtures.
 """
 import csv
+import importlib.util
 import json
 import random
+import sys
 import types
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -16,6 +19,16 @@ from keyheads.evaluation import EvalSettings, evaluate
 from keyheads.evaluation.variants import Prepared
 from keyheads.models.fingerprint import parameters_fingerprint, short_sha
 from keyheads.models.model import HookedModel
+
+
+def load_script(path: Path, name: str) -> types.ModuleType:
+    """A script of the repository (studies/, tools/) imported as module `name`, as its tests need it."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 PREFIX = "1 + 2 = 3\n"  # 10 tokens; A is the 11th
 

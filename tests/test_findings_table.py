@@ -2,11 +2,9 @@
 studies/findings.py computes from the committed records; a changed number in a record changes its cell; each
 cell's verdict is the rule's; and no verdict is stated anywhere else in README or RESULTS, so one claim cannot
 be given two verdicts."""
-import importlib.util
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from keyheads.report.findings import VERDICTS, findings
 
 from .report.handmade import make_run
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", ROOT / "studies" / "RESULTS.md"]
@@ -21,11 +20,7 @@ PAGES = [ROOT / "README.md", ROOT / "studies" / "RESULTS.md"]
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("studies_findings", ROOT / "studies" / "findings.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "studies" / "findings.py", "studies_findings")
 
 
 def cells(table: str) -> dict[tuple[str, str], str]:

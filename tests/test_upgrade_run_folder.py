@@ -2,7 +2,6 @@
 package refuses such a folder and names the tool; the tool rewrites it so that every reader takes it, keeps every
 value, and changes nothing when run again. The fixture's mean is "global", not the default, so a converter that
 dropped it would fail here."""
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -15,16 +14,15 @@ from keyheads.errors import BadFile
 from keyheads.mean import run_mean
 from keyheads.runfolder import RunFolder
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "upgrade_run_folder.py"
 FIXTURE = ROOT / "tools" / "fixtures" / "run-before-one-mean"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("upgrade_run_folder", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(TOOL, "upgrade_run_folder")
 
 
 def _keys(data) -> set[str]:

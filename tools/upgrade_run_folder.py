@@ -14,11 +14,11 @@ and left byte-identical otherwise; running it twice changes nothing the second t
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from keyheads.io import write_json
 
 OLD = ("mean_mode", "knockout_mean")
 
@@ -63,10 +63,7 @@ def upgrade(folder: Path) -> list[Path]:
         new = renamed(data)
         if new == data:
             continue
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(new, indent=2, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
+        write_json(path, new)  # atomic, in the format keyheads writes
         changed.append(path)
     return changed
 

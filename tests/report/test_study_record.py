@@ -1,23 +1,19 @@
 """studies/record.py keeps a run folder's small outputs as a record the typed readers take, and nothing heavy."""
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from keyheads.report.findings import findings
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def record_script():
-    spec = importlib.util.spec_from_file_location("studies_record", ROOT / "studies" / "record.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "studies" / "record.py", "studies_record")
 
 
 def test_a_record_keeps_the_small_outputs_and_reads_as_the_run(record_script, run_folder, tmp_path):
