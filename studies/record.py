@@ -6,8 +6,12 @@
 A record holds what the findings, tables and pages are computed from, and nothing that is only derived or
 heavy: stage records, config, model facts, pairs, effects, key heads, knockout curves and transfer, attention
 and MLP summaries, each fine-tuned variant's summary (loss curve, speed, components), the evaluation's table,
-per-benchmark summaries and per-item outcomes (*.wrong.jsonl). Left out: weights, adapters, checkpoints,
-tokenizer files, figures, the report page, per-sample arrays and the evaluation's answer cache. The record is
+per-benchmark summaries and per-item outcomes (*.wrong.jsonl: each item's id and the model's answer). The
+benchmarks' own text stays in the data folder it came from: questions, choices and gold answers are cut from
+the items, and the pairs made from GSM8K questions (identify/gsm8k/pairs.jsonl) and the transfer sets' example cases
+(prompts from SVAMP and GSM8K) are left out. Left out too:
+weights, adapters, checkpoints, tokenizer files, figures, the report page, per-sample arrays and the
+evaluation's answer cache. The record is
 then read through the run folder's typed readers, so a record that does not parse is refused here, not later.
 """
 from __future__ import annotations
@@ -24,8 +28,24 @@ from keyheads.report.html import render
 ROOT = Path(__file__).resolve().parents[1]
 KEEP = {".json", ".jsonl", ".csv", ".md", ".txt"}
 SKIP_DIRS = {"model", "cache", "checkpoints", "tokenizer"}  # weights, the answer cache, training checkpoints
+SKIP_PATHS = ("identify/gsm8k/pairs.jsonl", "knockout/transfer_cases.txt")  # benchmark text (see above)
 SKIP_FILES = ("tokenizer", "special_tokens_map", "adapter_config", "generation_config", "chat_template")
 BUDGET = 25 * 2**20  # every record together
+ITEM_KEYS = ("id", "pred", "how", "finish", "output", "scores")  # what a wrong item keeps: no benchmark text
+
+
+def item_outcomes(text: str) -> str:
+    """A *.wrong.jsonl with each item cut to ITEM_KEYS."""
+    rows = (json.loads(line) for line in text.splitlines() if line.strip())
+    return "".join(json.dumps({k: row[k] for k in ITEM_KEYS if k in row}, ensure_ascii=False) + "\n" for row in rows)
+
+
+def without_cases(text: str) -> str:
+    """knockout.json with its transfer sets' example cases cut (their prompts are benchmark questions)."""
+    data = json.loads(text)
+    if isinstance(data.get("transfer"), dict):
+        data["transfer"]["cases"] = []
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
 def small_outputs(run: Path) -> list[Path]:
@@ -35,7 +55,8 @@ def small_outputs(run: Path) -> list[Path]:
         rel = path.relative_to(run)
         if not path.is_file() or path.suffix not in KEEP or any(part in SKIP_DIRS for part in rel.parts[:-1]):
             continue
-        if rel.name.startswith(SKIP_FILES) or any(p.startswith("checkpoint") for p in rel.parts):
+        if rel.name.startswith(SKIP_FILES) or any(p.startswith("checkpoint") for p in rel.parts) \
+                or rel.as_posix().startswith(SKIP_PATHS):
             continue
         out.append(rel)
     return out
@@ -50,7 +71,12 @@ def make_record(run: Path, dest: Path, commit: str, command: str, machine: str, 
     shutil.rmtree(tmp, ignore_errors=True)
     for rel in small_outputs(run):
         (tmp / "run" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(run / rel, tmp / "run" / rel)
+        if rel.name.endswith(".wrong.jsonl"):
+            (tmp / "run" / rel).write_text(item_outcomes((run / rel).read_text()))
+        elif rel.as_posix() == "knockout/knockout.json":
+            (tmp / "run" / rel).write_text(without_cases((run / rel).read_text()))
+        else:
+            shutil.copy2(run / rel, tmp / "run" / rel)
     (tmp / "record.json").write_text(json.dumps({"study": dest.parent.name, "commit": commit, "command": command,
                                                  "machine": machine, "note": note}, indent=1) + "\n")
     try:

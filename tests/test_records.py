@@ -80,3 +80,18 @@ def test_a_cut_file_fails_and_a_missing_one_is_none(tmp_path):
         RunFolder(run).read_all()
     path.unlink()
     assert RunFolder(run).key_heads_record is None
+
+
+def test_no_record_holds_the_benchmarks_text():
+    """Records keep each evaluated item's id and answer; the questions, choices and gold answers stay in the
+    benchmark folder they came from (studies/record.py cuts them)."""
+    for path in RECORDS.glob("**/*.wrong.jsonl"):
+        for line in path.read_text().splitlines():
+            assert not {"question", "choices", "gold"} & set(json.loads(line)), path
+
+
+def test_no_record_holds_benchmark_prompts():
+    """Neither the pairs made from GSM8K questions nor the transfer sets' example prompts are committed."""
+    assert not list(RECORDS.glob("**/identify/gsm8k/pairs.jsonl")) and not list(RECORDS.glob("**/transfer_cases.txt"))
+    for path in RECORDS.glob("**/knockout/knockout.json"):
+        assert json.loads(path.read_text()).get("transfer", {}).get("cases") in ([], None), path

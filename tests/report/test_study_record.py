@@ -28,6 +28,11 @@ def test_a_record_keeps_the_small_outputs_and_reads_as_the_run(record_script, ru
     assert any(p.startswith("finetune/") and p.endswith("/finetune.json") for p in kept)
     assert any(p.endswith(".wrong.jsonl") for p in kept) and "eval/results.json" in kept
     assert json.loads((dest / "record.json").read_text())["commit"] == "abc"
+    for path in (dest / "run").rglob("*.wrong.jsonl"):  # the items' ids and answers, none of the benchmark's text
+        source = [json.loads(line) for line in (run_folder / path.relative_to(dest / "run")).read_text().splitlines()]
+        kept = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [r["id"] for r in kept] == [r["id"] for r in source]
+        assert all(set(r) <= set(record_script.ITEM_KEYS) for r in kept)
     # the findings computed from the record are the run's own
     assert [f.to_json() for f in findings(dest / "run")] == [f.to_json() for f in findings(run_folder)]
 
