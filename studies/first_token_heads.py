@@ -14,7 +14,7 @@ effects against 5 random orders, k = 0..20, END-aligned means, no transfer) are 
     python studies/first_token_heads.py [--model smollm2-135m] [--threads 2] [--limit 300]
                                       [--out-root /root/kh-runs/first-token] [--no-knockout]
 
-Each model has its own section of RESULTS. `--limit` is the knockout's seeded subset of each set's prompts
+Each model has its own section. `--limit` is the knockout's seeded subset of each set's prompts
 (keyheads' default, 300); the qwen2.5-coder-1.5b study's knockout stage used 120, and so does its run here.
 
 Resumable: each step is skipped when its output exists (pairs.jsonl, patch/effects.json, then
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "studies"))
 
-from study_results import write_section  # noqa: E402
+from study_results import show_section  # noqa: E402
 
 from keyheads.effects import Effects  # noqa: E402
 from keyheads.results.knockout import KnockoutCurves, KnockoutResult  # noqa: E402
@@ -57,7 +57,7 @@ WAYS = {"single-token": (["--single-token-answer"], []),        # (data flags, p
 
 
 def title(model: str) -> str:
-    """Each model's own section of RESULTS."""
+    """Each model's own section."""
     return f"Key heads with first-token answers against single-token answers: {model} (studies/first_token_heads.py)"
 
 
@@ -300,8 +300,7 @@ Top 10 heads, most negative first (layer.head, effect):
 {summary(found, same_pairs(rows['first-token'], rows['single-token']), len(rows['first-token']), past)}
 
 {knockout}"""
-    write_section(title(args.model), body)
-    print(body)
+    show_section(title(args.model), body)
 
 
 if __name__ == "__main__":

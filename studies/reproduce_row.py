@@ -5,7 +5,7 @@ evaluation settings, then compares every per-item result (generation or choice s
 one the run's own evaluation cached under the same key (the key hashes the adapter's weights, the
 prompt and the settings, so equal keys mean the same question asked of the same weights).
 
-    python studies/reproduce_row.py runs/study-qwen1.5b --variant precise@10 --limit 20 [--no-write]
+    python studies/reproduce_row.py runs/study-qwen1.5b --variant precise@10 --limit 20
     python studies/reproduce_row.py --adapter RUN/full --eval RUN/eval/full   # a `keyheads eval --adapter` folder
 
 generic-kl is left out by default: it compares against the base row, which --no-base skips.
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from study_results import write_section  # noqa: E402
+from study_results import show_section  # noqa: E402
 
 from keyheads.config.run import RunSettings  # noqa: E402
 from keyheads.evaluation.cache import ResultCache  # noqa: E402
@@ -99,7 +99,6 @@ def main() -> None:
     ap.add_argument("--benchmarks", help="comma-separated (default: the evaluation's, without generic-kl)")
     ap.add_argument("--limit", type=int, help="first N items of each (default: the evaluation's limit)")
     ap.add_argument("--threads", type=int)
-    ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
     if (args.run is None) == (args.adapter is None) or bool(args.variant) != bool(args.run) \
             or bool(args.adapter) != bool(args.eval):
@@ -140,9 +139,7 @@ def main() -> None:
         f"**{total} of {items}** per-item results are identical to the run's own evaluation"
         + (f"; differing items: {differ}" if differ else "") + ".",
     ])
-    print(body)
-    if not args.no_write:
-        write_section(f"Reproducing a row from its adapter: {title}", body)
+    show_section(f"Reproducing a row from its adapter: {title}", body)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ and no longer on disk can be given with --recorded as its accuracies in points, 
 enters the band, not the item-by-item tests.
 
     python studies/seed_band.py --title TITLE --recorded "seed 0: arith-mul=50,gsm8k=38,kl=0.041" \
-        "seed 1=RUN/seed1" "seed 2=RUN/seed2" [--no-write]
+        "seed 1=RUN/seed1" "seed 2=RUN/seed2"
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "studies"))
 
 from paired_rows import eval_labels, summaries, wrong_ids  # noqa: E402
-from study_results import write_section  # noqa: E402
+from study_results import show_section  # noqa: E402
 
 from keyheads.report.stats import band, fmt_p, paired_sets, with_holm  # noqa: E402
 from keyheads.runfolder import variant_slug  # noqa: E402
@@ -95,9 +95,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("seeds", nargs="+", help="LABEL=EVAL_FOLDER, one per measured seed")
     ap.add_argument("--recorded", action="append", default=[], help="'LABEL: set=points,...,kl=VALUE'")
-    ap.add_argument("--title", required=True, help="the RESULTS section's title")
+    ap.add_argument("--title", required=True, help="the section's title")
     ap.add_argument("--command", default="", help="the command that made the folders, for the section")
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
 
     seeds: dict[str, dict[str, float]] = {}
@@ -117,9 +116,7 @@ def main() -> None:
              "correction is over every item-by-item test of this table; a seed given as recorded enters the band "
              "only.")
     text = "\n\n".join(x for x in (args.command and f"Command: {args.command}", body, notes) if x)
-    print(text)
-    if not args.no_write:
-        write_section(args.title, text)
+    show_section(args.title, text)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Tables 1 and 2 of the paper and the math-gain vs generic-drift figure, from a finished run folder.
 
 The run is `keyheads run configs/table1-<model>.yaml` (fine-tuning variants, then one evaluation of
-all of them); this script only reads what it wrote, and writes a section of studies/RESULTS.md and
-studies/figures/table1-<model>.png.
+all of them); this script only reads what it wrote, prints tables 1 and 2 as a markdown section and draws
+studies/figures/table1-<model>.png. The repository's tables are rendered from committed records by
+studies/pages.py, which reuses this script's tables.
 
-    python studies/table1.py runs/table1-smollm2 [--no-write]
+    python studies/table1.py runs/table1-smollm2
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from study_results import write_section  # noqa: E402
+from study_results import show_section  # noqa: E402
 
 from keyheads.mean import run_mean  # noqa: E402
 from keyheads.plotting import new_figure, save_figure  # noqa: E402
@@ -139,7 +140,6 @@ def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, s
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", help="a finished `keyheads run configs/table1-*.yaml` folder")
-    ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--partial", action="store_true",
                     help="the eval stage did not finish: table the rows it did finish, and name the others")
     args = ap.parse_args()
@@ -197,9 +197,7 @@ def main() -> None:
     if png:
         lines += ["", f"![math gain vs generic drift](figures/{png.name})"]
     text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        write_section(f"Tables 1 and 2: precise SFT vs full SFT, LoRA and random heads on {model} ({run.name})", text)
+    show_section(f"Tables 1 and 2: precise SFT vs full SFT, LoRA and random heads on {model} ({run.name})", text)
 
 
 def _trained(info: FinetuneResult | None) -> str:

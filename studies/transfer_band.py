@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "studies"))
 
-from study_results import write_section  # noqa: E402
+from study_results import show_section  # noqa: E402
 
 from keyheads.analysis.common import all_heads, read_pair_rows  # noqa: E402
 from keyheads.analysis.knockout_run import cached_means, control_heads, transfer_sets  # noqa: E402
@@ -119,7 +119,6 @@ def main() -> None:
     ap.add_argument("--work", required=True, help="a folder for the means and the finished sets (resume)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--compare", default="", help="a paragraph set after the table (what the study recorded)")
-    ap.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
     args = ap.parse_args()
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
@@ -141,7 +140,7 @@ def main() -> None:
     if "--compare" in shown:  # the paragraph is the section's text, not part of the measurement
         i = shown.index("--compare")
         del shown[i:i + 2]
-    command = "python studies/transfer_band.py " + shlex.join(a for a in shown if a != "--no-write")
+    command = "python studies/transfer_band.py " + shlex.join(shown)
     drawn = "; ".join(f"seed {args.seed + i} {','.join(map(str, d))}" for i, d in enumerate(draws))
     intro = (f"Measured {datetime.date.today().isoformat()} on the CPU (fp32, {args.threads or 'torch default'} "
              "thread(s); no timing: a resumed call measures only what was left), added after the results. The "
@@ -160,11 +159,7 @@ def main() -> None:
         paragraphs.append(fill(args.compare))
     body = "\n\n".join(paragraphs) + "\n"
     title = f"Transfer control over {args.seeds} random draws: {args.model} (studies/transfer_band.py)"
-    if args.no_write:
-        print(f"## {title}\n\n{body}")
-    else:
-        write_section(title, body)
-        print(f"wrote the section '{title}' of studies/RESULTS.md")
+    show_section(title, body)
 
 
 if __name__ == "__main__":

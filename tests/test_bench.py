@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow  # runs the bench and study scripts, one about 25 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = (ROOT / "bench", ROOT / "studies")
 SCRIPTS = sorted(p.stem for folder in FOLDERS for p in folder.glob("*.py"))
-HELPERS = ("results", "study_results")  # what the scripts share: they write a section of a RESULTS file
+HELPERS = ("results", "study_results", "findings")  # what the scripts share: a section of a RESULTS file, a table
 
 
 @pytest.fixture(autouse=True)
@@ -44,18 +44,16 @@ def test_write_section_replaces_or_adds_one_section_and_keeps_the_index_in_step(
     assert results.with_index(path.read_text()) == path.read_text()
 
 
-@pytest.mark.parametrize("helper", HELPERS)
-def test_each_results_file_indexes_its_sections(helper):
-    results, path = importlib.import_module("results"), importlib.import_module(helper).RESULTS
-    text = path.read_text()
+def test_bench_results_indexes_its_sections():
+    results = importlib.import_module("results")
+    text = results.RESULTS.read_text()
     assert results.with_index(text) == text
 
 
-def test_studies_write_their_own_results_file_with_its_header(tmp_path):
-    study_results = importlib.import_module("study_results")
-    assert study_results.RESULTS == ROOT / "studies" / "RESULTS.md"
-    study_results.write_section("A finding", "body", tmp_path / "RESULTS.md")
-    assert (tmp_path / "RESULTS.md").read_text().startswith(study_results.HEADER + "\nSections:\n\n- [A finding]")
+def test_a_study_script_prints_its_section_and_writes_no_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    importlib.import_module("study_results").show_section("A finding", "body")
+    assert capsys.readouterr().out == "## A finding\n\nbody\n" and list(tmp_path.iterdir()) == []
 
 
 def test_analysis_bench_makes_the_demos_pairs_and_one_template_behind_one_prefix(tmp_path):
@@ -127,46 +125,6 @@ def test_table1_tests_every_row_against_the_base_item_by_item_with_holm_over_the
     # three seeds of random@40: the band of their Δ on GSM8K (+12, -4, 0) and MMLU (0, 0, -10)
     assert rows["m + random@40 SFT: 3 seeds, Δ"].split(" | ")[1:] == [
         "mean +2.7, range -4.0 to +12.0 over 3 seeds", "mean -3.3, range -10.0 to +0.0 over 3 seeds |"]
-
-
-OLD = """## Tables 1 and 2: a run (run-x)
-
-- 50 items per benchmark (AddSub/SingleEq/SVAMP split: test)
-
-| Variant | Train speed (samples/s) | Tuned params | GSM8K % [95% CI] (Δ) | MMLU % [95% CI] (Δ) |
-|---|---|---|---|---|
-| m (base) | - | - | 48.0 [34.8-61.5] | 54.0 [40.4-67.0] |
-| m + precise SFT | 1.0 | 10 | 60.0 [46.2-72.4] (+12.0) | 54.0 [40.4-67.0] (+0.0) |
-
-**Item by item against the base row** (same items: items gained / lost, two-sided exact McNemar p)
-
-| Variant | GSM8K | MMLU |
-|---|---|---|
-| m + precise SFT | +6 / -0 (p 0.031) | +1 / -1 (p 1) |
-| m + full SFT | +0 / -20 (p 1.9e-06) | - |
-
-after
-"""
-
-
-def test_holm_results_rewrites_only_the_item_cells_and_a_second_run_changes_nothing(tmp_path):
-    holm_results = importlib.import_module("holm_results")
-    new, report = holm_results.rewrite(OLD)
-    old_lines, new_lines = OLD.split("\n"), new.split("\n")
-    changed = [line for line in old_lines if line not in new_lines]
-    assert changed == ["| m + precise SFT | +6 / -0 (p 0.031) | +1 / -1 (p 1) |",
-                       "| m + full SFT | +0 / -20 (p 1.9e-06) | - |"]
-    assert ("| m + precise SFT | +6 / -0, Δ +12.0 [+3.0, +20.4], p 0.031 (Holm 0.062) "
-            "| +1 / -1, Δ +0.0 [-5.4, +5.4], p 1 (Holm 1) |") in new_lines
-    assert "| m + full SFT | +0 / -20, Δ -40.0 [-52.9, -25.7], p 1.9e-06 (Holm 5.7e-06) | - |" in new_lines
-    assert new_lines[-6].startswith("Holm's correction was applied over the family of all 3 item-by-item tests")
-    assert len(new_lines) == len(old_lines) + 4 and new_lines[-2:] == ["after", ""]
-    assert [len(tests) for _, tests in report] == [3]
-    assert holm_results.rewrite(new)[0] == new  # re-run: nothing changes
-    with pytest.raises(SystemExit):  # a printed p that the counts do not give is an error, not rewritten
-        holm_results.rewrite(OLD.replace("(p 0.031)", "(p 0.01)"))
-    with pytest.raises(SystemExit):  # counts that do not match the accuracies either
-        holm_results.rewrite(OLD.replace("+6 / -0 (p 0.031)", "+7 / -0 (p 0.016)"))
 
 
 def test_first_token_heads_compares_two_effects_files_as_a_direct_computation(tmp_path):

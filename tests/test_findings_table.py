@@ -1,15 +1,13 @@
 """The findings table is computed, not written: README.md and studies/RESULTS.md carry exactly what
-studies/findings.py computes from the committed records; a changed number in a record changes its cell; each
-cell's verdict is the rule's; and no verdict is stated anywhere else in README or RESULTS, so one claim cannot
-be given two verdicts."""
+studies/findings.py computes from the committed records (studies/pages.py writes it there); a changed number in
+a record changes its cell; each cell's verdict is the rule's. That no verdict, p-value or accuracy is stated
+twice is tests/test_one_value.py's."""
 import json
-import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from keyheads.report.findings import VERDICTS, findings
+from keyheads.report.findings import findings
 
 from .report.handmade import make_run
 from tests.helpers import load_script
@@ -37,17 +35,19 @@ def cells(table: str) -> dict[tuple[str, str], str]:
 def test_readme_and_results_carry_the_table_the_records_give(script):
     want = script.block(script.load_manifest())
     for page in PAGES:
-        assert script.written(page.read_text()) == want, f"{page.name}: run python studies/findings.py"
+        assert script.written(page.read_text()) == want, f"{page.name}: run python studies/pages.py"
     manifest = script.load_manifest()
     assert list(manifest["rows"]) == [str(i) for i in range(1, 12)]
     for model in manifest["models"]:  # every record named is committed and read through the typed readers
-        if model["record"] is not None:
-            assert (ROOT / model["record"] / "stages").is_dir(), model["record"]
+        record = script.study(manifest, model["study"])["record"]
+        if record is not None:
+            assert (ROOT / record / "run" / "stages").is_dir(), record
 
 
 def _manifest(script, run: Path) -> dict:
     manifest = script.load_manifest()
-    manifest["models"] = [{"name": "hand-made", "record": str(run), "config": "-"}]
+    manifest["models"] = [{"name": "hand-made", "study": "hand-made"}]
+    manifest["studies"] = [{"name": "hand-made", "record": str(run.parent), "config": "-"}]
     return manifest
 
 
@@ -67,38 +67,6 @@ def test_a_changed_number_in_a_record_changes_its_cell_and_the_verdict_is_the_ru
     changed = cells(script.table(_manifest(script, run), root=Path("/")))
     assert "→ 50.0%" in changed[("3", "hand-made")] and changed[("3", "hand-made")] != table[("3", "hand-made")]
     assert {k: v for k, v in changed.items() if k[0] != "3"} == {k: v for k, v in table.items() if k[0] != "3"}
-
-
-def test_a_stale_page_is_found_and_rewritten(script, tmp_path, monkeypatch):
-    pages = []
-    for page in PAGES:
-        pages.append(tmp_path / page.name)
-        shutil.copy(page, pages[-1])
-    monkeypatch.setattr(script, "PAGES", pages)
-    monkeypatch.setattr(script, "ROOT", tmp_path)
-    assert script.main(["--check"]) == 0
-    text = pages[0].read_text().replace("**not measured**: record pending", "**holds**: record pending", 1)
-    pages[0].write_text(text)
-    assert script.main(["--check"]) == 1
-    assert script.main([]) == 0 and script.main(["--check"]) == 0
-
-
-VERDICT = re.compile(r"\*\*(" + "|".join(re.escape(v) for v in VERDICTS) + r")\b")
-
-
-def verdicts_outside_the_table(text: str, script) -> list[str]:
-    block = script.written(text) or ""
-    return [line for line in text.replace(block, "").splitlines() if VERDICT.search(line)]
-
-
-def test_no_verdict_is_stated_outside_the_generated_table(script):
-    for page in PAGES:
-        assert verdicts_outside_the_table(page.read_text(), script) == [], page.name
-
-
-def test_a_second_verdict_written_into_the_readme_is_found(script):
-    text = (ROOT / "README.md").read_text() + "\nOn Qwen, row 8 **partly** holds.\n"
-    assert verdicts_outside_the_table(text, script) == ["On Qwen, row 8 **partly** holds."]
 
 
 def test_the_readme_s_demo_numbers_are_the_demo_record_s():

@@ -1,0 +1,88 @@
+"""The study pages are rendered from the committed records, and only from them: the pages in the repository are
+what `python studies/pages.py` gives now; a changed number in a record makes them stale, and rewriting them puts
+the new number in; every committed study record has its page; a record with an evaluation gets tables 1 and 2
+whose accuracies are the record's."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from keyheads.io import write_json
+from keyheads.runfolder import RunFolder
+
+from .report.handmade import make_run
+from tests.helpers import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_RECORDS = ("paper-llama2-7b-gpu",)  # GPU speed and memory records: bench/RESULTS.md renders them
+
+
+@pytest.fixture(scope="module")
+def pages():
+    return load_script(ROOT / "studies" / "pages.py", "studies_pages")
+
+
+def test_the_committed_pages_are_what_the_records_give(pages):
+    stale = pages.stale_pages()
+    assert stale == [], f"run python studies/pages.py: {[str(p.relative_to(ROOT)) for p in stale]}"
+
+
+def test_every_committed_study_record_is_listed_and_every_listed_record_is_committed(pages):
+    manifest = json.loads((ROOT / "studies" / "studies.json").read_text())
+    listed = {s["record"] for s in manifest["studies"] if s["record"] is not None}
+    committed = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "records").glob("*/*/record.json")
+                 if (p.parent / "run").is_dir() and p.parent.parent.name not in BENCH_RECORDS}
+    assert listed == committed
+    for name in BENCH_RECORDS:
+        assert f"records/{name}/" in (ROOT / "bench" / "RESULTS.md").read_text()
+
+
+def _copy_tree(tmp: Path) -> Path:
+    """The files pages.py reads and writes, copied under tmp."""
+    for rel in ("README.md", "studies/RESULTS.md", "studies/studies.json"):
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp / rel)
+    shutil.copytree(ROOT / "studies" / "pages", tmp / "studies" / "pages")
+    shutil.copytree(ROOT / "records" / "demo-smollm2-135m", tmp / "records" / "demo-smollm2-135m")
+    return tmp
+
+
+def test_a_changed_number_in_a_record_makes_the_pages_stale_and_rewriting_puts_it_in(pages, tmp_path):
+    root = _copy_tree(tmp_path)
+    assert pages.main(["--check"], root=root) == 0
+    [record] = (root / "records" / "demo-smollm2-135m").iterdir()
+    path = record / "run" / "knockout" / "knockout.json"
+    data = json.loads(path.read_text())
+    before = data["key_heads"]["accuracy_before"]
+    data["key_heads"]["accuracy_after"] = 0.5
+    path.write_text(json.dumps(data))
+    assert pages.main(["--check"], root=root) == 1
+    page = root / "studies" / "pages" / "demo-smollm2-135m.md"
+    assert "to 50.0%." not in page.read_text()
+    assert pages.main([], root=root) == 0 and pages.main(["--check"], root=root) == 0
+    assert f"accuracy goes from {100 * before:.1f}% to 50.0%." in page.read_text()
+    # the findings table of both pages changed with it
+    for rel in ("README.md", "studies/RESULTS.md"):
+        assert f"{100 * before:.1f}% → 50.0%" in (root / rel).read_text()
+
+
+def test_a_page_of_no_study_is_stale_and_removed(pages, tmp_path):
+    root = _copy_tree(tmp_path)
+    (root / "studies" / "pages" / "gone.md").write_text("# a study that left the manifest\n")
+    assert pages.main(["--check"], root=root) == 1
+    assert pages.main([], root=root) == 0 and not (root / "studies" / "pages" / "gone.md").exists()
+
+
+def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(pages, tmp_path):
+    run = make_run(tmp_path / "rec" / "run", True)
+    write_json(tmp_path / "rec" / "record.json", {"study": "hand-made", "commit": "0" * 40, "command": "made by hand"})
+    text = pages.page({"title": "Hand-made", "record": "rec"}, root=tmp_path)
+    assert "## Tables 1 and 2" in text and "made by: `made by hand`" in text
+    table = RunFolder(run).eval_record
+    assert table is not None
+    for variant in table.variants:  # every row's accuracy on every benchmark, as the record has it
+        for bench, summary in variant.benchmarks.items():
+            if summary.accuracy is None:  # the drift row has a KL, no accuracy
+                continue
+            assert f"{100 * summary.accuracy:.1f} [" in text, (variant.label, bench)
