@@ -112,7 +112,9 @@ def tables_part(run: RunFolder) -> list[str]:
     if t is None:
         return []
     runs = run.finetune_records
-    lines = ["## Tables 1 and 2", "", "Accuracy in % with 95% Wilson intervals; Δ in points from the base row.", ""]
+    knockout = any(r.kind == "knockout" for r in t.rows)
+    lines = ["## Tables 1 and 2", "", "Accuracy in % with 95% Wilson intervals; Δ in points from the base row"
+             + ("; the knockout row is keyheads' addition (the paper's table 1 has none)." if knockout else "."), ""]
     lines += markdown_table(t, t.rows, runs)
     pairs, family = paired_table(run, t)
     if pairs:

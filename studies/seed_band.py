@@ -3,12 +3,10 @@ change from the base row, and each measured seed item by item against the base (
 interval, Holm over every test of the table).
 
 Each FOLDER is a `keyheads eval` output whose first row is the base model and whose last row is one seed
-of the control (a knockout of random heads, or an adapter trained on random heads). A seed measured before
-and no longer on disk can be given with --recorded as its accuracies in points, out of the same items; it
-enters the band, not the item-by-item tests.
+of the control (a knockout of random heads, or an adapter trained on random heads). Every seed is read from
+its folder: a seed whose folder is gone is re-run, never typed in from a page.
 
-    python studies/seed_band.py --title TITLE --recorded "seed 0: arith-mul=50,gsm8k=38,kl=0.041" \
-        "seed 1=RUN/seed1" "seed 2=RUN/seed2"
+    python studies/seed_band.py --title TITLE "seed 0=RUN/seed0" "seed 1=RUN/seed1" "seed 2=RUN/seed2"
 """
 from __future__ import annotations
 
@@ -56,16 +54,6 @@ def _number(value: float | None, where: object) -> float:
     return value
 
 
-def parse_recorded(text: str) -> tuple[str, dict[str, float]]:
-    """"seed 0: arith-mul=50,kl=0.041" -> ("seed 0", {"arith-mul": 50.0, "generic-kl": 0.041})."""
-    label, _, values = text.partition(":")
-    out = {}
-    for part in values.split(","):
-        key, _, value = part.strip().partition("=")
-        out[KL if key == "kl" else key] = float(value)
-    return label.strip(), out
-
-
 def table(seeds: dict[str, dict[str, float]], base: dict[str, float], tests: dict[str, dict]) -> str:
     names = list(seeds)
     sets = [b for b in base]
@@ -94,7 +82,6 @@ def table(seeds: dict[str, dict[str, float]], base: dict[str, float], tests: dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("seeds", nargs="+", help="LABEL=EVAL_FOLDER, one per measured seed")
-    ap.add_argument("--recorded", action="append", default=[], help="'LABEL: set=points,...,kl=VALUE'")
     ap.add_argument("--title", required=True, help="the section's title")
     ap.add_argument("--command", default="", help="the command that made the folders, for the section")
     args = ap.parse_args()
@@ -102,9 +89,6 @@ def main() -> None:
     seeds: dict[str, dict[str, float]] = {}
     tests: dict[str, dict] = {}
     base: dict[str, float] = {}
-    for text in args.recorded:
-        label, values = parse_recorded(text)
-        seeds[label] = values
     for spec in args.seeds:
         label, _, folder = spec.partition("=")
         got_base, row, paired = measured(Path(folder))
@@ -113,8 +97,7 @@ def main() -> None:
         base, seeds[label], tests[label] = got_base, row, paired
     body = table(dict(sorted(seeds.items())), base, tests)
     notes = ("Δ is the change in points with its 95% interval for paired proportions (Newcombe's method 10); Holm's "
-             "correction is over every item-by-item test of this table; a seed given as recorded enters the band "
-             "only.")
+             "correction is over every item-by-item test of this table.")
     text = "\n\n".join(x for x in (args.command and f"Command: {args.command}", body, notes) if x)
     show_section(args.title, text)
 

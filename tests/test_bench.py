@@ -204,16 +204,17 @@ def test_seed_band_is_the_mean_and_range_over_seeds_with_each_measured_seed_test
     band = importlib.import_module("seed_band")
     one = seed_folder(tmp_path / "s1", {"gsm8k": range(0, 36), "mmlu": range(0, 20)}, kl=0.04)  # gsm8k -20 points
     two = seed_folder(tmp_path / "s2", {"gsm8k": range(4, 26), "mmlu": range(0, 24)}, kl=0.06)  # +8, -8
-    seeds, tests, base = {"seed 0": {"gsm8k": 50.0, "mmlu": 60.0, "generic-kl": 0.05}}, {}, {}
-    for label, folder in (("seed 1", one), ("seed 2", two)):
+    zero = seed_folder(tmp_path / "s0", {"gsm8k": range(0, 25), "mmlu": range(0, 20)}, kl=0.05)  # +2 points
+    seeds, tests, base = {}, {}, {}
+    for label, folder in (("seed 0", zero), ("seed 1", one), ("seed 2", two)):
         base, seeds[label], tests[label] = band.measured(folder)
     assert base == {"gsm8k": 48.0, "mmlu": 60.0}
     assert seeds["seed 1"] == {"gsm8k": 28.0, "mmlu": 60.0, "generic-kl": 0.04}
     out = band.table(seeds, base, tests)
     gsm8k = next(line for line in out.splitlines() if line.startswith("| gsm8k"))
-    assert "| 50 | 28 | 56 |" in gsm8k  # the recorded seed, then the measured ones
+    assert "| 50 | 28 | 56 |" in gsm8k  # the three seeds
     assert "-3.3 [-20, +8] (3 seeds)" in gsm8k  # (2 - 20 + 8) / 3 and the range
-    p = [mcnemar_p(0, 10), mcnemar_p(0, 0), mcnemar_p(4, 0), mcnemar_p(0, 4)]  # s1 gsm8k, s1 mmlu, s2 gsm8k, s2 mmlu
-    assert "+0 / -10, Δ -20.0" in gsm8k and f"(Holm {band.fmt_p(holm(p)[0])})" in gsm8k
+    # s0 gsm8k, s0 mmlu, s1 gsm8k, s1 mmlu, s2 gsm8k, s2 mmlu
+    p = [mcnemar_p(1, 0), mcnemar_p(0, 0), mcnemar_p(0, 10), mcnemar_p(0, 0), mcnemar_p(4, 0), mcnemar_p(0, 4)]
+    assert "+0 / -10, Δ -20.0" in gsm8k and f"(Holm {band.fmt_p(holm(p)[2])})" in gsm8k
     assert "| generic KL from base | 0 | 0.050 | 0.040 | 0.060 | 0.050 [0.040, 0.060] |" in out
-    assert band.parse_recorded("seed 0: gsm8k=38,kl=0.041") == ("seed 0", {"gsm8k": 38.0, "generic-kl": 0.041})

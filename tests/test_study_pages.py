@@ -79,6 +79,7 @@ def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(pag
     write_json(tmp_path / "rec" / "record.json", {"study": "hand-made", "commit": "0" * 40, "command": "made by hand"})
     text = pages.page({"title": "Hand-made", "record": "rec"}, root=tmp_path)
     assert "## Tables 1 and 2" in text and "made by: `made by hand`" in text
+    assert "the knockout row is keyheads' addition" in text
     table = RunFolder(run).eval_record
     assert table is not None
     for variant in table.variants:  # every row's accuracy on every benchmark, as the record has it
