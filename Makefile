@@ -1,10 +1,10 @@
-# The commands of the README: `make demo`, `make test-all`, `make test`, `make test-fast` and `make lint`. All build .venv on first use.
+# The commands of the README: `make demo`, `make test-all`, `make test`, `make test-fast`, `make lint` and `make pages`. All build .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-fast lint install clean-venv bench
+.PHONY: demo test test-all test-fast lint install clean-venv bench pages
 
 $(STAMP): pyproject.toml requirements/dev.txt requirements/lm-eval.txt requirements/trl.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/patching.py
+
+# Every generated page of the studies, from the committed records (studies/pages.py)
+pages: $(STAMP)
+	$(PY) studies/pages.py
 
 clean-venv:
 	rm -rf $(VENV)
