@@ -73,6 +73,12 @@ PHASES = [
 ]
 
 
+def default_data_dir() -> Path:
+    """$KEYHEADS_DATA, else the shared benchmark folder beside the checkout."""
+    env = os.environ.get("KEYHEADS_DATA")
+    return Path(env) if env else ROOT.parent / "shared" / "data" / "benchmarks"
+
+
 def prepare() -> None:
     """Everything the GPU machine lacks, into .gpu/ (git-ignored; carry it)."""
     shutil.rmtree(PREPARED, ignore_errors=True)
@@ -81,7 +87,7 @@ def prepare() -> None:
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
         if (cache / name).is_file():
             shutil.copy(cache / name, PREPARED / "tokenizer" / name)
-    data = ROOT.parent / "shared" / "data" / "benchmarks"
+    data = default_data_dir()
     for rel in BENCHMARK_FILES:
         src, dst = data / rel, PREPARED / "benchmarks" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -462,7 +468,9 @@ def main() -> None:
     p = sub.add_parser("report")
     p.add_argument("folder", type=Path)
     rr = sub.add_parser("report-records", help="phase C's RESULTS section from the committed records")
-    rr.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data" / "benchmarks")
+    rr.add_argument("--data-dir", type=Path, default=None,
+                    help="the benchmark folder, for the whole sets' sizes (default: $KEYHEADS_DATA, else "
+                         "../shared/data/benchmarks beside the checkout)")
     a = ap.parse_args()
     if a.what == "prepare":
         prepare()
@@ -473,7 +481,8 @@ def main() -> None:
         sys.path.insert(0, str(ROOT / "src"))
         from results import write_section
 
-        body = report_records(sorted(p for p in RECORDS.iterdir() if (p / "record.json").is_file()), a.data_dir)
+        body = report_records(sorted(p for p in RECORDS.iterdir() if (p / "record.json").is_file()),
+                              a.data_dir or default_data_dir())
         write_section(PHASE_C_TITLE, body)
         print(body)
     else:
