@@ -52,6 +52,14 @@ def write_section(title: str, body: str, path: Path = RESULTS, header: str = HEA
     atomic_write_text(path, with_index(text))
 
 
+def read_section(title: str, path: Path = RESULTS) -> str | None:
+    """The body of the section `## title` of `path`, stripped as write_section writes it (None without one)."""
+    if not path.exists():
+        return None
+    found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", path.read_text(), re.S | re.M)
+    return found.group(1).strip() if found else None
+
+
 def matmul_rate(d: int, d_ff: int, rows: int = 4096, repeats: int = 10) -> float:
     """Best-of-`repeats` FLOP/s of a [rows, d] x [d, d_ff] matrix product (the floor's unit of work)."""
     import time
