@@ -107,6 +107,33 @@ def knockout_part(run: RunFolder) -> list[str]:
     return lines
 
 
+def attention_part(run: RunFolder) -> list[str]:
+    att = run.attention_record
+    if att is None:
+        return []
+    lines = ["## Where the key heads look", "",
+             f"Mean attention from the END token over {att.n_samples} prompts, summed over the tokens of each role; "
+             "a head's label is the role it attends to most.", "",
+             "| head | label | lean | operands | operator | other words | first token |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {h.head} | {h.label} | {h.lean} | {h.operand_A_plus_B:.3f} | {h.operator:.3f} | {h.other_words:.3f} | "
+              f"{h.first_token:.3f} |" for h in att.labels]
+    return lines
+
+
+def mlp_part(run: RunFolder) -> list[str]:
+    mlp = run.mlp_record
+    if mlp is None:
+        return []
+    case = mlp.case
+    lines = ["## What the MLPs write", "",
+             f"Over {mlp.n_samples} prompts (read at {mlp.read_point}), the turning layers (start-inflection-end) are "
+             f"{mlp.turning_points.text()}; the rule: {mlp.rule}.", "",
+             f"The case {case.prompt.strip().splitlines()[-1]!r} (answer {case.answer}; its few-shot lines left out): the three numbers each layer's MLP write is "
+             "closest to.", "", "| layer | closest numbers |", "|---|---|"]
+    lines += [f"| {layer} | {', '.join(top)} |" for layer, top in enumerate(case.top3_per_layer)]
+    return lines
+
+
 def tables_part(run: RunFolder) -> list[str]:
     t = eval_table(run)
     if t is None:
@@ -127,7 +154,7 @@ def page(study: dict, root: Path = ROOT) -> str:
     record = root / study["record"]
     run = RunFolder(record / "run")
     parts = [[f"# {study['title']}", ""] + provenance(record, study["record"]), findings_part(run), identify_part(run),
-             knockout_part(run), tables_part(run)]
+             knockout_part(run), attention_part(run), mlp_part(run), tables_part(run)]
     return "\n\n".join("\n".join(p) for p in parts if p) + "\n"
 
 

@@ -80,6 +80,11 @@ def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(pag
     text = pages.page({"title": "Hand-made", "record": "rec"}, root=tmp_path)
     assert "## Tables 1 and 2" in text and "made by: `made by hand`" in text
     assert "the knockout row is keyheads' addition" in text
+    mlp, att = RunFolder(run).mlp_record, RunFolder(run).attention_record
+    assert mlp is not None and att is not None
+    assert f"are {mlp.turning_points.start}-{mlp.turning_points.inflection}-{mlp.turning_points.end};" in text
+    for label in att.labels:
+        assert f"| {label.head} | {label.label} | {label.lean} | {label.operand_A_plus_B:.3f} |" in text
     table = RunFolder(run).eval_record
     assert table is not None
     for variant in table.variants:  # every row's accuracy on every benchmark, as the record has it
