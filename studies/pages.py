@@ -114,9 +114,10 @@ def attention_part(run: RunFolder) -> list[str]:
     lines = ["## Where the key heads look", "",
              f"Mean attention from the END token over {att.n_samples} prompts, summed over the tokens of each role; "
              "a head's label is the role it attends to most.", "",
-             "| head | label | lean | operands | operator | other words | first token |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {h.head} | {h.label} | {h.lean} | {h.operand_A_plus_B:.3f} | {h.operator:.3f} | {h.other_words:.3f} | "
-              f"{h.first_token:.3f} |" for h in att.labels]
+             "| head | label | lean | operands | operator | other words | first token |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {h.head} | {h.label} | {h.lean} | {h.operand_A_plus_B:.3f} | {h.operator:.3f} | "
+              f"{h.other_words:.3f} | {h.first_token:.3f} |" for h in att.labels]
     return lines
 
 
@@ -128,8 +129,8 @@ def mlp_part(run: RunFolder) -> list[str]:
     lines = ["## What the MLPs write", "",
              f"Over {mlp.n_samples} prompts (read at {mlp.read_point}), the turning layers (start-inflection-end) are "
              f"{mlp.turning_points.text()}; the rule: {mlp.rule}.", "",
-             f"The case {case.prompt.strip().splitlines()[-1]!r} (answer {case.answer}; its few-shot lines left out): the three numbers each layer's MLP write is "
-             "closest to.", "", "| layer | closest numbers |", "|---|---|"]
+             f"The case {case.prompt.strip().splitlines()[-1]!r} (answer {case.answer}; its few-shot lines left out): "
+             "the three numbers each layer's MLP write is closest to.", "", "| layer | closest numbers |", "|---|---|"]
     lines += [f"| {layer} | {', '.join(top)} |" for layer, top in enumerate(case.top3_per_layer)]
     return lines
 
