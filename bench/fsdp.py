@@ -107,7 +107,7 @@ def cpu(root: Path) -> str:
     full = {k[1:]: v for k, v in seen.items() if k[0] == "full"}
     return "\n".join(rows) + f"""
 
-SmolLM2-135M in fp32, {RECIPE['max_steps']} steps of {RECIPE['batch_size']} samples in micro-batches of
+SmolLM2-135M in fp32, {RECIPE['max_steps']} steps of {RECIPE['optimizer_batch_size']} samples in micro-batches of
 {RECIPE['micro_batch_size']} ({TRAIN}); one process runs 2 threads, each of two processes 1. Peak RSS counts
 the whole model each process loads before sharding it ("before training"), the Python and torch runtime,
 and the logits over a 49k vocabulary; the two columns after it count tensors. Full SFT's trained state per
