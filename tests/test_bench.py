@@ -2,7 +2,9 @@
 (they are run by hand, not by CI)."""
 import datetime
 import importlib
+import itertools
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -90,6 +92,18 @@ def test_provenance_names_the_checkouts_commit_and_marks_uncommitted_changes(tmp
     (repo / "src" / "new.py").write_text("")  # a new file under src/ counts too
     assert line() == expect(f"{second} + uncommitted changes")
     assert "; commit unknown (not a git checkout), run" in results.provenance("bench/a.py", "m", root=plain)
+
+
+def test_every_bench_results_section_opens_with_its_provenance_line():
+    text = importlib.import_module("results").RESULTS.read_text()
+    sections = re.split(r"^## .+$", text, flags=re.M)[1:]
+    titles = re.findall(r"^## (.+)$", text, flags=re.M)
+    for title, body in zip(titles, sections):
+        if "(bench/paper_gpu.py)" in title:
+            continue  # written by bench/paper_gpu.py from its GPU records; not under this rule yet
+        lines = body.strip().splitlines()  # the first bullet, with its indented continuation lines
+        first = " ".join([lines[0], *(x.strip() for x in itertools.takewhile(lambda x: x.startswith("  "), lines[1:]))])
+        assert re.fullmatch(r"- script: .+; (figures committed in|not measured|commit) .+; machine: .+", first), title
 
 
 def test_a_study_script_prints_its_section_and_writes_no_file(tmp_path, capsys, monkeypatch):
