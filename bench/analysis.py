@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import matmul_rate, write_section  # noqa: E402
+from results import machine, matmul_rate, provenance, write_section  # noqa: E402
 
 from keyheads.analysis.common import all_heads, load_samples  # noqa: E402
 from keyheads.analysis.knockout_curves import CurveSettings, curve_sets, knockout_curves  # noqa: E402
@@ -150,7 +150,8 @@ def main() -> None:
     if args.gpu:
         import analysis_gpu
 
-        text = "\n".join(analysis_gpu.main(args))
+        text = "\n".join([provenance("bench/analysis.py --gpu", machine(analysis_gpu.DEVICE)),
+                          *analysis_gpu.main(args)])
         print(text)
         if not args.no_write:
             write_section("Knockout curves at 7B scale on one GPU (bench/analysis.py --gpu)", text)
@@ -160,6 +161,7 @@ def main() -> None:
         raise SystemExit(f"unknown case(s) {', '.join(unknown)}: choose from {', '.join(CASES)}")
     model = load_model("smollm2-135m", device="cpu", dtype="float32")
     lines = [
+        provenance("bench/analysis.py", machine(threads=args.threads)),
         f"- date: {datetime.date.today()}; command: `python bench/analysis.py --k {args.k} --seeds {args.seeds}"
         f"{' --effects ...' if args.effects else ''}`",
         f"- model: smollm2-135m (fp32, CPU, {args.threads} threads, {platform.machine()}); "

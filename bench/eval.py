@@ -39,7 +39,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import write_section  # noqa: E402
+from results import machine, provenance, write_section  # noqa: E402
 
 from keyheads.data.benchmarks import data_dir_from  # noqa: E402
 from keyheads.evaluation.engine import PrefixKV, common_prefix_len, eos_ids  # noqa: E402
@@ -179,7 +179,7 @@ def main() -> None:
     if args.gpu:
         import eval_gpu
 
-        lines = eval_gpu.main(args)
+        lines = [provenance("bench/eval.py --gpu", machine(eval_gpu.DEVICE)), *eval_gpu.main(args)]
         print("\n".join(lines))
         if not args.no_write:
             write_section("Evaluation throughput on a GPU (bench/eval.py --gpu)", "\n".join(lines))
@@ -223,6 +223,7 @@ def main() -> None:
     ratio = rate_engine / rate_hf
     command = f"python bench/eval.py --n {args.n} --batch-size {args.batch_size} --threads {args.threads}"
     lines = [
+        provenance("bench/eval.py", machine(threads=torch.get_num_threads())),
         f"- date: {datetime.date.today().isoformat()}; command: `{command}`",
         f"- model: smollm2-135m (fp32, CPU, {torch.get_num_threads()} threads, {platform.machine()}); "
         f"torch {torch.__version__}, transformers {__import__('transformers').__version__}",

@@ -185,7 +185,7 @@ def main() -> None:
 
 
 def report(args, rows: dict) -> None:
-    from results import write_section
+    from results import machine, provenance, write_section
 
     failed = {c: r["failed"] for c, r in rows.items() if "failed" in r}
     rows = {c: r for c, r in rows.items() if "failed" not in r}
@@ -196,7 +196,9 @@ def report(args, rows: dict) -> None:
         if args.device.startswith("cuda")
         else f"CPU ({platform.processor() or platform.machine()})"
     )
-    lines = [f"Measured {datetime.date.today()} on {device}, {what} in {args.dtype or 'float32'}: "
+    where = machine(args.device, None if args.device.startswith("cuda") else args.threads or torch.get_num_threads())
+    lines = [provenance("bench/finetune.py", where), "",
+             f"Measured {datetime.date.today()} on {device}, {what} in {args.dtype or 'float32'}: "
              f"{args.optimizer_batch_size} samples per step ({args.micro_batch_size} per forward pass), "
              f"{args.prompt_len} prompt + {args.completion_len} completion tokens each, median of {args.steps} "
              f"steps after {args.warmup} warm-up step(s). Heads: {first['components']['source']}; lowest trained layer "

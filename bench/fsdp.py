@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from results import write_section  # noqa: E402
+from results import machine, provenance, write_section  # noqa: E402
 
 from keyheads.effects import Effects  # noqa: E402
 from keyheads.results.finetune import FinetuneResult  # noqa: E402
@@ -107,7 +107,7 @@ def cpu(root: Path) -> str:
     full = {k[1:]: v for k, v in seen.items() if k[0] == "full"}
     return "\n".join(rows) + f"""
 
-SmolLM2-135M in fp32, {RECIPE['max_steps']} steps of {RECIPE['batch_size']} samples in micro-batches of
+SmolLM2-135M in fp32, {RECIPE['max_steps']} steps of {RECIPE['optimizer_batch_size']} samples in micro-batches of
 {RECIPE['micro_batch_size']} ({TRAIN}); one process runs 2 threads, each of two processes 1. Peak RSS counts
 the whole model each process loads before sharding it ("before training"), the Python and torch runtime,
 and the logits over a 49k vocabulary; the two columns after it count tensors. Full SFT's trained state per
@@ -244,7 +244,10 @@ def main() -> None:
     titles = {"cpu": "Past one process on the CPU: DDP and FSDP2, 1 and 2 processes (bench/fsdp.py cpu)",
               "resume": "FSDP2: a killed full SFT resumed (bench/fsdp.py resume)"}
     title = titles.get(args.part, f"FSDP2 on a GPU (bench/fsdp.py {args.part})")
-    write_section(title, f"{body}\n\nMeasured {when} with `python bench/fsdp.py {args.part}`.")
+    where = machine("cuda") if args.part.startswith("gpu") else \
+        f"{machine()}; 2 threads in all: one process of 2, or two processes of 1 each"
+    write_section(title, f"{provenance(f'bench/fsdp.py {args.part}', where)}\n\n{body}\n\n"
+                         f"Measured {when} with `python bench/fsdp.py {args.part}`.")
     print(body)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)

@@ -117,9 +117,10 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        from results import write_section
+        from results import machine, provenance, write_section
 
-        write_section(TITLE, text)
+        write_section(TITLE, provenance("bench/fsdp_memory.py", f"{machine()}; 2 processes of 1 thread each, gloo")
+                      + "\n" + text)
 
 
 if __name__ == "__main__":

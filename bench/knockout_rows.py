@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from results import write_section  # noqa: E402
+from results import machine, provenance, write_section  # noqa: E402
 
 from keyheads.data.benchmarks import data_dir_from  # noqa: E402
 from keyheads.evaluation import EvalSettings, Variant, evaluate  # noqa: E402
@@ -71,7 +71,7 @@ def main() -> None:
         table.append(f"| {name} | {seconds:.1f} | {items} | {tokens:,} | {tokens / items:.0f} | "
                      f"{1000 * seconds / tokens:.1f} | {budget} |")
     (_, s_base, _, t_base, _), (_, s_ko, _, t_ko, _) = rows
-    body = "\n".join(table) + f"""
+    body = provenance("bench/knockout_rows.py", machine(threads=args.threads)) + "\n\n" + "\n".join(table) + f"""
 
 {MODEL}, {args.benchmark}, the first {args.n} items, 4-shot chain of thought, fp32 on CPU, {args.threads} threads;
 knockout of {HEADS} (global mean over {pairs.name}'s counterfactual prompts). The knockout row took

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import matmul_rate, write_section  # noqa: E402
+from results import machine, matmul_rate, provenance, write_section  # noqa: E402
 
 from keyheads.models import load_model  # noqa: E402
 from keyheads.patching.naive import naive_path_patch_batch  # noqa: E402
@@ -116,6 +116,7 @@ def main() -> None:
     floor = (passes + sweep) / rate
     ratio = t_naive / t_fast
     lines = [
+        provenance("bench/patching.py", machine(threads=torch.get_num_threads())),
         f"- date: {datetime.date.today().isoformat()}; command: `python bench/patching.py --n {args.n} "
         f"--batch-size {args.batch_size}`",
         f"- model: smollm2-135m (fp32, CPU, {torch.get_num_threads()} threads, {platform.machine()}); "

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from patching import flop_floor  # noqa: E402
-from results import write_section  # noqa: E402
+from results import machine, provenance, write_section  # noqa: E402
 
 from keyheads.models.model import HookedModel  # noqa: E402
 from keyheads.patching.path import path_patch_batch  # noqa: E402
@@ -114,6 +114,7 @@ def main() -> None:
     L, H, V = model.n_layers, model.n_heads, model.config.vocab_size
     heads_x_vocab = L * H * args.batch_size * V * 2  # what one bf16 [senders x batch, vocab] logit block would take
     lines = [
+        provenance("bench/patching_scale.py", machine("cuda")),
         f"- date: {datetime.date.today().isoformat()}; command: `python bench/patching_scale.py --shape {args.shape} "
         f"--prompts {args.prompts} --tokens {args.tokens} --batch-size {args.batch_size}`",
         f"- model: randomly initialised {args.shape} shape ({L} layers x {H} heads, d {model.d_model}, "

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from results import write_section  # noqa: E402
+from results import provenance, write_section  # noqa: E402
 
 from keyheads.commands.plan import plan_from  # noqa: E402
 from keyheads.config.commands import PlanCommand  # noqa: E402
@@ -73,7 +73,10 @@ def main() -> None:
             parts.append(f"**{name}** ({s.params:,} parameters; {s.n_layers} layers, d_model {s.d_model}, "
                          f"{s.n_heads} heads over {s.n_kv_heads} K/V heads)\n\n{text}")
     w = plan.workload
-    body = f"""Computed {datetime.date.today()} by `keyheads plan` from each model's config alone (no weights, no GPU).
+    where = "none measured: the planner's arithmetic on each config, no GPU"
+    body = f"""{provenance("bench/plan_table.py", where)}
+
+Computed {datetime.date.today()} by `keyheads plan` from each model's config alone (no weights, no GPU).
 **No entry has been measured on a GPU yet**: these are the planner's estimates, with {w.dtype} compute, fp32
 trained weights, gradients and AdamW state. Training: {w.seq_len} tokens a sample, micro-batch {w.micro_batch}
 (halved until it fits). Analyses: {w.prompt_len} tokens a prompt, batch {w.batch} (halved until it fits). A cell is

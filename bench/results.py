@@ -6,18 +6,27 @@ studies' findings, written through studies/study_results.py with this same funct
 """
 from __future__ import annotations
 
+import datetime
+import os
+import platform
 import re
+import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
 from keyheads.io import atomic_write_text  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 HEADER = """# Benchmark results
 
-Speed and memory of keyheads' steps. A section whose title names a script (in bench/) is written by it; figures are
-measured, with the date. What the studies found (accuracies, effects, tables 1 and 2) is in studies/RESULTS.md.
+Speed and memory of keyheads' steps. Each section opens with one line that names the script (or command) behind
+its figures, the commit they were measured on ("not measured" for commands not run yet), and the machine. A script
+writes that line itself when it runs (`provenance` in bench/results.py: the checkout's commit, with "+ uncommitted
+changes" when src/ or bench/ differ from it, and the date). For figures from before that, the line names the
+commit that brought them into this file and how sure it is that this commit's code is the code measured. What the
+studies found (accuracies, effects, tables 1 and 2) is in studies/RESULTS.md.
 """
 SECTION = re.compile(r"^## (.+)$", re.M)
 INDEX = "Sections:"  # the line that opens the index; the index runs from it to the first section
@@ -58,6 +67,46 @@ def read_section(title: str, path: Path = RESULTS) -> str | None:
         return None
     found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", path.read_text(), re.S | re.M)
     return found.group(1).strip() if found else None
+
+
+def provenance(script: str, machine: str, root: Path | str | None = None) -> str:
+    """The line a section opens with: `script` (with its part or flags, as the caller names them), the commit of
+    the checkout at `root` (default: this repository) that the figures are measured on, the date, and `machine`.
+
+    The commit reads "+ uncommitted changes" when `git status` shows a change under src/ or bench/ (new files
+    included; RESULTS.md aside, which the runs themselves rewrite), and "unknown" outside a checkout.
+    """
+    root = Path(root) if root is not None else ROOT
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        sha = git("rev-parse", "--short", "HEAD")
+        changed = git("status", "--porcelain", "--", "src", "bench", ":(exclude)bench/RESULTS.md")
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown (not a git checkout)"
+    else:
+        commit = sha + (" + uncommitted changes" if changed else "")
+    return f"- script: {script}; commit {commit}, run {datetime.date.today().isoformat()}; machine: {machine}"
+
+
+def machine(device: str = "cpu", threads: int | None = None) -> str:
+    """The machine as a provenance line names it: the GPU's name for a CUDA device, else the CPU's architecture,
+    model (where /proc/cpuinfo tells it) and cores, and the threads the run used."""
+    if device.startswith("cuda"):
+        import torch
+
+        return f"one {torch.cuda.get_device_name(device)}"
+    if device != "cpu":
+        return device
+    model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        model = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                      if line.startswith("model name")), "")
+    what = ", ".join(x for x in (platform.machine(), model, f"{os.cpu_count()} cores") if x)
+    return f"CPU ({what})" + (f", {threads} threads" if threads else "")
 
 
 def matmul_rate(d: int, d_ff: int, rows: int = 4096, repeats: int = 10) -> float:

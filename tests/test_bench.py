@@ -1,7 +1,11 @@
 """The scripts of bench/ (speed and memory) and studies/ (findings) still import and set up against today's API
 (they are run by hand, not by CI)."""
+import datetime
 import importlib
+import itertools
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -48,6 +52,58 @@ def test_bench_results_indexes_its_sections():
     results = importlib.import_module("results")
     text = results.RESULTS.read_text()
     assert results.with_index(text) == text
+
+
+def test_provenance_names_the_checkouts_commit_and_marks_uncommitted_changes(tmp_path):
+    results = importlib.import_module("results")
+    repo, plain = tmp_path / "repo", tmp_path / "plain"
+    (repo / "bench").mkdir(parents=True)
+    plain.mkdir()
+
+    def git(*args):
+        settings = ["-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "commit.gpgsign=false"]
+        return subprocess.run(["git", *settings, *args], cwd=repo, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    def line(script="bench/a.py"):
+        return results.provenance(script, "CPU, 2 threads", root=repo)
+
+    git("init", "-q")
+    (repo / "bench" / "a.py").write_text("x = 1\n")
+    (repo / "bench" / "RESULTS.md").write_text("# results\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    sha = git("rev-parse", "--short", "HEAD")
+    today = datetime.date.today().isoformat()
+
+    def expect(commit, script="bench/a.py"):
+        return f"- script: {script}; commit {commit}, run {today}; machine: CPU, 2 threads"
+
+    assert line("bench/a.py --flag") == expect(sha, "bench/a.py --flag")
+    (repo / "bench" / "RESULTS.md").write_text("# results, rewritten by a run\n")  # not a change of the code
+    (repo / "notes.txt").write_text("outside src/ and bench/\n")
+    assert line() == expect(sha)
+    (repo / "bench" / "a.py").write_text("x = 2\n")
+    assert line() == expect(f"{sha} + uncommitted changes")
+    git("commit", "-q", "-am", "second")
+    second = git("rev-parse", "--short", "HEAD")
+    assert second != sha and line() == expect(second)
+    (repo / "src").mkdir()
+    (repo / "src" / "new.py").write_text("")  # a new file under src/ counts too
+    assert line() == expect(f"{second} + uncommitted changes")
+    assert "; commit unknown (not a git checkout), run" in results.provenance("bench/a.py", "m", root=plain)
+
+
+def test_every_bench_results_section_opens_with_its_provenance_line():
+    text = importlib.import_module("results").RESULTS.read_text()
+    sections = re.split(r"^## .+$", text, flags=re.M)[1:]
+    titles = re.findall(r"^## (.+)$", text, flags=re.M)
+    for title, body in zip(titles, sections):
+        if "(bench/paper_gpu.py)" in title:
+            continue  # written by bench/paper_gpu.py from its GPU records; not under this rule yet
+        lines = body.strip().splitlines()  # the first bullet, with its indented continuation lines
+        first = " ".join([lines[0], *(x.strip() for x in itertools.takewhile(lambda x: x.startswith("  "), lines[1:]))])
+        assert re.fullmatch(r"- script: .+; (figures committed in|not measured|commit) .+; machine: .+", first), title
 
 
 def test_a_study_script_prints_its_section_and_writes_no_file(tmp_path, capsys, monkeypatch):
