@@ -136,7 +136,9 @@ def main() -> None:
     ]
     print("\n".join(lines))
     if not args.no_write:
-        write_section(f"Path patching at 7B scale on one GPU (bench/patching_scale.py, {args.shape})", "\n".join(lines))
+        # the default shape's section keeps its title, so a re-run replaces it instead of adding a second one
+        scale = "7B" if args.shape == "llama-2-7b" else args.shape
+        write_section(f"Path patching at {scale} scale on one GPU (bench/patching_scale.py)", "\n".join(lines))
 
 
 if __name__ == "__main__":
