@@ -20,8 +20,14 @@ BEGIN = "<!-- findings table: written by `python studies/pages.py` from the reco
 END = "<!-- end of findings table -->"
 
 
+def key_numbers(finding: Finding) -> str:
+    """What a cell says after its verdict: the rule's key numbers, or for a claim not measured, why not."""
+    return finding.key or (finding.evidence if finding.verdict == "not measured" else "")
+
+
 def cell(finding: Finding) -> str:
-    return f"**{finding.verdict}**: {finding.key}" if finding.key else f"**{finding.verdict}**"
+    key = key_numbers(finding)
+    return f"**{finding.verdict}**: {key}" if key else f"**{finding.verdict}**"
 
 
 def study(manifest: dict, name: str) -> dict:

@@ -60,7 +60,7 @@ def findings_part(run: RunFolder) -> list[str]:
     lines = ["## Findings", "", "The verdicts of `keyheads.report.findings` (the one place a verdict is decided) on "
              "this record; the findings table of README and studies/RESULTS.md carries the same cells.", "",
              "| # | Claim | Verdict | Key numbers |", "|---|---|---|---|"]
-    lines += [f"| {f.row} | {md(f.claim)} | **{f.verdict}** | {md(f.key) or '-'} |" for f in items]
+    lines += [f"| {f.row} | {md(f.claim)} | **{f.verdict}** | {md(table.key_numbers(f)) or '-'} |" for f in items]
     lines.append("")
     for f in items:
         lines.append(f"- Row {f.row}, evidence: {f.evidence}." + (f" Rule: {f.rule}." if f.rule else ""))

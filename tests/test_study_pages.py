@@ -44,7 +44,9 @@ def _copy_tree(tmp: Path) -> Path:
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp / rel)
     shutil.copytree(ROOT / "studies" / "pages", tmp / "studies" / "pages")
-    shutil.copytree(ROOT / "records" / "demo-smollm2-135m", tmp / "records" / "demo-smollm2-135m")
+    for study in json.loads((ROOT / "studies" / "studies.json").read_text())["studies"]:
+        if study["record"] is not None:
+            shutil.copytree(ROOT / study["record"], tmp / study["record"])
     return tmp
 
 
