@@ -13,6 +13,10 @@ the items, and the pairs made from GSM8K questions (identify/gsm8k/pairs.jsonl) 
 weights, adapters, checkpoints, tokenizer files, figures, the report page, per-sample arrays and the
 evaluation's answer cache. The record is
 then read through the run folder's typed readers, so a record that does not parse is refused here, not later.
+
+A run folder can be recorded while its run goes on: a stage that has started and not finished
+(`stages/NAME.started` without `stages/NAME.json`) leaves its folder out, partial files and all, and record.json
+lists the stages the record holds.
 """
 from __future__ import annotations
 
@@ -48,12 +52,23 @@ def without_cases(text: str) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
+def stages_of(run: Path) -> tuple[list[str], list[str]]:
+    """(finished stages, stages started and not finished) of a run folder, by name ("finetune/precise")."""
+    name = lambda p: p.stem.replace("--", "/")  # noqa: E731
+    finished = sorted(name(p) for p in (run / "stages").glob("*.json"))
+    running = sorted(name(p) for p in (run / "stages").glob("*.started") if name(p) not in finished)
+    return finished, running
+
+
 def small_outputs(run: Path) -> list[Path]:
-    """The files of `run` a record keeps, relative to it."""
+    """The files of `run` a record keeps, relative to it: none of a stage that is still running."""
+    _, running = stages_of(run)
     out = []
     for path in sorted(run.rglob("*")):
         rel = path.relative_to(run)
         if not path.is_file() or path.suffix not in KEEP or any(part in SKIP_DIRS for part in rel.parts[:-1]):
+            continue
+        if any(rel.as_posix() == stage or rel.as_posix().startswith(stage + "/") for stage in running):
             continue
         if rel.name.startswith(SKIP_FILES) or any(p.startswith("checkpoint") for p in rel.parts) \
                 or rel.as_posix().startswith(SKIP_PATHS):
@@ -77,8 +92,10 @@ def make_record(run: Path, dest: Path, commit: str, command: str, machine: str, 
             (tmp / "run" / rel).write_text(without_cases((run / rel).read_text()))
         else:
             shutil.copy2(run / rel, tmp / "run" / rel)
+    finished, _ = stages_of(run)
     (tmp / "record.json").write_text(json.dumps({"study": dest.parent.name, "commit": commit, "command": command,
-                                                 "machine": machine, "note": note}, indent=1) + "\n")
+                                                 "machine": machine, "note": note, "stages": finished},
+                                                indent=1) + "\n")
     try:
         render(tmp / "run")  # every artifact through its typed reader, as the report and the findings read it
     except UserError as err:

@@ -52,3 +52,21 @@ def test_a_record_is_written_once_and_a_damaged_run_is_refused(record_script, ru
     with pytest.raises(SystemExit, match="knockout.json"):
         record_script.main([str(copy), str(tmp_path / "t2"), "--commit", "a", "--command", "c"])
     assert not (tmp_path / "t2").exists() and not (tmp_path / "t2.partial").exists()
+
+
+def test_a_run_still_going_is_recorded_up_to_its_finished_stages(record_script, run_folder, tmp_path):
+    """A stage started and not finished (its .started marker, no record) leaves its folder out, partial files and
+    all; record.json lists the finished stages."""
+    import shutil
+
+    live = Path(shutil.copytree(run_folder, tmp_path / "live"))
+    (live / "stages" / "knockout.json").rename(live / "stages" / "knockout.started")
+    (live / "knockout" / "knockout_curves.partial.json").write_text("{}")
+    dest = tmp_path / "t1"
+    assert record_script.main([str(live), str(dest), "--commit", "a", "--command", "c"]) == 0
+    kept = {p.relative_to(dest / "run").as_posix() for p in (dest / "run").rglob("*") if p.is_file()}
+    assert not any(p.startswith("knockout/") for p in kept) and "identify/key_heads.json" in kept
+    stages = json.loads((dest / "record.json").read_text())["stages"]
+    assert "knockout" not in stages and {"data", "identify"} <= set(stages)
+    verdicts = {f.row: f.verdict for f in findings(dest / "run")}
+    assert verdicts[3] == "not measured" and verdicts[1] == {f.row: f.verdict for f in findings(run_folder)}[1]
