@@ -98,11 +98,12 @@ def knockout_part(run: RunFolder) -> list[str]:
                   for k, e, m, s in zip(c.k, c.effect_rank, c.random_mean, c.random_std)]
     if ko.transfer is not None:
         lines += ["", "Transfer: each set's accuracy before and after the key heads' knockout, and with as many "
-                  "random non-key heads out (one draw).", "",
-                  "| set | n | before | key heads out | relative | random heads out | relative |",
-                  "|---|---|---|---|---|---|---|"]
+                  "random non-key heads out (the mean over the control's draws, then each draw).", "",
+                  "| set | n | before | key heads out | relative | random heads out | relative | draws |",
+                  "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {md(r.set)} | {r.n} | {pct(r.accuracy_before)} | {pct(r.accuracy_after)} | "
-                  f"{pct(r.relative_change)} | {pct(r.accuracy_random_heads)} | {pct(r.relative_change_random_heads)} |"
+                  f"{pct(r.relative_change)} | {pct(r.accuracy_random_heads)} | "
+                  f"{pct(r.relative_change_random_heads)} | {', '.join(pct(a) for a in r.random_draws()) or '-'} |"
                   for r in ko.transfer.rows]
     return lines
 

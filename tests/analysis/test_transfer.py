@@ -48,8 +48,8 @@ def test_evaluate_equals_direct_knockout(llama, tmp_path):
     clean = llama.forward(llama.encode(refs))[:, -1].argmax(-1)
     answers = [llama.tokenizer.decode([t]) for t in clean[:8]] + ["0"] * 4  # 8 right, 4 (probably) wrong
     tset = tr._finish(llama, "mine", refs, answers)
-    control = knockout_subset(full, [(0, 0), (0, 2), (1, 3)])
-    row, case = tr.evaluate(llama, tset, ko, batch_size=5, progress=False, control=control)
+    control, other = knockout_subset(full, [(0, 0), (0, 2), (1, 3)]), knockout_subset(full, [(1, 1), (2, 2), (0, 1)])
+    row, case = tr.evaluate(llama, tset, ko, batch_size=5, progress=False, controls=[control, other])
     direct_ko = compute_means(llama, cfs, heads=heads, progress=False)
     after_logits = llama.run(llama.encode(refs), edit=direct_ko.edits())[0][:, -1]
     ids = torch.tensor(tset.answer_ids)
@@ -58,7 +58,12 @@ def test_evaluate_equals_direct_knockout(llama, tmp_path):
     assert row.relative_change == (row.accuracy_after - row.accuracy_before) / row.accuracy_before
     direct_control = compute_means(llama, cfs, heads=[(0, 0), (0, 2), (1, 3)], progress=False)
     control_logits = llama.run(llama.encode(refs), edit=direct_control.edits())[0][:, -1]
-    assert row.accuracy_random_heads == (control_logits.argmax(-1) == ids).float().mean().item()
+    direct_other = compute_means(llama, cfs, heads=[(1, 1), (2, 2), (0, 1)], progress=False)
+    other_logits = llama.run(llama.encode(refs), edit=direct_other.edits())[0][:, -1]
+    draws = [(logits.argmax(-1) == ids).float().mean().item() for logits in (control_logits, other_logits)]
+    assert row.accuracy_random_draws == draws and row.random_draws() == draws
+    assert row.accuracy_random_heads == sum(draws) / 2  # the band's mean
+    assert row.relative_change_random_heads == (sum(draws) / 2 - row.accuracy_before) / row.accuracy_before
     assert case.prompt == refs[0] and len(case.before) == 5
     assert case.before[0][0] == answers[0]
     p = after_logits[0].softmax(-1)

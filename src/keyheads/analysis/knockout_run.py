@@ -60,7 +60,7 @@ class _Call:
                 "seed": s.seed, "n_samples": s.limit, "batch_size": self.batch_size, "mean": s.mean,
                 "transfer": s.transfer, "transfer_data": self.transfer_data, "transfer_by": s.transfer_by,
                 "data_dir": self.data_dir, "transfer_n": s.transfer_n, "transfer_control": s.transfer_control,
-                "progress": self.progress}
+                "transfer_draws": s.transfer_draws, "progress": self.progress}
 
 
 def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: HeadChoice,
@@ -227,9 +227,11 @@ def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -
     s = cfg.settings
     sets = transfer_sets(model, cfg.data, s, cfg.transfer_data, cfg.data_dir, notes)
     ko = knockout_subset(full, key_heads)
-    control_draw = control_heads(model, key_heads, s.seed)
-    control = knockout_subset(full, control_draw) if s.transfer_control else None
-    done = map_sharded(lambda part: [tr.evaluate(model, t, ko, cfg.batch_size, cfg.progress, control=control)
+    # the control's draws: seeds seed, seed + 1, ... (the first is the draw earlier releases made alone)
+    draws = [control_heads(model, key_heads, s.seed + i) for i in range(s.transfer_draws)] if s.transfer_control \
+        else []
+    controls = [knockout_subset(full, d) for d in draws]
+    done = map_sharded(lambda part: [tr.evaluate(model, t, ko, cfg.batch_size, cfg.progress, controls=controls)
                                      for t in part], sets)
     rows, cases = [r for r, _ in done], [c for _, c in done]
     for tset, row in zip(sets, rows):
@@ -239,12 +241,14 @@ def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -
     table = tr.format_table(rows)
     case_text = "\n\n".join(c.text() for c in cases)
     write_csv(out / "transfer.csv", ["set", "n", "accuracy_before", "accuracy_after", "relative_change",
-                                     "accuracy_random_heads", "relative_change_random_heads", "note"],
+                                     "accuracy_random_heads", "relative_change_random_heads", "accuracy_random_draws",
+                                     "note"],
               [[r.set, r.n, r.accuracy_before, r.accuracy_after, r.relative_change,
                 "" if r.accuracy_random_heads is None else r.accuracy_random_heads, r.relative_change_random_heads,
-                "; ".join(x for x in (r.note, r.fallback) if x)] for r in rows])
-    header = f"knocked out: {','.join(map(str, key_heads))}" + (
-        f"\nrandom control: {','.join(map(str, control_draw))}" if control else ""
-    )
+                ";".join(map(str, r.accuracy_random_draws)), "; ".join(x for x in (r.note, r.fallback) if x)]
+               for r in rows])
+    header = f"knocked out: {','.join(map(str, key_heads))}" + "".join(
+        f"\nrandom control, draw {i + 1}: {','.join(map(str, d))}" for i, d in enumerate(draws))
     atomic_write_text(out / "transfer_cases.txt", f"{header}\n\n{table}\n\n{case_text}\n")
-    return Transfer(heads=key_heads, random_heads=control_draw if control else None, rows=rows, cases=cases)
+    return Transfer(heads=key_heads, random_heads=draws[0] if draws else None, random_draws=draws, rows=rows,
+                    cases=cases)

@@ -32,6 +32,9 @@ class KnockoutSettings(Section):
                                                                      "(None: all)")
     transfer_control: bool = Field(default=True, description="also knock out as many random non-key heads on every "
                                                              "transfer set (one more pass each)")
+    transfer_draws: int = Field(default=3, ge=1, description="random draws of the transfer control (seeds seed, "
+                                                            "seed+1, ...): the band a transfer claim is judged "
+                                                            "against needs at least 3")
 
 
 class AttentionSettings(Section):

@@ -160,21 +160,21 @@ def from_pairs(model: HookedModel, path: str | Path, by: str = "task", n: int | 
 # ---- evaluation ----------------------------------------------------------------------------
 
 def evaluate(model: HookedModel, tset: TransferSet, ko: Knockout, batch_size: int = 16,
-             progress: bool = True, control: Knockout | None = None) -> tuple[TransferRow, Case]:
+             progress: bool = True, controls: Sequence[Knockout] = ()) -> tuple[TransferRow, Case]:
     """Accuracy before and after the knockout on one set, and its figure-4 case.
 
-    `control` (the same number of random heads) says how much of a drop any knockout of that
-    size causes on this set: a transfer claim needs the key heads to do clearly more."""
+    `controls` (draws of the same number of random heads) say how much of a drop any knockout of that size
+    causes on this set: a transfer claim needs the key heads to do clearly more than their band."""
     prompts = PromptSet(model, tset.prompts, batch_size)
-    sets = [[], list(ko.heads)] + ([list(control.heads)] if control is not None else [])
-    if ko.mlps or (control is not None and control.mlps):
+    sets = [[], list(ko.heads)] + [list(c.heads) for c in controls]
+    if ko.mlps or any(c.mlps for c in controls):
         raise AnalysisError("transfer knocks out heads only")
     preds = EndPasses(model, prompts, ko).predict(sets, tset.answer_ids, topk=5, progress=progress)
     before, after = preds[0], preds[1]
     note = fallback_note(ko, prompts)
     row = TransferRow.measured(tset.name, len(tset.prompts), before.accuracy(tset.answer_ids),
                                after.accuracy(tset.answer_ids), note.text(), tset.note,
-                               control=preds[2].accuracy(tset.answer_ids) if control is not None else None)
+                               controls=[p.accuracy(tset.answer_ids) for p in preds[2:]])
     i = tset.case
     tok = model.tokenizer
     top = lambda pred: [(tok.decode([int(t)]), float(p)) for t, p in zip(pred.topk_ids[i], pred.topk_probs[i])]  # noqa: E731

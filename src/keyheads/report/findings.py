@@ -148,23 +148,32 @@ def transfer(run: RunFolder) -> Finding:
     ko = run.knockout_record
     if ko is None or ko.transfer is None or not ko.transfer.rows:
         return _claim(claim, "not measured", "the transfer sets were not run")
-    rows = [r for r in ko.transfer.rows[1:] if is_num(r.relative_change) and is_num(r.relative_change_random_heads)]
+    rows = [r for r in ko.transfer.rows[1:] if is_num(r.relative_change) and r.random_draws()]
     if not rows:
         return _claim(claim, "not testable",
                       "no transfer set had right answers before the knockout and a random control")
-    wins = [r for r in rows if r.relative_change <= r.relative_change_random_heads - TRANSFER_GAP]
-    shown = "; ".join(f"{r.set}: {pct(r.relative_change)} vs random {pct(r.relative_change_random_heads)}"
-                      for r in rows)
-    # the run's transfer control is one random draw: without a band it can support "partly" at most
-    verdict: Verdict = "does not hold" if not wins else "partly"
+    bands = [_transfer_band(r.accuracy_before, r.random_draws()) for r in rows]
+    wins = [r for r, (mean, std) in zip(rows, bands) if r.relative_change <= mean - max(TRANSFER_GAP, 2 * std)]
+    draws = min(len(r.random_draws()) for r in rows)
+    shown = "; ".join(f"{r.set}: {pct(r.relative_change)} vs random {pct(mean)} (std {pct(std)})"
+                      for r, (mean, std) in zip(rows, bands))
+    verdict: Verdict = "does not hold" if not wins else "holds" if 2 * len(wins) > len(rows) and \
+        draws >= MIN_DRAWS else "partly"
     return _claim(claim, verdict,
-                  f"relative accuracy change with key heads vs random heads out ({ko.mean} mean) "
-                  f"{SINGLE_DRAW} — {shown}. The key heads cost at least "
-                  f"{100 * TRANSFER_GAP:.0f} points more on {len(wins)} of {len(rows)} sets",
-                  f"per transfer set, key heads against one draw of random heads: holds needs more than half of "
-                  f"the sets {100 * TRANSFER_GAP:.0f} points beyond a band of {MIN_DRAWS} draws "
-                  "(studies/transfer_band.py), so one draw gives partly at most; does not hold if no set",
-                  f"beyond one random draw on {len(wins)} of {len(rows)} sets")
+                  f"relative accuracy change with key heads vs random heads out ({ko.mean} mean) {_draws(draws)} — "
+                  f"{shown}. The key heads cost at least {100 * TRANSFER_GAP:.0f} points (and 2 std of the band) "
+                  f"more on {len(wins)} of {len(rows)} sets",
+                  f"per transfer set, the key heads' relative change against the band of random draws: holds if "
+                  f"more than half of the sets are {100 * TRANSFER_GAP:.0f} points and 2 std beyond it, over at "
+                  f"least {MIN_DRAWS} draws; partly if some are, or over fewer draws; does not hold if none",
+                  f"beyond random on {len(wins)} of {len(rows)} sets ({draws} draw{'s' * (draws > 1)})")
+
+
+def _transfer_band(before: float, draws: list[float]) -> tuple[float, float]:
+    """The mean and (population) standard deviation of the control's relative change over its draws."""
+    changes = [(a - before) / before for a in draws]
+    mean = sum(changes) / len(changes)
+    return mean, math.sqrt(sum((c - mean) ** 2 for c in changes) / len(changes))
 
 
 def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> Finding:

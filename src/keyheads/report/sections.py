@@ -152,6 +152,7 @@ def transfer(run: RunFolder) -> Markup:
     if tr is None or not tr.rows:
         return section("transfer", title, note("The transfer sets were not run (transfer was off)."))
     ctrl = tr.random_heads
+    draws = max((len(r.random_draws()) for r in tr.rows), default=0)
     rows = [
         [
             r.set,
@@ -167,7 +168,8 @@ def transfer(run: RunFolder) -> Markup:
     ]
     body = [note(f"Knocked out ({ko.mean} mean): {heads_text(tr.heads)}. Control: as many "
                  "random other heads"
-                 + (f" ({heads_text(ctrl)})." if ctrl else " (not run).")),
+                 + (f", {draws} draw{'s' * (draws > 1)} (the first: {heads_text(ctrl)}); its columns give the mean "
+                    "over the draws." if ctrl else " (not run).")),
             table(["set", "n", "before", "after (key heads out)", "relative", "after (random heads out)",
                    "relative (random)", "note"], rows, "transfer")]
     if tr.cases:

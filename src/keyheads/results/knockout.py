@@ -5,6 +5,7 @@ cases (figure 4), as `keyheads knockout` and the knockout stage write them.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..mean import KnockoutMean
@@ -47,18 +48,28 @@ class TransferRow(Result):
     accuracy_before: float
     accuracy_after: float
     relative_change: float
-    accuracy_random_heads: float | None = None
+    accuracy_random_heads: float | None = None  # the mean over the control's draws
     relative_change_random_heads: float = math.nan
+    accuracy_random_draws: list[float] = []  # one per draw; earlier releases made one draw and wrote none
     fallback: str = ""
     note: str = ""
 
     @classmethod
     def measured(cls, name: str, n: int, before: float, after: float, fallback: str = "", note: str = "",
-                 control: float | None = None) -> TransferRow:
-        """The row of accuracies measured on set `name`, its relative changes computed."""
+                 controls: Sequence[float] = ()) -> TransferRow:
+        """The row of accuracies measured on set `name` (`controls`: one per random draw), its relative changes
+        computed."""
+        mean = sum(controls) / len(controls) if controls else None
         return cls(set=name, n=n, accuracy_before=before, accuracy_after=after,
-                   relative_change=relative(before, after), accuracy_random_heads=control,
-                   relative_change_random_heads=relative(before, control), fallback=fallback, note=note)
+                   relative_change=relative(before, after), accuracy_random_heads=mean,
+                   relative_change_random_heads=relative(before, mean), accuracy_random_draws=list(controls),
+                   fallback=fallback, note=note)
+
+    def random_draws(self) -> list[float]:
+        """The control's accuracy in each draw (a file of an earlier release: its one draw)."""
+        if self.accuracy_random_draws:
+            return list(self.accuracy_random_draws)
+        return [] if self.accuracy_random_heads is None else [self.accuracy_random_heads]
 
 
 class Case(Result):
@@ -84,7 +95,8 @@ class Transfer(Result):
     """The transfer table: the identification data first (the reference row), then the other sets."""
 
     heads: list[HeadField]
-    random_heads: list[HeadField] | None  # the control's draw; None when the control did not run
+    random_heads: list[HeadField] | None  # the control's first draw; None when the control did not run
+    random_draws: list[list[HeadField]] = []  # every draw (earlier releases: none written, one made)
     rows: list[TransferRow]
     cases: list[Case] = []
 
