@@ -136,6 +136,23 @@ def mlp_part(run: RunFolder) -> list[str]:
     return lines
 
 
+def training_part(run: RunFolder) -> list[str]:
+    runs = run.finetune_records
+    if not runs:
+        return []
+    lines = ["## Fine-tuning", "",
+             "Each variant's training: what it tuned, its speed over the run, and its loss curve (the first, the "
+             "lowest and the last step's loss; every step's is in the record's finetune.json).", "",
+             "| variant | method | tuned params | of | samples | steps | samples/s | loss: first | lowest | last |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, info in sorted(runs.items()):
+        t, losses = info.train, info.train.losses
+        first, low, last = (f"{x:.3f}" for x in (losses[0], min(losses), losses[-1])) if losses else ("-",) * 3
+        lines.append(f"| {name} | {info.method} | {info.tuned_params:,} | {info.total_params:,} | {info.data.n:,} | "
+                     f"{t.steps} | {t.samples_per_second:.2f} | {first} | {low} | {last} |")
+    return lines
+
+
 def tables_part(run: RunFolder) -> list[str]:
     t = eval_table(run)
     if t is None:
@@ -156,7 +173,7 @@ def page(study: dict, root: Path = ROOT) -> str:
     record = root / study["record"]
     run = RunFolder(record / "run")
     parts = [[f"# {study['title']}", ""] + provenance(record, study["record"]), findings_part(run), identify_part(run),
-             knockout_part(run), attention_part(run), mlp_part(run), tables_part(run)]
+             knockout_part(run), attention_part(run), mlp_part(run), training_part(run), tables_part(run)]
     return "\n\n".join("\n".join(p) for p in parts if p) + "\n"
 
 

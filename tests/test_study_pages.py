@@ -82,6 +82,10 @@ def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(pag
     text = pages.page({"title": "Hand-made", "record": "rec"}, root=tmp_path)
     assert "## Tables 1 and 2" in text and "made by: `made by hand`" in text
     assert "the knockout row is keyheads' addition" in text
+    for name, info in RunFolder(run).finetune_records.items():  # each variant's loss curve, from its record
+        losses = info.train.losses
+        assert f"| {name} | {info.method} | {info.tuned_params:,} |" in text
+        assert f"| {losses[0]:.3f} | {min(losses):.3f} | {losses[-1]:.3f} |" in text
     mlp, att = RunFolder(run).mlp_record, RunFolder(run).attention_record
     assert mlp is not None and att is not None
     assert f"are {mlp.turning_points.start}-{mlp.turning_points.inflection}-{mlp.turning_points.end};" in text
