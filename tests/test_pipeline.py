@@ -153,6 +153,14 @@ def test_finetune_variant_names_choose_heads_and_mlps(run, tiny_data, llama, mon
     heads, none = chosen("random@4")
     assert len(heads) == 4 and none == [] and chosen("random@4") == (heads, [])  # seeded
     assert len(chosen("random")[0]) == 3
+    # -seedN draws with seed N: the run's own seed (0) gives random@4's heads, others other draws
+    from keyheads.components import Components
+
+    assert chosen("random@4-seed0") == (heads, [])
+    for seed in (1, 2):
+        drawn = Components.random_heads(4, llama.n_layers, llama.n_heads, seed=seed)
+        assert chosen(f"random@4-seed{seed}") == (sorted(drawn.heads), [])
+    assert chosen("random@4-seed1") != chosen("random@4-seed2")
 
 
 def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkeypatch):  # noqa: F811
@@ -232,6 +240,7 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused_up_front(run,
     ({"patch": {"metric": "accuracy"}}, "patch.metric: 'accuracy' given"),
     ({"variants": ["precise", "everything"]}, "unknown variant(s) everything"),
     ({"variants": ["random@3+mlp"]}, "unknown variant(s) random@3+mlp"),
+    ({"variants": ["precise@3-seed1"]}, "unknown variant(s) precise@3-seed1"),
     ({"variants": ["full", "full"]}, "a variant is listed twice"),
     ({"data": {"task": "integration"}}, "data.task: 'integration' given"),
     ({"data": {"templates": ["add-eq-99"]}}, "data.templates: ['add-eq-99'] given; unknown template id(s) add-eq-99"),

@@ -318,7 +318,7 @@ def variant_components(variant: str, folder: RunFolder | Path, model, cfg: RunSe
         choice = ComponentChoice(effects=str(run.effects), top_k=int(m["k"]), mlps=mlps)
     else:  # the key heads, as identify chose them
         choice = ComponentChoice(effects=str(run.effects), heads=",".join(map(str, keys.heads)), mlps=mlps)
-    chosen = choice.components(model, cfg.seed)
+    chosen = choice.components(model, int(m["seed"]) if m["seed"] is not None else cfg.seed)
     if m["kind"] == "precise" and not m["k"]:
         chosen = Components(chosen.heads, chosen.mlps, keys.source + (f" + top-{mlps} MLPs" if mlps else ""))
     return chosen

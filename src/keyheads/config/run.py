@@ -30,8 +30,10 @@ from .base import Batched, DataFolder, DeviceSettings, NonNegative, Section, is_
 # what also_identify takes: a task of the templates, or the pairs made of GSM8K's test questions
 ALSO_IDENTIFY = (*TASKS, WORD_PROBLEMS)
 
-# precise[@K][+mlp[M]] | random[@K] | full | lora: K heads (default: the key heads' count), M MLPs
-VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?|full|lora")
+# precise[@K][+mlp[M]] | random[@K][-seedN] | full | lora: K heads (default: the key heads' count), M MLPs; a random
+# variant's -seedN draws its heads with seed N instead of the run's (several seeds: the control's band)
+VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?"
+                     r"(?:-seed(?P<seed>\d+))?|full|lora")
 
 
 class RunSettings(Batched, DataFolder, DeviceSettings):
@@ -45,7 +47,8 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
     variants: list[str] = Field(default_factory=list, description=(
         "fine-tuning variants trained after the analysis: precise (the key heads), precise@K (the top K heads by "
         "effect), +mlp or +mlpM after either (also the top finetune.mlps or M MLPs), random or random@K (as "
-        "many / K seeded random heads: the control), full, lora"))
+        "many / K seeded random heads: the control; random@K-seedN draws them with seed N, so that several seeds "
+        "give the control's band), full, lora"))
     also_identify: list[str] = Field(default_factory=list, description=(
         "more identifications, each a stage identify/NAME after the main one, patched with the patch settings: "
         "a task (the data settings on that task alone: figure 15's operations apart, appendix D's "
@@ -135,10 +138,12 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
     @field_validator("variants")
     @classmethod
     def _variants(cls, v):
-        bad = [x for x in v if not VARIANT.fullmatch(x) or (x.startswith("random") and "+mlp" in x)]
+        bad = [x for x in v if not VARIANT.fullmatch(x) or (x.startswith("random") and "+mlp" in x)
+               or (x.startswith("precise") and "-seed" in x)]
         if bad:
             raise SettingError("variants", v, f"unknown variant(s) {', '.join(bad)}; use precise, precise@K, "
-                                              "precise+mlp, precise@K+mlpM, random, random@K, full or lora")
+                                              "precise+mlp, precise@K+mlpM, random, random@K, random@K-seedN, "
+                                              "full or lora")
         if len(set(v)) != len(v):
             raise SettingError("variants", v, "a variant is listed twice")
         return v
