@@ -15,7 +15,6 @@ from keyheads.report.findings import Finding, findings
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "studies" / "studies.json"
-PAGES = [ROOT / "README.md", ROOT / "studies" / "RESULTS.md"]
 BEGIN = "<!-- findings table: written by `python studies/pages.py` from the records in studies/studies.json -->"
 END = "<!-- end of findings table -->"
 

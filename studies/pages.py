@@ -26,12 +26,8 @@ from keyheads.report.rundata import eval_table  # noqa: E402
 from keyheads.runfolder import RunFolder  # noqa: E402
 
 ROOT = table.ROOT
-PAGES_DIR = ROOT / "studies" / "pages"
-RESULTS = ROOT / "studies" / "RESULTS.md"
-README = ROOT / "README.md"
 STUDIES_BEGIN = "<!-- studies: written by `python studies/pages.py` from studies/studies.json -->"
 STUDIES_END = "<!-- end of studies -->"
-WITHDRAWN = "24f0d0a"  # the last commit whose studies/RESULTS.md holds the sections written from gone run folders
 
 
 def pct(x: float | None) -> str:
