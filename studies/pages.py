@@ -202,6 +202,9 @@ def wanted(manifest: dict, root: Path = ROOT) -> dict[Path, str]:
     out[results] = replace_block(text, STUDIES_BEGIN, STUDIES_END, studies_block(manifest), "studies/RESULTS.md")
     for s in manifest["studies"]:
         if s["record"] is not None:
+            if not (root / s["record"] / "record.json").is_file() or not (root / s["record"] / "run").is_dir():
+                raise SystemExit(f"studies/studies.json: study {s['name']!r} names the record {s['record']!r}, which "
+                                 "is not a committed record (record.json and run/): make it with studies/record.py")
             out[root / "studies" / "pages" / f"{s['name']}.md"] = page(s, root)
     return out
 

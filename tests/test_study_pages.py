@@ -98,3 +98,12 @@ def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(pag
             if summary.accuracy is None:  # the drift row has a KL, no accuracy
                 continue
             assert f"{100 * summary.accuracy:.1f} [" in text, (variant.label, bench)
+
+
+def test_a_listed_record_that_is_not_there_is_a_clear_error(pages, tmp_path):
+    root = _copy_tree(tmp_path)
+    manifest = json.loads((root / "studies" / "studies.json").read_text())
+    manifest["studies"][0]["record"] = "records/gone/2026-01-01"
+    (root / "studies" / "studies.json").write_text(json.dumps(manifest))
+    with pytest.raises(SystemExit, match="records/gone/2026-01-01.*not a committed record"):
+        pages.main(["--check"], root=root)
