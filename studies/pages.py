@@ -5,7 +5,8 @@
   re-runs it;
 - studies/pages/NAME.md: one page per committed study record, read through the typed run-folder readers the
   report uses: where the record comes from, each finding with its evidence and rule, the key heads, the knockout
-  and its transfer table, and tables 1 and 2 with the item-by-item tests where the record has an evaluation.
+  and its transfer table, and tables 1 and 2 with the item-by-item tests where the record has an evaluation; a
+  study that names another as `against` gets the first-token comparison with it (studies/first_token_heads.py).
 
     python studies/pages.py           # write them all
     python studies/pages.py --check   # exit 1 when a page differs from what the records give
@@ -19,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import findings as table  # noqa: E402
+from first_token_heads import comparison_part  # noqa: E402
 from table1 import markdown_table, paired_table  # noqa: E402
 
 from keyheads.report.findings import findings  # noqa: E402
@@ -165,11 +167,23 @@ def tables_part(run: RunFolder) -> list[str]:
     return lines
 
 
-def page(study: dict, root: Path = ROOT) -> str:
+def against_part(study: dict, run: RunFolder, manifest: dict | None, root: Path) -> list[str]:
+    """A first-token study's comparison with the single-token study it names as `against`."""
+    if not study.get("against") or manifest is None:
+        return []
+    other = table.study(manifest, study["against"])["record"]
+    if other is None:
+        return ["## Against single-token answers", "", f"The comparison waits for the record of study "
+                f"`{study['against']}`, which is pending."]
+    return comparison_part(run, RunFolder(root / other / "run"), study["against"])
+
+
+def page(study: dict, root: Path = ROOT, manifest: dict | None = None) -> str:
     record = root / study["record"]
     run = RunFolder(record / "run")
     parts = [[f"# {study['title']}", ""] + provenance(record, study["record"]), findings_part(run), identify_part(run),
-             knockout_part(run), attention_part(run), mlp_part(run), training_part(run), tables_part(run)]
+             knockout_part(run), against_part(study, run, manifest, root), attention_part(run), mlp_part(run),
+             training_part(run), tables_part(run)]
     return "\n\n".join("\n".join(p) for p in parts if p) + "\n"
 
 
@@ -205,7 +219,7 @@ def wanted(manifest: dict, root: Path = ROOT) -> dict[Path, str]:
             if not (root / s["record"] / "record.json").is_file() or not (root / s["record"] / "run").is_dir():
                 raise SystemExit(f"studies/studies.json: study {s['name']!r} names the record {s['record']!r}, which "
                                  "is not a committed record (record.json and run/): make it with studies/record.py")
-            out[root / "studies" / "pages" / f"{s['name']}.md"] = page(s, root)
+            out[root / "studies" / "pages" / f"{s['name']}.md"] = page(s, root, manifest)
     return out
 
 

@@ -209,7 +209,7 @@ def test_first_token_heads_compares_two_effects_files_as_a_direct_computation(tm
     assert found["largest"][0] == (top[3][0][0], a[top[3][0][0]])
 
 
-def test_first_token_heads_tabulates_and_draws_both_sets_knockout_curves(tmp_path):
+def test_first_token_heads_tabulates_both_sets_knockout_curves():
     from keyheads.results.knockout import KnockoutCurves
 
     first_token_heads = importlib.import_module("first_token_heads")
@@ -225,8 +225,6 @@ def test_first_token_heads_tabulates_and_draws_both_sets_knockout_curves(tmp_pat
     words = first_token_heads.curves_summary(curves).replace("\n", " ")
     assert "single-token answers the top-k curve lies below the random band (mean - std) at every k from 1" in words
     assert "the top 10 cost -11.1% relative, 10 random heads -2.2%" in words  # 0.80 / 0.90 and 0.88 / 0.90
-    first_token_heads.draw_curves(curves, tmp_path / "curves.png", "m")
-    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def seed_folder(root, control_wrong: dict, n: int = 50, kl: float = 0.05):

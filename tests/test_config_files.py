@@ -30,3 +30,16 @@ def test_the_lr_rows_are_the_study_at_the_paper_s_rate_with_the_study_s_key_head
     assert {k for k in study["finetune"] if study["finetune"][k] != rows["finetune"][k]} == {"lr"}
     assert rows["finetune"]["lr"] == 2e-5 and set(rows["variants"]) == {"full", "precise@10"} <= set(study["variants"])
     assert rows["circuit"].startswith("records/study-qwen1.5b/")
+
+
+@pytest.mark.parametrize("first, single", [("first-token-smollm2", "single-token-smollm2"),
+                                           ("first-token-qwen1.5b", "study-qwen1.5b")])
+def test_a_first_token_config_differs_from_its_single_token_side_in_the_answer_filter_alone(first, single, tmp_path):
+    a, b = (RunSettings.from_yaml(ROOT / "configs" / f"{n}.yaml", out="x", data_dir=str(tmp_path))
+            for n in (first, single))
+    assert a.model == b.model
+    assert a.data.model_dump() == {**b.data.model_dump(), "single_token_answer": False}
+    assert b.data.single_token_answer and a.patch.first_token and not b.patch.first_token
+    assert a.patch.model_dump() == {**b.patch.model_dump(), "first_token": True}
+    curves = ("k", "seeds", "seed", "limit", "mean")  # what the curves depend on
+    assert [getattr(a.knockout, f) for f in curves] == [getattr(b.knockout, f) for f in curves]

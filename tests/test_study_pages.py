@@ -107,3 +107,43 @@ def test_a_listed_record_that_is_not_there_is_a_clear_error(pages, tmp_path):
     (root / "studies" / "studies.json").write_text(json.dumps(manifest))
     with pytest.raises(SystemExit, match="records/gone/2026-01-01.*not a committed record"):
         pages.main(["--check"], root=root)
+
+
+def test_a_first_token_study_compares_its_key_heads_with_the_study_it_is_against(pages, tmp_path):
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from keyheads.effects import Effects
+
+    rng = np.random.default_rng(1)
+    single_fx = -rng.random((4, 8)) / 5
+    first_fx = single_fx + rng.normal(0, 0.03, (4, 8))
+    tasks = {"single": ["addition"] * 3, "first": ["addition", "addition", "multiplication", "multiplication"]}
+    for name, fx in (("single", single_fx), ("first", first_fx)):
+        run = make_run(tmp_path / name / "run", True)
+        write_json(tmp_path / name / "record.json", {"study": name, "commit": "0" * 40, "command": "by hand"})
+        write_json(run / "identify" / "effects.json", Effects(
+            metric="relative-logit", method="path", model="hand-made", n_samples=50, n_excluded=0, data_sha256=None,
+            heads=fx.tolist(), mlps=[0.0] * 4).to_json())
+        (run / "pairs.jsonl").write_text("".join(
+            json.dumps({"reference": f"{i} + 1 = ", "counterfactual": f"{i} @ 1 = ", "answer": str(i + 1),
+                        "task": t}) + "\n" for i, t in enumerate(tasks[name])))
+    manifest = {"studies": [{"name": "single", "title": "S", "record": "single"},
+                            {"name": "first", "title": "F", "record": "first", "against": "single"}]}
+    text = pages.page(manifest["studies"][1], root=tmp_path, manifest=manifest)
+    assert "## Against single-token answers" in text and "study `single`" in text
+    heads = [(l, h) for l in range(4) for h in range(8)]
+    top = [set(sorted(heads, key=lambda lh: fx[lh])[:10]) for fx in (single_fx, first_fx)]
+    assert f"Overlap of the top 10: {len(top[0] & top[1])} of 10; of the top 32: 32 of 32." in text
+    rho = spearmanr(single_fx.ravel(), first_fx.ravel())[0]
+    assert f"Spearman rank correlation of the 32 head effects: rho {rho:.3f}" in text
+    (ls, hs), (lf, hf) = (min(heads, key=lambda lh: fx[lh]) for fx in (single_fx, first_fx))
+    assert (f"| largest effect (most negative) | {100 * single_fx[ls, hs]:+.1f}% ({ls}.{hs}) | "
+            f"{100 * first_fx[lf, hf]:+.1f}% ({lf}.{hf}) |") in text
+    past = [int((fx < -0.05).sum()) for fx in (single_fx, first_fx)]
+    assert f"| heads past the paper's -5% | {past[0]} | {past[1]} |" in text
+    assert "| single-token | 3 | 0 | 3 |" in text and "| first-token | 2 | 2 | 4 |" in text
+    assert "| first-token: top-k | 80.0% |" in text  # each side's knockout curves, from its own record
+    # its other side pending: the page says so instead of comparing
+    manifest["studies"][0]["record"] = None
+    assert "waits for the record of study `single`" in pages.page(manifest["studies"][1], tmp_path, manifest)
