@@ -1,7 +1,13 @@
 """Commit a study's run folder as a record: its small outputs, the commit and the command that made it.
 
-    python studies/record.py RUN_FOLDER records/STUDY/TAG --commit SHA --command "keyheads run ..." \
+    python studies/record.py RUN_FOLDER records/STUDY/TAG --command "keyheads run ..." [--commit SHA] \
         [--machine "2-core x86-64 CPU"] [--note "..."]
+
+Each stage record names the commit of the keyheads checkout that ran it (`versions.commit`). The record's commit is
+`--commit`, or, without it, the one commit all its stages name. A stage that names another commit (a long study
+that went on under newer code) is listed in record.json's `stage_commits`, and its page says so; so is a stage
+run from uncommitted changes (with a warning: no commit holds its code). `--commit` is needed for stages made
+before stage records named their commit.
 
 A record holds what the findings, tables and pages are computed from, and nothing that is only derived or
 heavy: stage records, config, model facts, pairs, effects, key heads, knockout curves and transfer, attention
@@ -28,6 +34,7 @@ from pathlib import Path
 
 from keyheads.errors import UserError
 from keyheads.report.html import render
+from keyheads.runfolder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEP = {".json", ".jsonl", ".csv", ".md", ".txt"}
@@ -77,9 +84,36 @@ def small_outputs(run: Path) -> list[Path]:
     return out
 
 
-def make_record(run: Path, dest: Path, commit: str, command: str, machine: str, note: str = "") -> Path:
+def stage_commits(run: Path, finished: list[str]) -> dict[str, str | None]:
+    """stage -> the commit its stage record names (None for a record made before records named one)."""
+    out = {}
+    for name in finished:
+        versions = json.loads((run / RunFolder.stage_rel(name)).read_text()).get("versions", {})
+        out[name] = versions.get("commit")
+    return out
+
+
+def record_commits(run: Path, finished: list[str], commit: str | None) -> tuple[str, dict[str, str]]:
+    """(the record's commit, the stages that name another) from --commit and the stage records."""
+    named = stage_commits(run, finished)
+    dirty = sorted(s for s, c in named.items() if c and c.endswith("uncommitted changes"))
+    if dirty:  # recorded as they are, and said: no commit holds their code
+        print(f"warning: {run}: stage(s) {', '.join(dirty)} ran from uncommitted changes; to record them under a "
+              "commit, commit the code and re-run them (keyheads run ... --stages NAME)", file=sys.stderr)
+    if commit is None:
+        known = {c for c in named.values() if c}
+        if len(known) != 1 or None in named.values():
+            unnamed = sorted(s for s, c in named.items() if not c)
+            raise SystemExit(f"{run}: give --commit: " + (f"stage(s) {', '.join(unnamed)} name no commit"
+                                                            if unnamed else f"the stages name {len(known)} commits"))
+        commit = known.pop()
+    return commit, {s: c for s, c in named.items() if c and c != commit}
+
+
+def make_record(run: Path, dest: Path, commit: str | None, command: str, machine: str, note: str = "") -> Path:
     if not (run / "stages").is_dir():
         raise SystemExit(f"{run}: not a run folder (no stages/): give the --out of `keyheads run`")
+    commit, others = record_commits(run, stages_of(run)[0], commit)
     if dest.exists():
         raise SystemExit(f"{dest} exists: a record is written once; give another TAG")
     tmp = dest.with_name(dest.name + ".partial")
@@ -93,9 +127,11 @@ def make_record(run: Path, dest: Path, commit: str, command: str, machine: str, 
         else:
             shutil.copy2(run / rel, tmp / "run" / rel)
     finished, _ = stages_of(run)
-    (tmp / "record.json").write_text(json.dumps({"study": dest.parent.name, "commit": commit, "command": command,
-                                                 "machine": machine, "note": note, "stages": finished},
-                                                indent=1) + "\n")
+    meta = {"study": dest.parent.name, "commit": commit, "command": command, "machine": machine, "note": note,
+            "stages": finished}
+    if others:
+        meta["stage_commits"] = others
+    (tmp / "record.json").write_text(json.dumps(meta, indent=1) + "\n")
     try:
         render(tmp / "run")  # every artifact through its typed reader, as the report and the findings read it
     except UserError as err:
@@ -114,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path)
     ap.add_argument("dest", type=Path, help="records/STUDY/TAG")
-    ap.add_argument("--commit", required=True, help="the commit whose code made the run")
+    ap.add_argument("--commit", help="the commit whose code made the run (default: the one its stage records name)")
     ap.add_argument("--command", required=True, help="the command that made it")
     ap.add_argument("--machine", default="", help="where it ran")
     ap.add_argument("--note", default="")

@@ -9,8 +9,13 @@ from keyheads.provenance import changed_settings, flatten, machine_record, versi
 
 
 def test_versions_and_machine():
-    assert versions() == {"keyheads": keyheads.__version__, "torch": torch.__version__,
-                          "transformers": transformers.__version__, "python": platform.python_version()}
+    from keyheads.provenance import code_commit
+
+    expected = {"keyheads": keyheads.__version__, "torch": torch.__version__,
+                "transformers": transformers.__version__, "python": platform.python_version()}
+    if code_commit() is not None:  # run from a git checkout of keyheads (not an installed wheel)
+        expected["commit"] = code_commit()
+    assert versions() == expected
     assert machine_record()["torch_threads"] == torch.get_num_threads()
 
 
@@ -23,3 +28,27 @@ def test_changed_settings_name_each_nested_difference_once():
     assert changed_settings(old, new, skip=["config.save_every"], missing="<unset>") == [
         ("added", "<unset>", None), ("gone", 1, "<unset>"), ("top_k", 8, 10)]
     assert changed_settings(new, new) == []
+
+
+def test_the_code_commit_is_the_checkout_s_and_says_when_the_code_has_changes(tmp_path):
+    import subprocess
+
+    from keyheads.provenance import code_commit
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("x = 1\n")
+    git("init", "-q")
+    assert code_commit.__wrapped__(package) is None  # a folder the checkout does not track: an installed copy
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    sha = git("rev-parse", "HEAD")
+    assert code_commit.__wrapped__(package) == sha
+    (tmp_path / "notes.txt").write_text("outside the package")  # a change elsewhere in the checkout: no matter
+    assert code_commit.__wrapped__(package) == sha
+    (package / "__init__.py").write_text("x = 2\n")
+    assert code_commit.__wrapped__(package) == sha + " + uncommitted changes"
+    assert code_commit.__wrapped__(tmp_path.parent / "nowhere") is None

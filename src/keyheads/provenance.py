@@ -6,9 +6,12 @@ checkpoints refuse to resume).
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
+import subprocess
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,9 +21,32 @@ from .version import __version__
 
 
 def versions() -> dict:
-    """The versions that decide the numbers: this package, torch, transformers, Python."""
-    return {"keyheads": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version()}
+    """The versions that decide the numbers: this package (and, run from a git checkout, its commit), torch,
+    transformers, Python."""
+    out = {"keyheads": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+           "python": platform.python_version()}
+    commit = code_commit()
+    if commit is not None:
+        out["commit"] = commit
+    return out
+
+
+@functools.cache
+def code_commit(package: Path = Path(__file__).resolve().parent) -> str | None:
+    """The commit of the git checkout this package runs from, with " + uncommitted changes" when `git status`
+    shows a change to the package's own files; None for an installed wheel (or without git). A study that runs
+    for days over changing code can then say which commit made each stage (studies/record.py reads it)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=package, capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+
+    try:
+        git("ls-files", "--error-unmatch", "__init__.py")  # the checkout tracks this code (not a venv inside one)
+        sha = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--", ".")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + (" + uncommitted changes" if changed else "")
 
 
 def machine_record() -> dict:

@@ -193,7 +193,7 @@ def test_manifest(report, run_folder, tmp_path):
     (copy / "pairs.jsonl").write_text((copy / "pairs.jsonl").read_text() + "\n{}\n")
     page = section_text(render(copy), "manifest")
     versions = table_rows(render(copy), "versions")
-    assert [r[1][1] for r in versions] == ["not recorded"] * 4 and torch.__version__ not in page
+    assert [r[1][1] for r in versions] == ["not recorded"] * 5 and torch.__version__ not in page
     assert "DIFFERS" in page  # effects.json's recorded hash no longer matches the edited pairs file
 
 

@@ -70,3 +70,36 @@ def test_a_run_still_going_is_recorded_up_to_its_finished_stages(record_script, 
     assert "knockout" not in stages and {"data", "identify"} <= set(stages)
     verdicts = {f.row: f.verdict for f in findings(dest / "run")}
     assert verdicts[3] == "not measured" and verdicts[1] == {f.row: f.verdict for f in findings(run_folder)}[1]
+
+
+def test_a_record_names_each_stage_s_commit_when_it_differs(record_script, run_folder, tmp_path):
+    """Stage records name the commit that ran them: without --commit the record takes the one they share; a stage
+    under another commit is listed in stage_commits (and on the page); stages that name none need --commit."""
+    import shutil
+
+    run = Path(shutil.copytree(run_folder, tmp_path / "run"))
+    records = sorted((run / "stages").glob("*.json"))
+
+    def name(commits):
+        for path in records:
+            data = json.loads(path.read_text())
+            data["versions"]["commit"] = commits(path.stem)
+            if data["versions"]["commit"] is None:
+                del data["versions"]["commit"]
+            path.write_text(json.dumps(data))
+
+    name(lambda stage: "a" * 40)
+    assert record_script.main([str(run), str(tmp_path / "r1"), "--command", "c"]) == 0
+    meta = json.loads((tmp_path / "r1" / "record.json").read_text())
+    assert meta["commit"] == "a" * 40 and "stage_commits" not in meta
+    name(lambda stage: "b" * 40 if stage == "knockout" else "a" * 40)
+    with pytest.raises(SystemExit, match="give --commit: the stages name 2 commits"):
+        record_script.main([str(run), str(tmp_path / "r2"), "--command", "c"])
+    assert record_script.main([str(run), str(tmp_path / "r2"), "--command", "c", "--commit", "a" * 40]) == 0
+    meta = json.loads((tmp_path / "r2" / "record.json").read_text())
+    assert meta["commit"] == "a" * 40 and meta["stage_commits"] == {"knockout": "b" * 40}
+    pages = load_script(ROOT / "studies" / "pages.py", "studies_pages")
+    assert f"- stage knockout ran on commit {'b' * 40}" in pages.provenance(tmp_path / "r2", "r2")
+    name(lambda stage: None if stage == "data" else "a" * 40)
+    with pytest.raises(SystemExit, match="give --commit: stage\\(s\\) data name no commit"):
+        record_script.main([str(run), str(tmp_path / "r3"), "--command", "c"])

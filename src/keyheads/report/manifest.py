@@ -17,7 +17,7 @@ from ..runfolder import FINETUNE_JSON, KNOCKOUT_JSON, RunFolder
 from .markup import MACROS, bullet_list, cell, heading, is_num, join, note, num, section, table
 
 NOT_RECORDED = "not recorded"
-VERSION_KEYS = ("keyheads", "torch", "transformers", "python")
+VERSION_KEYS = ("keyheads", "commit", "torch", "transformers", "python")
 
 
 def _version(versions: dict[str, str], package: str) -> str:
