@@ -19,6 +19,8 @@ import transformers
 
 from .version import __version__
 
+PACKAGE = Path(__file__).resolve().parent  # the code whose commit a record names
+
 
 def versions() -> dict:
     """The versions that decide the numbers: this package (and, run from a git checkout, its commit), torch,
@@ -32,7 +34,7 @@ def versions() -> dict:
 
 
 @functools.cache
-def code_commit(package: Path = Path(__file__).resolve().parent) -> str | None:
+def code_commit(package: Path = PACKAGE) -> str | None:
     """The commit of the git checkout this package runs from, with " + uncommitted changes" when `git status`
     shows a change to the package's own files; None for an installed wheel (or without git). A study that runs
     for days over changing code can then say which commit made each stage (studies/record.py reads it)."""
