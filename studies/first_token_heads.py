@@ -64,10 +64,14 @@ def curves_summary(curves: dict[str, KnockoutCurves]) -> str:
         k10 = 10 if 10 in c.k else c.k[-1]
         i10 = c.k.index(k10)
         drop = c.effect_rank[i10] / c.effect_rank[0] - 1
-        since = f"below the random band (mean - std) at every k from {below[0]}" if below and below == list(
-            range(below[0], c.k[-1] + 1)) else f"below the random band at k = {', '.join(map(str, below))}"
-        parts.append(f"With {way} answers the top-k curve lies {since}; the top 10 cost {100 * drop:+.1f}% "
-                     f"relative, 10 random heads {100 * (c.random_mean[i10] / c.random_mean[0] - 1):+.1f}%.")
+        if not below:
+            since = "at no k below the random band (mean - std)"
+        elif below == list(range(below[0], c.k[-1] + 1)):
+            since = f"below the random band (mean - std) at every k from {below[0]}"
+        else:
+            since = f"below the random band at k = {', '.join(map(str, below))}"
+        parts.append(f"With {way} answers the top-k curve lies {since}; the top {k10} cost {100 * drop:+.1f}% "
+                     f"relative, {k10} random heads {100 * (c.random_mean[i10] / c.random_mean[0] - 1):+.1f}%.")
     return textwrap.fill(" ".join(parts), 110)
 
 

@@ -272,3 +272,14 @@ def test_seed_band_is_the_mean_and_range_over_seeds_with_each_measured_seed_test
     p = [mcnemar_p(1, 0), mcnemar_p(0, 0), mcnemar_p(0, 10), mcnemar_p(0, 0), mcnemar_p(4, 0), mcnemar_p(0, 4)]
     assert "+0 / -10, Δ -20.0" in gsm8k and f"(Holm {band.fmt_p(holm(p)[2])})" in gsm8k
     assert "| generic KL from base | 0 | 0.050 | 0.040 | 0.060 | 0.050 [0.040, 0.060] |" in out
+
+
+def test_first_token_heads_says_when_a_top_k_curve_never_drops_below_its_band():
+    from keyheads.results.knockout import KnockoutCurves
+
+    first_token_heads = importlib.import_module("first_token_heads")
+    k = list(range(0, 7))  # curves that stop short of k = 10 are read at their last k
+    flat = KnockoutCurves(k=k, effect_rank=[0.9] * 7, random_rank=[], random_mean=[0.9] * 7, random_std=[0.01] * 7,
+                          effect_order=[])
+    words = first_token_heads.curves_summary({"first-token": flat}).replace("\n", " ")
+    assert "lies at no k below the random band (mean - std); the top 6 cost +0.0% relative, 6 random heads" in words
