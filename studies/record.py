@@ -86,11 +86,8 @@ def small_outputs(run: Path) -> list[Path]:
 
 def stage_commits(run: Path, finished: list[str]) -> dict[str, str | None]:
     """stage -> the commit its stage record names (None for a record made before records named one)."""
-    out = {}
-    for name in finished:
-        versions = json.loads((run / RunFolder.stage_rel(name)).read_text()).get("versions", {})
-        out[name] = versions.get("commit")
-    return out
+    records = RunFolder(run).stage_records  # the typed reader the report uses
+    return {name: records[name].versions.get("commit") for name in finished}
 
 
 def record_commits(run: Path, finished: list[str], commit: str | None) -> tuple[str, dict[str, str]]:
