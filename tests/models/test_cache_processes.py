@@ -59,6 +59,31 @@ def test_a_manifest_over_a_folder_without_weights_does_not_validate(tmp_path, mo
     assert _cache_valid(folder) and (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
 
 
+def test_a_verified_folder_is_hashed_again_only_when_a_file_changes(tmp_path, monkeypatch):
+    """The sums are checked once; later loads compare the files' stat results with the stamp that check left.
+    A rewrite of a file, even to the same size and the same bytes, brings the full check back."""
+    monkeypatch.setenv("KEYHEADS_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"x")
+    model = tiny_model("llama", seed=0)
+    monkeypatch.setattr(loading, "_read_gguf", lambda path, tied=False: (model.hf, model.tokenizer))
+    folder = loading.ensure_converted(str(gguf), progress=False)
+    hashed = []
+    real_sha256 = loading.file_sha256
+    monkeypatch.setattr(loading, "file_sha256", lambda path: hashed.append(path.name) or real_sha256(path))
+    (folder / loading.VERIFIED).unlink()
+    assert _cache_valid(folder) and "model.safetensors" in hashed
+    hashed.clear()
+    assert _cache_valid(folder) and _cache_valid(folder) and hashed == []
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes())  # same size, same bytes: a new ctime
+    assert _cache_valid(folder) and "model.safetensors" in hashed
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    assert not _cache_valid(folder)
+
+
 def test_a_bundled_name_is_read_shard_by_shard_like_a_folder(tmp_path, monkeypatch):
     """Under FSDP2 a bundled name takes the path of its converted folder: the skeleton, no weights read whole."""
     from keyheads.models.bundled import BUNDLED

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from keyheads.models import ModelNotFound, UnsupportedArchitecture, family_for, load_model
-from keyheads.models.loading import MANIFEST, _cache_valid, cached_folder
+from keyheads.models.loading import MANIFEST, _cache_valid, _one_gguf_reader, cached_folder
 from keyheads.testing import tiny_model
 
 FEW_SHOT_PROMPT = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n5 + 3 = "
@@ -34,6 +34,35 @@ def test_local_folder_roundtrip(tmp_path):
     ids = tiny.encode(["3 + 4 = "]).input_ids
     assert loaded.family.name == "qwen2" and loaded.n_kv_heads == 2
     torch.testing.assert_close(loaded.forward(ids), tiny.forward(ids), atol=0, rtol=0)
+
+
+def test_a_conversion_parses_the_gguf_file_once(tmp_path, monkeypatch):
+    """transformers opens the GGUF once for the tokenizer, the config and the weights; inside _one_gguf_reader
+    the three share one reader (on Gemma-3 each parse costs about 20 s). Fails if transformers stops taking the
+    reader from the gguf package at each call, and so the sharing silently stops."""
+    gguf = pytest.importorskip("gguf")
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1), writer.add_context_length(8), writer.add_embedding_length(4)
+    writer.add_head_count(1), writer.add_vocab_size(3)
+    writer.add_tensor("token_embd.weight", torch.zeros(3, 4).numpy())
+    writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+    opened = []
+
+    def counting_reader(*args, **kwargs):
+        opened.append(args[0])
+        return original(*args, **kwargs)
+
+    original = gguf.GGUFReader
+    monkeypatch.setattr(gguf, "GGUFReader", counting_reader)
+    with _one_gguf_reader():
+        first, second = load_gguf_checkpoint(str(path)), load_gguf_checkpoint(str(path))
+    assert len(opened) == 1 and first["config"] == second["config"] and first["config"]["hidden_size"] == 4
+    assert gguf.GGUFReader is counting_reader  # put back as it was
+    load_gguf_checkpoint(str(path))
+    assert len(opened) == 2  # outside, every call reads the file again
 
 
 def test_folder_without_config_is_explained(tmp_path):

@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from .. import distributed
 from ..errors import BadFile, MissingPackage, ModelNotFound, SettingError
-from ..io import atomic_folder, file_sha256
+from ..io import atomic_folder, atomic_write_text, file_sha256
 from ..log import logger
 from ..machine import check_dtype, parse_max_memory
 from .bundled import BUNDLED, DEFAULT_MODEL
@@ -30,6 +31,7 @@ from .model import HookedModel
 from .sharded import has_safetensors, skeleton, unreadable
 
 MANIFEST = "keyheads-manifest.json"
+VERIFIED = "keyheads-verified.json"  # the stat results of a folder whose sums matched (_cache_valid)
 
 
 def cache_root() -> Path:
@@ -39,7 +41,12 @@ def cache_root() -> Path:
 def _cache_valid(folder: Path) -> bool:
     """Whether `folder` is a whole converted model: its manifest lists a config and weights, and every file it
     lists is there with its size and sha256. (A manifest written over a folder that lacks them, as an earlier
-    multi-process conversion left one, does not validate.)"""
+    multi-process conversion left one, does not validate.)
+
+    Hashing costs about a second per GiB at every load (6 GiB for Qwen2.5-1.5B), so a folder whose sums
+    matched keeps a stamp of its files' stat results (size, mtime, ctime, inode; ctime cannot be set back by
+    hand), and a load whose files stat the same trusts that check. Any write to a file changes its stat and
+    brings the full check back."""
     manifest = folder / MANIFEST
     if not manifest.is_file():
         return False
@@ -49,11 +56,30 @@ def _cache_valid(folder: Path) -> bool:
         return False
     if "config.json" not in files or not any(name.endswith(".safetensors") for name in files):
         return False
-    for name, meta in files.items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != meta["size"] or file_sha256(path) != meta["sha256"]:
-            return False
+    stats = {name: _stat(folder / name) for name in (*files, MANIFEST)}
+    if any(stats[name] is None or stats[name][0] != meta["size"] for name, meta in files.items()):
+        return False
+    stamp = folder / VERIFIED
+    try:
+        if json.loads(stamp.read_text()) == stats:
+            return True
+    except (OSError, ValueError):
+        pass
+    if any(file_sha256(folder / name) != meta["sha256"] for name, meta in files.items()):
+        return False
+    try:
+        atomic_write_text(stamp, json.dumps(stats))
+    except OSError:  # a read-only cache: it stays valid, and is hashed again at the next load
+        pass
     return True
+
+
+def _stat(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] if path.is_file() else None
 
 
 def _gguf_key(path: Path) -> str:
@@ -87,11 +113,34 @@ def _read_gguf(gguf: Path, tied: bool = False):
     """The GGUF file's model, de-quantised to fp32, and its tokenizer."""
     _require("gguf", "pip install gguf")
     folder, filename = str(gguf.parent), gguf.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
+    with _one_gguf_reader():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
     if tied:
         tie_embeddings(model)
     return model, tokenizer
+
+
+@contextmanager
+def _one_gguf_reader():
+    """transformers opens the GGUF file three times (tokenizer, config, weights), and each GGUFReader parses
+    every metadata field element by element: for Gemma-3's 262k-token vocabulary, about 20 s a time. The
+    reader only reads (a read-only memory map), so the first one serves all three."""
+    import gguf  # noqa: PLC0415 -- optional: only GGUF conversion needs it (checked by _require above)
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared_reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared_reader  # transformers imports it from the package at each call
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
 
 
 def _save_converted(model, tokenizer, gguf: Path, target: Path) -> None:
