@@ -57,8 +57,10 @@ def _cache_valid(folder: Path) -> bool:
     if "config.json" not in files or not any(name.endswith(".safetensors") for name in files):
         return False
     stats = {name: _stat(folder / name) for name in (*files, MANIFEST)}
-    if any(stats[name] is None or stats[name][0] != meta["size"] for name, meta in files.items()):
-        return False
+    for name, meta in files.items():
+        stat = stats[name]
+        if stat is None or stat[0] != meta["size"]:
+            return False
     stamp = folder / VERIFIED
     try:
         if json.loads(stamp.read_text()) == stats:
