@@ -14,6 +14,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 
 import torch
 from filelock import FileLock
@@ -81,7 +82,7 @@ def _stat(path: Path) -> list[int] | None:
         st = path.stat()
     except OSError:
         return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] if path.is_file() else None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] if S_ISREG(st.st_mode) else None
 
 
 def _gguf_key(path: Path) -> str:
