@@ -4,6 +4,7 @@ import torch
 
 from keyheads.analysis.common import all_heads, answer_token, load_samples
 from keyheads.analysis.knockout_curves import CurveSettings, knockout_curves, random_order
+from keyheads.io import read_json
 from keyheads.knockout import compute_means
 from keyheads.models.prompt_set import PromptSet
 
@@ -96,7 +97,7 @@ def test_curves_killed_between_chunks_resume_from_the_checkpoint(llama, tmp_path
     path = tmp_path / "curves.partial.json"
     with pytest.raises(Killed):
         knockout_curves(*args, progress=False, checkpoint=(path, "k1"))
-    assert len(kc.read_json(path)["accuracy"]) == 8  # two chunks of 4 kept
+    assert len(read_json(path)["results"]) == 8  # two chunks of 4 kept
     calls.clear()
     monkeypatch.setattr(kc, "set_accuracies", real)
     counted = []

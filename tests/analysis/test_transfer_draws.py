@@ -58,3 +58,44 @@ def test_an_earlier_release_s_single_draw_still_reads_as_one_draw():
 def data_mean(out):
     """The knockout mean the stage used."""
     return json.loads((out / "knockout.json").read_text())["mean"]
+
+
+def test_a_stopped_transfer_table_resumes_after_its_finished_sets(monkeypatch, llama, tmp_path, pairs_file):
+    """Each transfer set's row is kept as it finishes: a knockout stopped in its third set computes only the sets
+    it had not finished when run again, and writes the same table as a run never stopped."""
+    import keyheads.analysis.knockout_run as kr
+    from keyheads.io import read_json
+
+    from tests.helpers import Killed
+
+    monkeypatch.setattr("keyheads.commands.analysis.load_from_args", lambda args: llama)
+    args = ["knockout", "--data", str(pairs_file), "--heads", KEY, "--limit", "null", "--transfer-n", "3", "--quiet"]
+    assert main(args + ["--out", str(tmp_path / "whole")]) == 0
+    want = json.loads((tmp_path / "whole" / "knockout.json").read_text())["transfer"]
+    real, calls = tr.evaluate, []
+
+    def stopped_in_the_third_set(*a, **k):
+        calls.append(a[1].name)
+        if len(calls) == 3:
+            raise Killed
+        return real(*a, **k)
+
+    out = tmp_path / "stopped"
+    monkeypatch.setattr(tr, "evaluate", stopped_in_the_third_set)
+    with pytest.raises(Killed):
+        main(args + ["--out", str(out)])
+    assert len(read_json(out / kr.TRANSFER_PARTIAL)["results"]) == 2
+    calls.clear()
+    monkeypatch.setattr(tr, "evaluate", lambda *a, **k: calls.append(a[1].name) or real(*a, **k))
+    assert main(args + ["--out", str(out)]) == 0
+    assert len(calls) == len(want["rows"]) - 2 and calls[0] not in [r["set"] for r in want["rows"][:2]]
+    assert json.loads((out / "knockout.json").read_text())["transfer"] == want
+    assert not (out / kr.TRANSFER_PARTIAL).exists()
+    calls.clear()  # a checkpoint made with other key heads is not read
+    monkeypatch.setattr(tr, "evaluate", stopped_in_the_third_set)
+    with pytest.raises(Killed):
+        main(args + ["--out", str(out)])
+    calls.clear()
+    monkeypatch.setattr(tr, "evaluate", lambda *a, **k: calls.append(a[1].name) or real(*a, **k))
+    assert main(args[:4] + ["2.3,1.0"] + args[5:] + ["--out", str(out)]) == 0
+    assert len(calls) == len(want["rows"])

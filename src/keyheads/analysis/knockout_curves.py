@@ -16,15 +16,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..distributed import is_main, map_sharded
-from ..errors import BadFile
+from ..distributed import map_sharded
 from ..heads import Head
-from ..io import read_json, write_json
 from ..knockout import Knockout
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..plotting import new_figure, save_figure
 from .passes import EndPasses
+from .resumable import resumable_map
 
 CHUNK = 32  # knockout sets per checkpointed chunk: a few passes of the batched engine
 
@@ -121,20 +120,10 @@ def _in_chunks(compute, sets: list, n_layers: int, checkpoint: tuple[Path, str] 
     if checkpoint is None:
         return map_sharded(compute, sets)
     path, key = checkpoint
-    try:  # a checkpoint only saves time: one that cannot be read is started over, not an error
-        saved = read_json(path) if path.exists() else {}
-        done = {int(i): float(a) for i, a in saved["accuracy"].items()} if saved.get("key") == key else {}
-    except (BadFile, AttributeError, KeyError, TypeError, ValueError):
-        done = {}
     # sets that start at the same layer share passes: chunks follow the passes' own order
-    todo = sorted((i for i in range(len(sets)) if i not in done),
-                  key=lambda i: -min((l for l, _ in sets[i]), default=n_layers))
-    for c in range(0, len(todo), CHUNK):
-        part = todo[c:c + CHUNK]
-        done.update(zip(part, map_sharded(compute, [sets[i] for i in part])))
-        if is_main():
-            write_json(path, {"key": key, "accuracy": {str(i): done[i] for i in sorted(done)}})
-    return [done[i] for i in range(len(sets))]
+    return resumable_map(compute, sets, path, key, CHUNK, decode=float,
+                         order=lambda todo: sorted(todo, key=lambda i: -min((l for l, _ in sets[i]),
+                                                                             default=n_layers)))
 
 
 def plot_curves(curves: Curves, path, title: str) -> None:

@@ -12,7 +12,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ..data.benchmarks import DataNotFound, data_dir_from
-from ..distributed import is_main, map_sharded
+from ..distributed import is_main, world
 from ..heads import Head
 from ..io import atomic_path, atomic_write_text, file_sha256, write_json
 from ..knockout import Knockout, compute_means
@@ -21,7 +21,7 @@ from ..mean import KnockoutMean
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..plotting import write_csv
-from ..results.knockout import HeadsKnockout, KnockoutCurves, KnockoutResult, Transfer
+from ..results.knockout import Case, HeadsKnockout, KnockoutCurves, KnockoutResult, Transfer, TransferRow
 from ..runfolder import KNOCKOUT_JSON
 from ..selection import HeadChoice, Notes, choose_heads
 from . import transfer as tr
@@ -35,9 +35,11 @@ from .common import (
     read_pair_rows,
 )
 from .knockout_curves import CurveSettings, knockout_curves, plot_curves, random_order, set_accuracies
+from .resumable import resumable_map
 from .settings import KnockoutSettings
 
 MEANS_PARTIAL = "head_means.partial.safetensors"
+TRANSFER_PARTIAL = "transfer.partial.json"
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
     if not is_main():  # every process holds the whole result but the transfer table; one writes it
         return result
     write_json(out / KNOCKOUT_JSON, result.to_json())  # no timing inside: the same inputs give the same bytes
-    for partial in ("knockout_curves.partial.json", MEANS_PARTIAL):
+    for partial in ("knockout_curves.partial.json", TRANSFER_PARTIAL, MEANS_PARTIAL):
         (out / partial).unlink(missing_ok=True)
     logger.info("wrote %s/%s%s%s (%.0f s)", out, KNOCKOUT_JSON,
                 ", knockout_curves.csv, knockout_curves.png" if result.curves is not None else "",
@@ -231,8 +233,15 @@ def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -
     draws = [control_heads(model, key_heads, s.seed + i) for i in range(s.transfer_draws)] if s.transfer_control \
         else []
     controls = [knockout_subset(full, d) for d in draws]
-    done = map_sharded(lambda part: [tr.evaluate(model, t, ko, cfg.batch_size, cfg.progress, controls=controls)
-                                     for t in part], sets)
+    # each set's row is kept as it finishes (one set per process at a time): at 7B a set takes an hour
+    record = {k: v for k, v in cfg.record().items() if k not in ("progress", "out")}
+    key = json.dumps([record, model.name, key_heads, draws, [(t.name, t.prompts, t.answer_ids) for t in sets]],
+                     sort_keys=True, default=str)
+    done = resumable_map(lambda part: [tr.evaluate(model, t, ko, cfg.batch_size, cfg.progress, controls=controls)
+                                       for t in part], sets, out / TRANSFER_PARTIAL,
+                         hashlib.sha256(key.encode()).hexdigest(), world(),
+                         encode=lambda rc: {"row": rc[0].to_json(), "case": rc[1].to_json()},
+                         decode=lambda v: (TransferRow.from_json(v["row"]), Case.from_json(v["case"])))
     rows, cases = [r for r, _ in done], [c for _, c in done]
     for tset, row in zip(sets, rows):
         notes.add(f"{tset.name}: {row.fallback}" if row.fallback else "")
