@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
-from transformers import get_linear_schedule_with_warmup
 
 from ..errors import MissingPackage
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -112,6 +111,10 @@ def _lean_adamw8bit(bitsandbytes):
 
 
 def make_scheduler(optimizer, cfg: FinetuneSettings, steps: int):
+    # imported here: transformers' optimization module imports its Trainer's utilities, and with them peft and
+    # bitsandbytes, about 1.5 s at the start of every command, which most commands never train in
+    from transformers import get_linear_schedule_with_warmup  # noqa: PLC0415
+
     return get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * steps), steps)
 
 
