@@ -20,6 +20,7 @@ import torch
 torch.set_num_threads(1)
 def main(spec_path: str, results: str) -> None:
     import torch.distributed as dist
+    import transformers.optimization  # noqa: F401 - what training imports (peft, bitsandbytes) before the baseline
     from torch.distributed.tensor import DTensor
 
     import keyheads.finetune.train as train_mod
@@ -40,7 +41,7 @@ def main(spec_path: str, results: str) -> None:
     for run in spec["runs"]:
         cfg = FinetuneSettings.from_json(run["config"])
         components = Components.from_json(run["components"]) if run["components"] else None
-        anon_before = memory.peak if memory else 0  # the runtime, before any model
+        anon_before = memory.peak if memory else 0  # the runtime and its libraries, before any model
         dtype = run.get("dtype", "float32")
         if run.get("whole"):  # the model loaded whole by every process, then sharded (the way before models.sharded)
             model, _ = models.load_placed(run["folder"], "cpu", dtype)
