@@ -64,6 +64,10 @@ class _Call:
                 "data_dir": self.data_dir, "transfer_n": s.transfer_n, "transfer_control": s.transfer_control,
                 "transfer_draws": s.transfer_draws, "progress": self.progress}
 
+    def key_record(self) -> dict:
+        """What a checkpoint's results depend on: record() less where it is written and whether bars show."""
+        return {k: v for k, v in self.record().items() if k not in ("progress", "out")}
+
 
 def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: HeadChoice,
                  settings: KnockoutSettings, *, transfer_data: str | None = None, data_dir: str | None = None,
@@ -101,8 +105,7 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
     if effects is not None and k:
         # the key heads' own knockout rides along with the curves' sets
         # everything the accuracies depend on: the settings, the data, the model and its ranking
-        record = {k: v for k, v in cfg.record().items() if k not in ("progress", "out")}
-        key = json.dumps([record, file_sha256(cfg.data), model.name, [h.to_json() for h in effects.ranked()]],
+        key = json.dumps([cfg.key_record(), file_sha256(cfg.data), model.name, [h.to_json() for h in effects.ranked()]],
                          sort_keys=True, default=str)
         curves = knockout_curves(model, prompts, answers, full, effects.ranked(), candidates,
                                  CurveSettings(k=k, seeds=settings.seeds, seed=settings.seed), progress=progress,
@@ -234,9 +237,8 @@ def _run_transfer(model, cfg: _Call, full, key_heads, notes: Notes, out: Path) -
         else []
     controls = [knockout_subset(full, d) for d in draws]
     # each set's row is kept as it finishes (one set per process at a time): at 7B a set takes an hour
-    record = {k: v for k, v in cfg.record().items() if k not in ("progress", "out")}
-    key = json.dumps([record, model.name, key_heads, draws, [(t.name, t.prompts, t.answer_ids) for t in sets]],
-                     sort_keys=True, default=str)
+    inputs = [(t.name, t.prompts, t.answer_ids) for t in sets]
+    key = json.dumps([cfg.key_record(), model.name, key_heads, draws, inputs], sort_keys=True, default=str)
     done = resumable_map(lambda part: [tr.evaluate(model, t, ko, cfg.batch_size, cfg.progress, controls=controls)
                                        for t in part], sets, out / TRANSFER_PARTIAL,
                          hashlib.sha256(key.encode()).hexdigest(), world(),
