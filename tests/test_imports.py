@@ -58,3 +58,14 @@ def test_no_name_loaded_on_first_use_is_a_submodule(package):
     module = importlib.import_module(package)
     submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
     assert not submodules & set(module.__all__)
+
+
+def test_a_command_starts_without_the_libraries_only_some_stages_use():
+    """Every command builds the whole parser, which imports every stage's module: scipy.stats, statsmodels and
+    matplotlib there would cost each start about two seconds, also for `--help` and a resumed stage that draws
+    nothing (pyproject bans them at module level; this catches a module that pulls them in another way)."""
+    code = ("import sys, keyheads.cli; keyheads.cli.build_parser(); "
+            "print(' '.join(m for m in ('scipy.stats', 'statsmodels', 'matplotlib') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [], f"building the parser loads {done.stdout.strip()}"

@@ -1,4 +1,7 @@
-"""Matplotlib helpers: a headless backend, atomic PNG writing, and the plots the analyses share."""
+"""Matplotlib helpers: a headless backend, atomic PNG writing, and the plots the analyses share.
+
+Matplotlib loads on the first figure, not with this module: every command imports a stage that draws, and
+most runs of a command (a resumed stage, `--help`, a bad flag) draw nothing."""
 from __future__ import annotations
 
 import csv
@@ -6,13 +9,17 @@ import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import matplotlib
+from .io import atomic_write_bytes, atomic_write_text
 
-matplotlib.use("Agg")  # no display: figures are files in the run folder
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from .io import atomic_write_bytes, atomic_write_text  # noqa: E402
+def pyplot():
+    """matplotlib.pyplot on the file-only backend (no display: figures are files in the run folder)."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
 
 
 def save_figure(fig, path: str | Path, dpi: int = 130) -> Path:
@@ -38,18 +45,18 @@ def token_label(text: str) -> str:
 
 
 def new_figure(width: float, height: float):
-    return plt.subplots(figsize=(width, height))
+    return pyplot().subplots(figsize=(width, height))
 
 
 def subplots(*args, **kwargs):
-    return plt.subplots(*args, **kwargs)
+    return pyplot().subplots(*args, **kwargs)
 
 
 def png_bytes(fig, dpi: int = 130) -> bytes:
     """The figure as PNG bytes (for a page that inlines it), closed afterwards."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
+    pyplot().close(fig)
     return buf.getvalue()
 
 
@@ -61,6 +68,8 @@ def loss_curves(series: dict[str, Sequence[float]], xlabel: str = "optimizer ste
     fig, ax = new_figure(7.0, 2.8)
     for name, values in series.items():
         ax.plot(range(1, len(values) + 1), values, label=name, linewidth=1.6)
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

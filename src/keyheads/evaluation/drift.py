@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from scipy import stats
 
 from ..data.benchmarks import Record, load
 from ..errors import SettingError
@@ -75,6 +74,8 @@ def bootstrap(values: Sequence[tuple[float, float]], stat, n: int = 1000, seed: 
     arr = np.asarray(values, dtype=np.float64)
     if len(arr) < 2:
         return [float("nan"), float("nan")]
+    from scipy import stats  # noqa: PLC0415 -- loaded on use, see pyproject
+
     ci = stats.bootstrap((arr[:, 0], arr[:, 1]), lambda a, b, axis: stat(a.sum(axis), b.sum(axis)), paired=True,
                          vectorized=True, n_resamples=n, method="percentile", rng=np.random.default_rng(seed))
     return [float(ci.confidence_interval.low), float(ci.confidence_interval.high)]

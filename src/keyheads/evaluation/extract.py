@@ -4,8 +4,6 @@ from __future__ import annotations
 import math
 import re
 
-from scipy import stats
-
 # A number: thousands with commas (1,234,567.5), or plain digits (1234.5, .5); optional minus.
 NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
 _NUMBER_RE = re.compile(NUMBER)
@@ -70,5 +68,7 @@ def wilson(correct: int, n: int, confidence: float = 0.95) -> tuple[float, float
     """Wilson score interval for a proportion (stays inside [0, 1], exactly 0 or 1 at 0 and n)."""
     if n == 0:  # no items: nothing is known (scipy refuses n = 0)
         return 0.0, 1.0
+    from scipy import stats  # noqa: PLC0415 -- loaded on use, see pyproject
+
     ci = stats.binomtest(correct, n).proportion_ci(confidence_level=confidence, method="wilson")
     return float(ci.low), float(ci.high)

@@ -6,16 +6,13 @@ MLP effects are often an order of magnitude larger and would wash the heads out.
 """
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib.colors import TwoSlopeNorm
 
 from ..effects import Effects
-from ..io import atomic_write_bytes
-from ..plotting import plt  # pyplot with the file-only backend that keyheads.plotting selects
+from ..plotting import save_figure, subplots
 
 UNITS = {"relative-logit": ("relative change of the answer logit", 100.0, "%"),
          "logit-diff": ("change of the answer logit", 1.0, ""),
@@ -27,7 +24,9 @@ def draw_heatmap(effects: Effects, path: Path, key: Sequence[tuple[int, int]] = 
     heads = np.asarray(effects.heads) * scale
     mlps = np.asarray(effects.mlps)[:, None] * scale
     L, H = heads.shape
-    fig, (ax, axm) = plt.subplots(1, 2, figsize=(0.55 * H + 3.8, 0.3 * L + 1.6),
+    from matplotlib.colors import TwoSlopeNorm  # noqa: PLC0415 -- loaded on use, see pyproject
+
+    fig, (ax, axm) = subplots(1, 2, figsize=(0.55 * H + 3.8, 0.3 * L + 1.6),
                                   gridspec_kw={"width_ratios": [H, 1], "wspace": 0.45})
 
     def panel(axis, values, name):
@@ -55,7 +54,4 @@ def draw_heatmap(effects: Effects, path: Path, key: Sequence[tuple[int, int]] = 
             axm.text(0, l, f"{mlps[l, 0]:.2g}", ha="center", va="center", fontsize=6)
     fig.suptitle(title or f"{effects.method} patching, {effects.model}, n={effects.n_samples}\n"
                  "red: patching lowers the answer, so the component helps compute it", fontsize=9)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return save_figure(fig, path)

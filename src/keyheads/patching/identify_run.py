@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scipy.stats import spearmanr
-
 from .. import distributed
 from ..components import rule_text
 from ..effects import Effects
@@ -43,6 +41,8 @@ def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: s
     if config.method == "attribution":
         exact, _ = run_sweep(model, data, config.model_copy(update={"method": "path"}), out=None,
                              batch_size=batch_size, progress=progress)
+        from scipy.stats import spearmanr  # noqa: PLC0415 -- loaded on use, see pyproject
+
         rho = float(spearmanr(sum(effects.heads, []), sum(exact.heads, [])).statistic)
         if main:
             write_json(out / "attribution_vs_path.json", {"spearman_heads": rho})

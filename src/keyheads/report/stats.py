@@ -29,10 +29,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from scipy.stats import binomtest
-from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.proportion import proportion_confint
-
 ALPHA = 0.05
 
 
@@ -40,6 +36,8 @@ def mcnemar_p(gained: int, lost: int) -> float:
     """Two-sided exact McNemar p: the items where the two rows disagree, tested against a fair coin."""
     if gained + lost == 0:
         return 1.0
+    from scipy.stats import binomtest  # noqa: PLC0415 -- loaded on use, see pyproject
+
     return float(binomtest(min(gained, lost), gained + lost, 0.5).pvalue)
 
 
@@ -51,6 +49,8 @@ def newcombe_paired(a: int, b: int, c: int, d: int, alpha: float = ALPHA) -> tup
     if n <= 0 or min(a, b, c, d) < 0:
         raise ValueError(f"not a 2x2 table of counts: {(a, b, c, d)}")
     p1, p2 = (a + b) / n, (a + c) / n
+    from statsmodels.stats.proportion import proportion_confint  # noqa: PLC0415
+
     l1, u1 = (float(x) for x in proportion_confint(a + b, n, alpha=alpha, method="wilson"))
     l2, u2 = (float(x) for x in proportion_confint(a + c, n, alpha=alpha, method="wilson"))
     margins = (a + b) * (c + d) * (a + c) * (b + d)
@@ -115,6 +115,8 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment of a family of p values, in their order (family-wise error 0.05)."""
     if not pvalues:
         return []
+    from statsmodels.stats.multitest import multipletests  # noqa: PLC0415
+
     return [float(p) for p in multipletests(list(pvalues), alpha=ALPHA, method="holm")[1]]
 
 
