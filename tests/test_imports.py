@@ -60,12 +60,23 @@ def test_no_name_loaded_on_first_use_is_a_submodule(package):
     assert not submodules & set(module.__all__)
 
 
-def test_a_command_starts_without_the_libraries_only_some_stages_use():
-    """Every command builds the whole parser, which imports every stage's module: scipy.stats, statsmodels and
-    matplotlib there would cost each start about two seconds, also for `--help` and a resumed stage that draws
-    nothing (pyproject bans them at module level; this catches a module that pulls them in another way)."""
+def test_the_parser_builds_without_the_libraries_a_stage_loads():
+    """Every command builds the whole parser, which imports every command module: torch and transformers there
+    would cost every `--help` and every flag's error seconds, and scipy.stats, statsmodels and matplotlib every
+    start about two more, also a resumed stage's that draws nothing (keyheads.commands imports a stage's code
+    when the command runs; pyproject bans the last three at module level)."""
     code = ("import sys, keyheads.cli; keyheads.cli.build_parser(); "
-            "print(' '.join(m for m in ('scipy.stats', 'statsmodels', 'matplotlib') if m in sys.modules))")
+            f"print(' '.join(m for m in {HEAVY + ('scipy.stats', 'statsmodels', 'matplotlib')!r} "
+            "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [], f"building the parser loads {done.stdout.strip()}"
+
+
+def test_a_bad_flag_is_said_before_the_stage_loads():
+    """A command checks its settings before it imports its stage's code (and torch with it)."""
+    code = ("import sys, keyheads.cli; rc = keyheads.cli.main(['knockout', '--heads', '1.2']); "
+            f"print(rc, ' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "--data" in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout.split() == ["2"], f"a bad flag loaded {done.stdout.split()[1:]}"

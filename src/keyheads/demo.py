@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from .config.run import RunSettings, merge_settings
 from .data.benchmarks import data_dir_from
-from .distributed import is_main
 from .evaluation.arith import ARITH_FIRST
 from .evaluation.settings import TABLE_BENCHMARKS
 from .log import logger
@@ -29,6 +28,8 @@ DEMO = dict(
 
 def demo_config(overrides: dict) -> RunSettings:
     """The demo's settings, with any flag the user gave on top (`overrides` nested as the YAML)."""
+    from .distributed import is_main  # noqa: PLC0415 -- torch, which `keyheads demo --help` does not need
+
     folder = data_dir_from(overrides.get("data_dir") or None)
     data_dir = str(folder) if folder else None
     if not data_dir and is_main():  # under a launcher, said once

@@ -1,13 +1,6 @@
 """`keyheads knockout`, `keyheads attention` and `keyheads mlp`: validate and explain the key components."""
 from __future__ import annotations
 
-from .. import distributed
-from ..analysis.attention_run import describe as describe_attention
-from ..analysis.attention_run import run_attention
-from ..analysis.knockout_run import describe as describe_knockout
-from ..analysis.knockout_run import run_knockout
-from ..analysis.mlp_run import describe as describe_mlp
-from ..analysis.mlp_run import run_mlp
 from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
 from ..config.base import take
 from ..config.commands import AttentionCommand, KnockoutCommand, MLPCommand
@@ -19,6 +12,10 @@ from .timing import work_time
 
 def cmd_knockout(args) -> int:
     cfg: KnockoutCommand = settings(args)
+    from .. import distributed
+    from ..analysis.knockout_run import describe as describe_knockout
+    from ..analysis.knockout_run import run_knockout
+
     model = load_from_args(cfg)
     with work_time("knockout", cfg.out):
         result = run_knockout(model, cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, KnockoutSettings),
@@ -31,6 +28,9 @@ def cmd_knockout(args) -> int:
 
 def cmd_attention(args) -> int:
     cfg: AttentionCommand = settings(args)
+    from ..analysis.attention_run import describe as describe_attention
+    from ..analysis.attention_run import run_attention
+
     model = load_from_args(cfg)
     with work_time("attention", cfg.out):
         result = run_attention(model, cfg.data, cfg.out, take(cfg, HeadChoice), take(cfg, AttentionSettings),
@@ -41,6 +41,9 @@ def cmd_attention(args) -> int:
 
 def cmd_mlp(args) -> int:
     cfg: MLPCommand = settings(args)
+    from ..analysis.mlp_run import describe as describe_mlp
+    from ..analysis.mlp_run import run_mlp
+
     model = load_from_args(cfg)
     with work_time("mlp", cfg.out):
         result = run_mlp(model, cfg.data, cfg.out, take(cfg, MLPSettings), batch_size=cfg.batch_size,

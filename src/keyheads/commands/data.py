@@ -7,8 +7,6 @@ import time
 from collections import Counter
 
 from ..config.commands import DataCommand
-from ..data.generate import pairs_for
-from ..data.pairs import write_pairs
 from .flags import add_settings, settings
 from .models import load_from_args
 
@@ -32,6 +30,9 @@ output (one pair a line):
 
 def cmd_data(args) -> int:
     cfg: DataCommand = settings(args)
+    from ..data.generate import pairs_for
+    from ..data.pairs import write_pairs
+
     t0 = time.perf_counter()
     model = load_from_args(cfg)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731  stdout stays for the summary

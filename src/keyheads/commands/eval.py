@@ -4,11 +4,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import distributed
 from ..config.commands import EvalCommand, check_shard
 from ..errors import SettingError
-from ..evaluation import Variant, evaluate
-from ..finetune.adapter import read_info
 from ..heads import read_heads
 from ..models import DEFAULT_MODEL
 from .flags import add_settings, settings
@@ -20,6 +17,8 @@ def _list(text: str | None) -> list[str]:
 
 
 def variants_from_args(cfg: EvalCommand):
+    from ..evaluation import Variant
+
     variants = []
     model = cfg.model or DEFAULT_MODEL
     if cfg.baseline:
@@ -52,11 +51,16 @@ def variants_from_args(cfg: EvalCommand):
 
 def _adapter_base(folder: str) -> str:
     """The base model a fine-tuning run folder was trained from: the reference row of its table."""
+    from ..finetune.adapter import read_info
+
     return read_info(folder)["base_model"]
 
 
 def cmd_eval(args) -> int:
     cfg: EvalCommand = settings(args)  # every setting, file and folder is checked before any model loads
+    from .. import distributed
+    from ..evaluation import evaluate
+
     shard = check_shard(cfg.shard)
     variants = variants_from_args(cfg)
     if any(v.kind == "adapter" for v in variants):  # fine-tuned weights are written into a copy of the base

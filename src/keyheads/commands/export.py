@@ -55,8 +55,8 @@ def model_shape(cfg: ExportCommand, identify: Path) -> tuple[int, bool, str | No
         raise SettingError(f"no model.json in or above {identify} says which model the run used: give --model, or "
                            "--d-model and --parallel-attn-mlp / --no-parallel-attn-mlp")
     # the model code imports torch: only when a config must be read
-    from ..models.families import family_for  # noqa: PLC0415
-    from ..planning.shape import load_config  # noqa: PLC0415
+    from ..models.families import family_for
+    from ..planning.shape import load_config
 
     config = load_config(name)
     fam = family_for(config.model_type)

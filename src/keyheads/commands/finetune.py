@@ -1,14 +1,11 @@
 """`keyheads finetune` (precise SFT and its baselines) and `keyheads merge` (fold or export an adapter)."""
 from __future__ import annotations
 
-from .. import distributed, models
 from .. import finetune as training  # training.finetune looked up at call time: tests count its calls
+from .. import models
 from ..config.base import take
 from ..config.commands import FinetuneCommand, MergeCommand
 from ..errors import SettingError
-from ..finetune.adapter import check_new_folder, export_peft, merge, read_adapter
-from ..finetune.model import check_components
-from ..finetune.parallel import check_setup
 from ..selection import ComponentChoice
 from .flags import add_settings, settings
 from .models import resident_only
@@ -25,6 +22,10 @@ def check_method_choice(choice: ComponentChoice, method: str) -> None:
 
 def cmd_finetune(args) -> int:
     cfg: FinetuneCommand = settings(args)  # invalid settings fail here, before any model loads
+    from .. import distributed
+    from ..finetune.model import check_components
+    from ..finetune.parallel import check_setup
+
     resident_only(cfg, "finetune")
     recipe = cfg.recipe()
     choice = take(cfg, ComponentChoice)
@@ -53,6 +54,8 @@ def cmd_finetune(args) -> int:
 
 def cmd_merge(args) -> int:
     cfg: MergeCommand = settings(args)
+    from ..finetune.adapter import check_new_folder, export_peft, merge, read_adapter
+
     resident_only(cfg, "merge")
     _, meta = read_adapter(cfg.adapter)  # a broken adapter is said before the model loads
     if cfg.export == "hf":

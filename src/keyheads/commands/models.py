@@ -4,8 +4,7 @@ from __future__ import annotations
 from .. import models  # models.load_placed looked up at call time
 from ..config.commands import GenerateCommand, ModelsCommand
 from ..errors import SettingError
-from ..models import BUNDLED, DEFAULT_MODEL, cache_root
-from ..models.loading import _cache_valid, cached_folder
+from ..models import BUNDLED, DEFAULT_MODEL
 from .flags import add_settings, settings
 
 
@@ -29,11 +28,11 @@ def load_from_args(cfg, model: str | None = None, sharded: bool = False):
 
 
 def cmd_models(args) -> int:
-    print(f"cache: {cache_root()}  (set KEYHEADS_CACHE to move it)")
+    print(f"cache: {models.cache_root()}  (set KEYHEADS_CACHE to move it)")
     rows = []
     for m in BUNDLED.values():
-        folder = cached_folder(m.name)
-        cached = _cache_valid(folder)
+        folder = models.loading.cached_folder(m.name)
+        cached = models.loading._cache_valid(folder)
         size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20 if cached else None
         rows.append((m.name + (" (default)" if m.name == DEFAULT_MODEL else ""),
                      "yes" if m.installed() else "no", "yes" if cached else "no", f"{m.size / 2**20:.0f} MiB",

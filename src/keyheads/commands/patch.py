@@ -3,12 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import distributed
 from ..config.base import take
 from ..config.commands import PatchCommand
 from ..patching import PatchSettings
-from ..patching.identify_run import describe, identify
-from ..patching.sweep import clear_checkpoints
 from .flags import add_settings, settings
 from .models import load_from_args
 from .timing import work_time
@@ -16,6 +13,10 @@ from .timing import work_time
 
 def cmd_patch(args) -> int:
     cfg: PatchCommand = settings(args)  # before loading a model: a typo or an unwritable --out fails at once
+    from .. import distributed
+    from ..patching.identify_run import describe, identify
+    from ..patching.sweep import clear_checkpoints
+
     out = Path(cfg.out)
     if cfg.restart:
         clear_checkpoints(out)

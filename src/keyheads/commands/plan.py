@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 from ..config.commands import PlanCommand
 from ..machine import parse_bytes
-from ..planning.planner import Machine, Plan, Workload, make_plan
-from ..planning.shape import load_config, shape_of
 from .flags import add_settings, settings
+
+if TYPE_CHECKING:
+    from ..planning.planner import Plan
 
 
 def gib(n: float) -> str:
@@ -16,6 +18,9 @@ def gib(n: float) -> str:
 
 
 def plan_from(cfg: PlanCommand) -> Plan:
+    from ..planning.planner import Machine, Workload, make_plan
+    from ..planning.shape import load_config, shape_of
+
     machine = Machine(cfg.gpus, cfg.nodes, parse_bytes(cfg.gpu_memory, "gpu_memory"),
                       parse_bytes(cfg.host_memory, "host_memory") if cfg.host_memory else None)
     work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch_size, batch=cfg.batch_size,

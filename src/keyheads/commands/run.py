@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .. import pipeline
 from ..config.base import Count, MachineSettings
 from ..config.run import RunSettings
 from ..demo import DEMO, demo_config
@@ -33,6 +32,8 @@ def _run(args, cfg: RunSettings, how: dict) -> int:
     quiet = how.pop("quiet", False)
     MachineSettings.model_validate(how).apply()
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
+    from .. import pipeline
+
     # the run's progress and each stage's summary, on standard output (library code only logs)
     pipeline.run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not quiet, say=print)
     return 0

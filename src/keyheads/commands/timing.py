@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import distributed
 from ..io import write_json
 
 WORK_TIME_JSON = "timing.json"
@@ -27,6 +26,8 @@ class WorkTime:
 @contextmanager
 def work_time(command: str, out: str | Path) -> Iterator[WorkTime]:
     """Time the block; then the main process writes OUT/timing.json ({command, seconds}) and prints the line."""
+    from .. import distributed
+
     timing = WorkTime(command)
     start = time.perf_counter()
     yield timing
