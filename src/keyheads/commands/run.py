@@ -29,11 +29,11 @@ def _split(args) -> tuple[dict, dict]:
 
 
 def _run(args, cfg: RunSettings, how: dict) -> int:
+    from .. import pipeline  # the config was read and checked: now the stages' code
+
     quiet = how.pop("quiet", False)
     MachineSettings.model_validate(how).apply()
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
-    from .. import pipeline
-
     # the run's progress and each stage's summary, on standard output (library code only logs)
     pipeline.run_pipeline(cfg, stages=stages, start=args.start, force=args.force, progress=not quiet, say=print)
     return 0
