@@ -324,6 +324,32 @@ def test_random_heads_are_one_draw_or_a_band_over_seeds(tmp_path):
     assert place() == "partly"  # one draw's +20 beats precise SFT's +15; their mean +9 does not
 
 
+def test_random_heads_are_weighed_against_precise_sft_of_as_many_heads(tmp_path):
+    """Row 9 compares random@K with the precise run that tunes K chosen heads, never with a run of another size:
+    with only random@3 beside the 2-head precise run, it is not measured; precise SFT of 3 heads makes it so."""
+    run = make_run(tmp_path / "run", True)
+    data = read(run / "eval" / "results.json")
+    two = read(run / "finetune" / "precise-top2" / "finetune.json")
+
+    def add(name: str, heads: list[dict], source: str, gsm8k: float) -> None:
+        finetune = {**two, "components": {**two["components"], "heads": heads, "source": source}}
+        (run / "finetune" / name).mkdir(parents=True)
+        (run / "finetune" / name / "finetune.json").write_text(json.dumps(finetune))
+        spec = {"kind": "adapter", "model": f"/elsewhere/finetune/{name}", "options": {}}
+        data["variants"].append({"label": name, "info": {"variant": spec}, "benchmarks": {
+            "gsm8k": {"accuracy": gsm8k, "n": 100}, "mmlu": {"accuracy": 0.5, "n": 100}}})
+        (run / "eval" / "results.json").write_text(json.dumps(data))
+
+    three = [*two["components"]["heads"], {"layer": 0, "head": 3}]
+    add("random@3", three, "random 3 heads (seed 0)", 0.25)
+    row9 = findings(run)[8]
+    assert row9.verdict == "not measured"
+    assert row9.evidence == "no precise SFT run tunes as many heads and MLPs as random@3"
+    add("precise@3", three, "top-3 heads of effects.json", 0.22)
+    row9 = findings(run)[8]
+    assert row9.verdict == "does not hold" and "with precise@3" in row9.evidence  # +2 against the draw's +5
+
+
 def test_the_identify_section_says_how_the_key_heads_were_chosen(report, tmp_path):
     """Chosen by top-k (the tiny run's top 3), the rule is said so, not as 'threshold None'."""
     text = section_text(report.read_text(), "identify")

@@ -38,6 +38,7 @@ from .rundata import (
     first_of,
     main_precise,
     paired_family,
+    precise_like,
 )
 from .stats import ALPHA, PairedTest, seed_free
 
@@ -330,8 +331,10 @@ def _moved(pairs: dict[tuple[str, str], PairedTest], rows: list[EvalRow], benchm
 def random_place(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> Finding:
     claim = "The key heads are a better place to fine-tune than as many random heads"
     runs = run.finetune_records
-    p = main_precise(runs)
     name = next((k for k, v in runs.items() if v.random_heads), None)
+    p = precise_like(runs, name) if name is not None else None
+    if name is not None and p is None:
+        return _claim(claim, "not measured", f"no precise SFT run tunes as many heads and MLPs as {name}")
     if p is None or name is None or table is None or table.base is None or table.of_run(p) is None:
         return _claim(claim, "not measured", "precise SFT and SFT of random heads were not both run and evaluated")
     seeds = [k for k, v in runs.items() if v.random_heads and seed_free(k) == seed_free(name)]
@@ -348,7 +351,8 @@ def random_place(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str,
     return _claim(claim, verdict,
                   f"mean math change {points(pm)} points with {p}; {seed_free(name)} over {len(draws)} draw(s): "
                   f"mean {points(mean)}, best {points(best)}" + _items(pairs, [prow, *rows], table.math()),
-                  f"mean math change against the base row: holds if precise SFT's is above every one of at least "
+                  f"mean math change against the base row, precise SFT against random heads of the same number "
+                  f"(heads and MLPs): holds if precise SFT's is above every one of at least "
                   f"{MIN_DRAWS} random draws; partly if above their mean only, or over fewer draws; not testable if "
                   f"no item-by-item test of these rows is significant (Holm p < {ALPHA:g})",
                   f"math {points(pm)} ({p}) vs random mean {points(mean)}, best {points(best)} ({len(draws)} draws)")

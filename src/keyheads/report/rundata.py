@@ -40,6 +40,18 @@ def main_precise(runs: dict[str, FinetuneResult]) -> str | None:
     return names[0] if names else None
 
 
+def precise_like(runs: dict[str, FinetuneResult], control: str) -> str | None:
+    """The precise run on chosen components that tunes as many heads and MLPs as the random control `control`:
+    the key heads against random heads is a fair comparison only at the same size (random@32 against
+    precise@32, not against the 8 key heads)."""
+    size = _size(runs[control])
+    return next((k for k, v in precise_runs(runs).items() if _size(v) == size), None)
+
+
+def _size(run: FinetuneResult) -> tuple[int, int]:
+    return (len(run.components.heads), len(run.components.mlps)) if run.components is not None else (0, 0)
+
+
 def _mlps(run: FinetuneResult) -> tuple[int, ...]:
     return run.components.mlps if run.components is not None else ()
 
