@@ -5,6 +5,8 @@ import logging
 import os
 import re
 import shutil
+import signal
+import types
 from pathlib import Path
 
 import pytest
@@ -219,6 +221,44 @@ def test_ctrl_c_during_the_update_saves_nothing_new(examples, tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
     assert read_json(out / "checkpoint" / "record.json")["step"] == 2
+
+
+def _interrupt(signum, frame):  # what the CLI installs for SIGTERM
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_update_waits_for_it_and_keeps_the_step(signum, examples, uninterrupted, tmp_path,
+                                                                     monkeypatch):
+    """Ctrl-C or a scheduler's SIGTERM inside the 4th optimizer step: the step finishes, then the interrupt
+    saves steps 1-4 (the periodic checkpoint has 2), and the resumed run ends in the same bits."""
+    real = train_mod.make_optimizer
+
+    def make(tuned, cfg):
+        optimizer = real(tuned, cfg)
+        step, calls = optimizer.step, [0]
+
+        def signalled_step(self, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] == 4:
+                os.kill(os.getpid(), signum)  # its handler runs here, before the update
+            return step(*args, **kwargs)
+
+        optimizer.step = types.MethodType(signalled_step, optimizer)
+        return optimizer
+
+    monkeypatch.setattr(train_mod, "make_optimizer", make)
+    out, before = tmp_path / "run", signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
+        assert signal.getsignal(signal.SIGTERM) is _interrupt  # the handlers are put back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    monkeypatch.undo()
+    assert read_json(out / "checkpoint" / "record.json")["step"] == 4
+    model = tiny_model("llama", seed=0)
+    assert_same_as(uninterrupted, out, finetune(model, examples, CFG, out, COMPONENTS, progress=False), model)
 
 
 @pytest.mark.parametrize("save_minutes, saved", [(1e-9, 3), (0.0, None)])

@@ -10,7 +10,11 @@ losses over the completions of the global batch divided by their count, whatever
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,6 +131,32 @@ def _checkpoint_due(cfg: FinetuneSettings, done: int, since_save: float, par: Pa
     return par.first(since_save >= 60 * cfg.save_minutes)
 
 
+@contextmanager
+def signals_after_the_update() -> Iterator[None]:
+    """Ctrl-C or SIGTERM that arrives during an optimizer update is delivered once the update has finished.
+
+    A half-updated state cannot be saved, so an interrupt inside the update used to fall back to the last
+    periodic checkpoint and lose every step since. Held back until here, the signal meets its own handler
+    (Ctrl-C's KeyboardInterrupt, the CLI's SIGTERM-as-Ctrl-C, or the default) with the step complete.
+    Signal handlers can only be set from the main thread; elsewhere nothing is held back.
+    """
+    watched = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.getsignal(s) for s in watched}
+    if threading.current_thread() is not threading.main_thread() or None in previous.values():
+        yield
+        return
+    caught: list[int] = []
+    for s in watched:
+        signal.signal(s, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if caught:
+        signal.raise_signal(caught[0])
+
+
 def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneSettings, out: str | Path, meta: dict,
           parallel: Parallel | None = None, progress: bool = True) -> TrainResult:
     """Train `tuned` on `data`; checkpoints into `out`/checkpoint and resumes from it.
@@ -179,17 +209,18 @@ def train(tuned: Tuned, data: list[Tokenized], cfg: FinetuneSettings, out: str |
                 tuned.rescale_grads()
             if cfg.max_grad_norm > 0:
                 par.clip(params, cfg.max_grad_norm)
-            updating = True  # an interrupt from here to the step's end leaves no consistent state to save
-            lr = scheduler.get_last_lr()[0]
-            tuned.decay_deltas(lr, cfg.weight_decay)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step_seconds.append(time.perf_counter() - t0)
-            seconds += step_seconds[-1]
-            samples += len(batch)
-            losses.append(float(par.sum(step_loss).item()) / tokens)
-            updating = False
+            with signals_after_the_update():
+                updating = True  # an exception from here to the step's end leaves no consistent state to save
+                lr = scheduler.get_last_lr()[0]
+                tuned.decay_deltas(lr, cfg.weight_decay)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step_seconds.append(time.perf_counter() - t0)
+                seconds += step_seconds[-1]
+                samples += len(batch)
+                losses.append(float(par.sum(step_loss).item()) / tokens)
+                updating = False
             bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{samples / seconds:.1f}")
             bar.update(1)
             if step + 1 < steps and _checkpoint_due(cfg, step + 1, time.monotonic() - last_save, par):
