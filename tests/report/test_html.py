@@ -324,6 +324,22 @@ def test_random_heads_are_one_draw_or_a_band_over_seeds(tmp_path):
     assert place() == "partly"  # one draw's +20 beats precise SFT's +15; their mean +9 does not
 
 
+@pytest.mark.parametrize("pm, fm, moved, gains, verdict", [
+    (0.15, 0.16, True, True, "holds"),            # within 2 points of full SFT's gain
+    (0.15, 0.16, True, False, "holds"),           # as large as full SFT's, whatever the tests say of it alone
+    (0.05, 0.25, True, True, "partly"),           # a real gain, trailing full SFT's by more
+    (0.011, 0.256, True, False, "does not hold"),  # trailing, and no test tells it from zero (SmolLM2's record)
+    (0.011, 0.256, True, None, "partly"),         # no per-item outcomes: the sign is all there is
+    (-0.01, 0.2, True, False, "does not hold"),
+    (0.0, -0.01, True, False, "not testable"),    # neither gained
+    (0.05, 0.2, False, False, "not testable"),    # nothing moved beyond chance
+])
+def test_row7_counts_a_gain_only_when_a_test_tells_it_from_zero(pm, fm, moved, gains, verdict):
+    from keyheads.report.findings import _matches_full
+
+    assert _matches_full(pm, fm, moved, gains) == verdict
+
+
 def test_random_heads_are_weighed_against_precise_sft_of_as_many_heads(tmp_path):
     """Row 9 compares random@K with the precise run that tunes K chosen heads, never with a run of another size:
     with only random@3 beside the 2-head precise run, it is not measured; precise SFT of 3 heads makes it so."""

@@ -265,11 +265,15 @@ def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, 
     else:
         pm, fm = table.mean_delta(prow, table.math()), table.mean_delta(frow, table.math())
         extra = _random_note(runs, table, pm)
-        out.append(_claim(claims[0], _matches_full(pm, fm, _moved(pairs, [prow, frow], table.math())),
+        verdict7 = _matches_full(pm, fm, _moved(pairs, [prow, frow], table.math()),
+                                 _gains(pairs, prow, table.math()))
+        out.append(_claim(claims[0], verdict7,
                           f"math accuracy {points(pm)} points with {p}, {points(fm)} with {f}{extra}"
                           + _items(pairs, [prow, frow], table.math()),
                           f"mean math change against the base row: holds if a gain within {100 * LIKE_FULL:.0f} "
-                          "points of full SFT's; partly if a gain that trails it by more; not testable if neither "
+                          "points of full SFT's; partly if it trails by more but one of precise SFT's own "
+                          "item-by-item tests is a significant gain; does not hold if it trails by more with none; "
+                          "not testable if neither "
                           "gains, or no item-by-item test of either row is significant (Holm p < "
                           f"{ALPHA:g} over the table's family)",
                           f"math {points(pm)} ({p}) vs {points(fm)} ({f}) points"))
@@ -311,16 +315,25 @@ def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, 
     return out
 
 
-def _matches_full(pm: float | None, fm: float | None, moved: bool | None) -> Verdict:
+def _matches_full(pm: float | None, fm: float | None, moved: bool | None, gains: bool | None) -> Verdict:
     """Claim 7's rule on the mean math changes of precise and full SFT; moved: whether any item-by-item test of
-    the two rows is significant (None when no per-item outcomes were saved)."""
+    the two rows is significant; gains: whether one of precise SFT's is a significant gain (both None when no
+    per-item outcomes were saved). A smaller mean gain that no test tells from zero is no gain: one
+    significance criterion for every claim."""
     if pm is None or fm is None:
         return "not measured"
     if (pm <= 0 and fm <= 0) or moved is False:
         return "not testable"
     if pm <= 0:
         return "does not hold"
-    return "holds" if pm >= fm - LIKE_FULL else "partly"
+    if pm >= fm - LIKE_FULL:
+        return "holds"
+    return "does not hold" if gains is False else "partly"
+
+
+def _gains(pairs: dict[tuple[str, str], PairedTest], row: EvalRow, benchmarks: list[str]) -> bool | None:
+    tests = [pairs[(row.label, b)] for b in benchmarks if (row.label, b) in pairs]
+    return any(t.significant and t.delta > 0 for t in tests) if tests else None
 
 
 def _moved(pairs: dict[tuple[str, str], PairedTest], rows: list[EvalRow], benchmarks: list[str]) -> bool | None:
