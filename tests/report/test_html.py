@@ -340,6 +340,20 @@ def test_row7_counts_a_gain_only_when_a_test_tells_it_from_zero(pm, fm, moved, g
     assert _matches_full(pm, fm, moved, gains) == verdict
 
 
+@pytest.mark.parametrize("knockout_gsm8k, verdict", [(0.05, "holds"), (0.17, "partly")])
+def test_row11_math_drops_only_when_a_test_tells_the_loss_from_chance(tmp_path, knockout_gsm8k, verdict):
+    """The knockout row keeps MMLU (50% -> 49%) in both; GSM8K losing 15 of 100 items is a drop, 3 of 100 is not
+    (exact McNemar p 0.25), though its mean still falls below the generic change."""
+    run = make_run(tmp_path / "run", True)
+    data = read(run / "eval" / "results.json")
+    knockout = next(v for v in data["variants"] if v["label"] == "knockout")
+    knockout["benchmarks"]["gsm8k"]["accuracy"] = knockout_gsm8k
+    (run / "eval" / "results.json").write_text(json.dumps(data))
+    _wrong_items(run, {v["label"]: {b: s["accuracy"] for b, s in v["benchmarks"].items()} for v in data["variants"]})
+    row11 = findings(run)[10]
+    assert row11.verdict == verdict, row11.evidence
+
+
 def test_random_heads_are_weighed_against_precise_sft_of_as_many_heads(tmp_path):
     """Row 9 compares random@K with the precise run that tunes K chosen heads, never with a run of another size:
     with only random@3 beside the 2-head precise run, it is not measured; precise SFT of 3 heads makes it so."""

@@ -187,12 +187,15 @@ def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str,
     m = table.mean_delta(ko[0], table.math())
     if g is None:
         return _claim(claim, "not testable", "no generic benchmark accuracy for both rows")
-    verdict = _of([abs(g) <= GENERIC_KEPT, m is None or m < g])
+    # math drops when its mean falls below the generic change and a test tells a loss from chance
+    drops = (m is None or m < g) and _gains(pairs, ko[0], table.math(), sign=-1) is not False
+    verdict = _of([abs(g) <= GENERIC_KEPT, drops])
     mean = f" ({ko[0].mean} mean)" if ko[0].mean else ""
     return _claim(claim, verdict, f"generic accuracy {points(g)} points, math {points(m)} points with the key heads "
                   f"out{mean}" + _items(pairs, [ko[0]], table.generic() + table.math()),
                   f"mean change against the base row: holds if generic within ±{100 * GENERIC_KEPT:.0f} points "
-                  "and math below it; partly if one of the two",
+                  "and math below it with one of its item-by-item tests a significant loss (Holm p < "
+                  f"{ALPHA:g}); partly if one of the two",
                   f"generic {points(g)}, math {points(m)} points with the key heads out")
 
 
@@ -331,9 +334,11 @@ def _matches_full(pm: float | None, fm: float | None, moved: bool | None, gains:
     return "does not hold" if gains is False else "partly"
 
 
-def _gains(pairs: dict[tuple[str, str], PairedTest], row: EvalRow, benchmarks: list[str]) -> bool | None:
+def _gains(pairs: dict[tuple[str, str], PairedTest], row: EvalRow, benchmarks: list[str], sign: int = 1) -> bool | None:
+    """Whether one of `row`'s item-by-item tests on `benchmarks` is significant in the direction `sign` (+1 a
+    gain, -1 a loss); None when no per-item outcomes were saved."""
     tests = [pairs[(row.label, b)] for b in benchmarks if (row.label, b) in pairs]
-    return any(t.significant and t.delta > 0 for t in tests) if tests else None
+    return any(t.significant and sign * t.delta > 0 for t in tests) if tests else None
 
 
 def _moved(pairs: dict[tuple[str, str], PairedTest], rows: list[EvalRow], benchmarks: list[str]) -> bool | None:
