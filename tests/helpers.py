@@ -140,9 +140,8 @@ class Killed(RuntimeError):
     """Stands for the process dying."""
 
 
-def kill_at_optimizer_step(monkeypatch, n: int, error: type[BaseException] = Killed) -> None:
-    """The n-th optimizer step (1-based) of the next training run raises `error` (Killed: the process dying;
-    KeyboardInterrupt: Ctrl-C) before it updates anything."""
+def at_optimizer_step(monkeypatch, n: int, action) -> None:
+    """The n-th optimizer step (1-based) of the next training run calls `action()` before it updates anything."""
     import keyheads.finetune.train as train_mod
 
     real = train_mod.make_optimizer
@@ -151,16 +150,26 @@ def kill_at_optimizer_step(monkeypatch, n: int, error: type[BaseException] = Kil
         optimizer = real(tuned, cfg)
         step, calls = optimizer.step, [0]
 
-        def dying_step(self, *args, **kwargs):
+        def hooked_step(self, *args, **kwargs):
             calls[0] += 1
             if calls[0] == n:
-                raise error(f"killed in optimizer step {n}")
+                action()
             return step(*args, **kwargs)
 
-        optimizer.step = types.MethodType(dying_step, optimizer)  # the LR scheduler wants a bound method
+        optimizer.step = types.MethodType(hooked_step, optimizer)  # the LR scheduler wants a bound method
         return optimizer
 
     monkeypatch.setattr(train_mod, "make_optimizer", make)
+
+
+def kill_at_optimizer_step(monkeypatch, n: int, error: type[BaseException] = Killed) -> None:
+    """The n-th optimizer step (1-based) of the next training run raises `error` (Killed: the process dying;
+    KeyboardInterrupt: Ctrl-C) before it updates anything."""
+
+    def die() -> None:
+        raise error(f"killed in optimizer step {n}")
+
+    at_optimizer_step(monkeypatch, n, die)
 
 
 class Evaluation(NamedTuple):

@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import signal
-import types
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from keyheads.finetune.settings import FinetuneSettings
 from keyheads.io import read_json
 from keyheads.testing import tiny_model
 
-from tests.helpers import Killed, kill_at_optimizer_step
+from tests.helpers import Killed, at_optimizer_step, kill_at_optimizer_step
 
 pytestmark = pytest.mark.slow  # killed and resumed training runs, up to about 9 s each
 
@@ -232,22 +231,7 @@ def test_a_signal_during_the_update_waits_for_it_and_keeps_the_step(signum, exam
                                                                      monkeypatch):
     """Ctrl-C or a scheduler's SIGTERM inside the 4th optimizer step: the step finishes, then the interrupt
     saves steps 1-4 (the periodic checkpoint has 2), and the resumed run ends in the same bits."""
-    real = train_mod.make_optimizer
-
-    def make(tuned, cfg):
-        optimizer = real(tuned, cfg)
-        step, calls = optimizer.step, [0]
-
-        def signalled_step(self, *args, **kwargs):
-            calls[0] += 1
-            if calls[0] == 4:
-                os.kill(os.getpid(), signum)  # its handler runs here, before the update
-            return step(*args, **kwargs)
-
-        optimizer.step = types.MethodType(signalled_step, optimizer)
-        return optimizer
-
-    monkeypatch.setattr(train_mod, "make_optimizer", make)
+    at_optimizer_step(monkeypatch, 4, lambda: os.kill(os.getpid(), signum))  # its handler runs before the update
     out, before = tmp_path / "run", signal.signal(signal.SIGTERM, _interrupt)
     try:
         with pytest.raises(KeyboardInterrupt):

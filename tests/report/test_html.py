@@ -292,19 +292,24 @@ def test_findings_give_the_item_by_item_tests_and_name_single_random_draws(tmp_p
     assert [r[0][1] for r in table_rows(page, "pairs")] == ["knockout", "precise", "full"]
 
 
+def _add_tuned_row(run, name: str, finetune: dict, gsm8k: float) -> None:
+    """A fine-tuned variant `name` added to the hand-made run: its finetune.json and its eval row (MMLU 50%)."""
+    (run / "finetune" / name).mkdir(parents=True)
+    (run / "finetune" / name / "finetune.json").write_text(json.dumps(finetune))
+    data = read(run / "eval" / "results.json")
+    spec = {"kind": "adapter", "model": f"/elsewhere/finetune/{name}", "options": {}}
+    data["variants"].append({"label": name, "info": {"variant": spec}, "benchmarks": {
+        "gsm8k": {"accuracy": gsm8k, "n": 100}, "mmlu": {"accuracy": 0.5, "n": 100}}})
+    (run / "eval" / "results.json").write_text(json.dumps(data))
+
+
 def test_random_heads_are_one_draw_or_a_band_over_seeds(tmp_path):
     run = make_run(tmp_path / "run", True)
-    data = read(run / "eval" / "results.json")
     finetune = read(run / "finetune" / "precise-top2" / "finetune.json")
     finetune["components"]["source"] = "random 2 heads (seed 0)"
 
     def add(name: str, gsm8k: float) -> None:
-        (run / "finetune" / name).mkdir(parents=True)
-        (run / "finetune" / name / "finetune.json").write_text(json.dumps(finetune))
-        spec = {"kind": "adapter", "model": f"/elsewhere/finetune/{name}", "options": {}}
-        data["variants"].append({"label": name, "info": {"variant": spec}, "benchmarks": {
-            "gsm8k": {"accuracy": gsm8k, "n": 100}, "mmlu": {"accuracy": 0.5, "n": 100}}})
-        (run / "eval" / "results.json").write_text(json.dumps(data))
+        _add_tuned_row(run, name, finetune, gsm8k)
 
     def math_evidence() -> str:
         return next(f.evidence for f in findings(run) if f.claim.startswith("Precise SFT of the key heads"))
@@ -358,17 +363,10 @@ def test_random_heads_are_weighed_against_precise_sft_of_as_many_heads(tmp_path)
     """Row 9 compares random@K with the precise run that tunes K chosen heads, never with a run of another size:
     with only random@3 beside the 2-head precise run, it is not measured; precise SFT of 3 heads makes it so."""
     run = make_run(tmp_path / "run", True)
-    data = read(run / "eval" / "results.json")
     two = read(run / "finetune" / "precise-top2" / "finetune.json")
 
     def add(name: str, heads: list[dict], source: str, gsm8k: float) -> None:
-        finetune = {**two, "components": {**two["components"], "heads": heads, "source": source}}
-        (run / "finetune" / name).mkdir(parents=True)
-        (run / "finetune" / name / "finetune.json").write_text(json.dumps(finetune))
-        spec = {"kind": "adapter", "model": f"/elsewhere/finetune/{name}", "options": {}}
-        data["variants"].append({"label": name, "info": {"variant": spec}, "benchmarks": {
-            "gsm8k": {"accuracy": gsm8k, "n": 100}, "mmlu": {"accuracy": 0.5, "n": 100}}})
-        (run / "eval" / "results.json").write_text(json.dumps(data))
+        _add_tuned_row(run, name, {**two, "components": {**two["components"], "heads": heads, "source": source}}, gsm8k)
 
     three = [*two["components"]["heads"], {"layer": 0, "head": 3}]
     add("random@3", three, "random 3 heads (seed 0)", 0.25)
