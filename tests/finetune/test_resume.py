@@ -232,13 +232,16 @@ def test_a_signal_during_the_update_waits_for_it_and_keeps_the_step(signum, exam
     """Ctrl-C or a scheduler's SIGTERM inside the 4th optimizer step: the step finishes, then the interrupt
     saves steps 1-4 (the periodic checkpoint has 2), and the resumed run ends in the same bits."""
     at_optimizer_step(monkeypatch, 4, lambda: os.kill(os.getpid(), signum))  # its handler runs before the update
-    out, before = tmp_path / "run", signal.signal(signal.SIGTERM, _interrupt)
+    # Ctrl-C's handler as in a foreground process: one started in the background inherits SIGINT ignored
+    handlers = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _interrupt}
+    out, before = tmp_path / "run", {s: signal.signal(s, h) for s, h in handlers.items()}
     try:
         with pytest.raises(KeyboardInterrupt):
             finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
-        assert signal.getsignal(signal.SIGTERM) is _interrupt  # the handlers are put back
+        assert {s: signal.getsignal(s) for s in handlers} == handlers  # the handlers are put back
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for s, h in before.items():
+            signal.signal(s, h)
     monkeypatch.undo()
     assert read_json(out / "checkpoint" / "record.json")["step"] == 4
     model = tiny_model("llama", seed=0)
