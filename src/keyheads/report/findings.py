@@ -188,7 +188,7 @@ def generic_kept(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str,
     if g is None:
         return _claim(claim, "not testable", "no generic benchmark accuracy for both rows")
     # math drops when its mean falls below the generic change and a test tells a loss from chance
-    drops = (m is None or m < g) and _gains(pairs, ko[0], table.math(), sign=-1) is not False
+    drops = (m is None or m < g) and _significant(pairs, ko[0], table.math(), sign=-1) is not False
     verdict = _of([abs(g) <= GENERIC_KEPT, drops])
     mean = f" ({ko[0].mean} mean)" if ko[0].mean else ""
     return _claim(claim, verdict, f"generic accuracy {points(g)} points, math {points(m)} points with the key heads "
@@ -269,7 +269,7 @@ def precise_sft(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, 
         pm, fm = table.mean_delta(prow, table.math()), table.mean_delta(frow, table.math())
         extra = _random_note(runs, table, pm)
         verdict7 = _matches_full(pm, fm, _moved(pairs, [prow, frow], table.math()),
-                                 _gains(pairs, prow, table.math()))
+                                 _significant(pairs, prow, table.math()))
         out.append(_claim(claims[0], verdict7,
                           f"math accuracy {points(pm)} points with {p}, {points(fm)} with {f}{extra}"
                           + _items(pairs, [prow, frow], table.math()),
@@ -334,7 +334,8 @@ def _matches_full(pm: float | None, fm: float | None, moved: bool | None, gains:
     return "does not hold" if gains is False else "partly"
 
 
-def _gains(pairs: dict[tuple[str, str], PairedTest], row: EvalRow, benchmarks: list[str], sign: int = 1) -> bool | None:
+def _significant(pairs: dict[tuple[str, str], PairedTest], row: EvalRow, benchmarks: list[str],
+                 sign: int = 1) -> bool | None:
     """Whether one of `row`'s item-by-item tests on `benchmarks` is significant in the direction `sign` (+1 a
     gain, -1 a loss); None when no per-item outcomes were saved."""
     tests = [pairs[(row.label, b)] for b in benchmarks if (row.label, b) in pairs]
