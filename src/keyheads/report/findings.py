@@ -338,13 +338,18 @@ def _significant(pairs: dict[tuple[str, str], PairedTest], row: EvalRow, benchma
                  sign: int = 1) -> bool | None:
     """Whether one of `row`'s item-by-item tests on `benchmarks` is significant in the direction `sign` (+1 a
     gain, -1 a loss); None when no per-item outcomes were saved."""
-    tests = [pairs[(row.label, b)] for b in benchmarks if (row.label, b) in pairs]
+    tests = _tests(pairs, [row], benchmarks)
     return any(t.significant and sign * t.delta > 0 for t in tests) if tests else None
 
 
 def _moved(pairs: dict[tuple[str, str], PairedTest], rows: list[EvalRow], benchmarks: list[str]) -> bool | None:
-    tests = [pairs[(row.label, b)] for row in rows for b in benchmarks if (row.label, b) in pairs]
+    tests = _tests(pairs, rows, benchmarks)
     return any(t.significant for t in tests) if tests else None
+
+
+def _tests(pairs: dict[tuple[str, str], PairedTest], rows: list[EvalRow], benchmarks: list[str]) -> list[PairedTest]:
+    """The item-by-item tests of `rows` on `benchmarks` that the table has."""
+    return [pairs[(row.label, b)] for row in rows for b in benchmarks if (row.label, b) in pairs]
 
 
 def random_place(run: RunFolder, table: EvalTable | None, pairs: dict[tuple[str, str], PairedTest]) -> Finding:
