@@ -80,9 +80,25 @@ def test_attention_and_mlp_commands(run, tmp_path, pairs_file, effects, capsys):
     res = json.loads((out / "mlp.json").read_text())
     assert len(res["curves"]["in_A"]) == 3 and res["case"]["prompt"].endswith("4 + 3 = ")
     assert set(res["turning_points"]) == {"start", "inflection", "end"}
+    assert 0 < len(res["answer_specific"]) <= res["n_samples"] and {len(row) for row in res["answer_specific"]} == {3}
     assert "start-inflection-end" in capsys.readouterr().out
     for f in ("mlp_input_operands.png", "mlp_output_answer.png", "mlp_case.png", "mlp_curves.csv"):
         assert (out / f).stat().st_size > 0
+
+
+def test_the_answer_specific_write_has_one_row_per_distinct_prompt(run, tmp_path, pairs_file):
+    """Each pair written twice: twice the samples, the same rows of answer_specific (a repeated prompt is one
+    observation of the verdict's bootstrap, not two)."""
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(pairs_file.read_text() * 2)
+    found = {}
+    for name, data in (("once", pairs_file), ("twice", twice)):
+        assert run(["mlp", "--data", str(data), "--out", str(tmp_path / name), "--limit", "1000", "--quiet"]) == 0
+        found[name] = json.loads((tmp_path / name / "mlp.json").read_text())
+    assert found["twice"]["n_samples"] == 2 * found["once"]["n_samples"]
+    once, both = np.asarray(found["once"]["answer_specific"]), np.asarray(found["twice"]["answer_specific"])
+    assert once.shape == both.shape and len(once) > 0
+    np.testing.assert_allclose(both, once, atol=1e-6)
 
 
 def test_attention_without_positions_says_so(run, tmp_path, effects, capsys):

@@ -9,6 +9,16 @@ At the END position of every reference prompt and for every layer:
                (mlp_write) against the answer token C;
   write_other  the same against every other number token, averaged.
 
+Per prompt, not only as a mean (answer_specific, [prompt][layer]), a shuffled-answer null:
+  d_i[l] = cos(write_i[l], W_U[C_i]) - mean over the prompts j with C_j != C_i of cos(write_i[l], W_U[C_j]),
+how much more layer l's MLP writes toward prompt i's own answer than toward the answers of the other prompts.
+Each such j counts once, so a frequent answer weighs more: the null is the answer distribution of the prompts
+themselves, not every number token alike, and d has expectation 0 in a model whose MLP writes do not depend on the
+answer (random weights, say) whatever that distribution. write_i[l] and C_i are write_C's. A prompt with no
+other-answer prompt has no null and is dropped; that happens only when all prompts share one answer, so the
+list is either every prompt in order or empty. The stage (mlp_run) gives it one row per distinct prompt, in the
+order of first appearance: a reference prompt repeated in the pairs file is one observation, not several.
+
 All number tokens share a common direction (most visibly in tied-embedding models, where
 the END token's own embedding is in the residual stream), so a raw cosine rises and falls with
 "some number" as much as with "this number". The turning points are therefore read off
@@ -104,8 +114,13 @@ def cosines(x: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
 def probe(
     model: HookedModel, samples: Sequence[Sample], batch_size: int = 16, progress: bool = True
 ) -> dict[str, np.ndarray]:
-    """The five curves per sample and layer, {name: [n, L]} (see the module docstring)."""
-    mlp_in, write = end_vectors(model, [s.prompt for s in samples], batch_size, progress)
+    """The six curves per sample and layer, {name: [n, L]} (see the module docstring)."""
+    return curves_of(model, samples, *end_vectors(model, [s.prompt for s in samples], batch_size, progress))
+
+
+def curves_of(model: HookedModel, samples: Sequence[Sample], mlp_in: torch.Tensor,
+              write: torch.Tensor) -> dict[str, np.ndarray]:
+    """probe's curves from end_vectors' tensors (the MLP step reuses them for answer_specific)."""
     a = [operand_token(model, s, "A") for s in samples]
     b = [operand_token(model, s, "B") for s in samples]
     c = [s.answer_id for s in samples]
@@ -116,6 +131,21 @@ def probe(
     out["write_other"] = _mean_cos_except(write, model, numbers, [[ci] for ci in c])
     out["in_other"] = _mean_cos_except(mlp_in, model, numbers, [[ai, bi] for ai, bi in zip(a, b)])
     return {k: v.numpy() for k, v in out.items()}
+
+
+def answer_specific(model: HookedModel, write: torch.Tensor, answers: Sequence[int]) -> np.ndarray:
+    """[n, L]: d_i[l] of the module docstring from end_vectors' writes [n, L, d] and the answer tokens C_i;
+    [0, L] when all prompts share one answer."""
+    tokens = sorted(set(answers))
+    column = torch.tensor([tokens.index(t) for t in answers])              # prompt i's answer among tokens
+    unit = write / write.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    cos = torch.einsum("nld,ud->nlu", unit, unit_rows(model, tokens))      # [n, L, distinct answers]
+    # the other prompts, grouped by answer: the prompts with answer u, none of them if u is i's own answer
+    weight = torch.bincount(column, minlength=len(tokens)).float().repeat(len(answers), 1)
+    weight[torch.arange(len(answers)), column] = 0
+    own = cos.gather(2, column[:, None, None].expand(-1, cos.shape[1], 1))[..., 0]
+    other = (cos * weight[:, None]).sum(-1) / weight.sum(-1, keepdim=True).clamp(min=1)
+    return (own - other)[weight.sum(-1) > 0].numpy()
 
 
 def _mean_cos_except(x: torch.Tensor, model: HookedModel, numbers: list[int], skip: list[list[int]]) -> torch.Tensor:

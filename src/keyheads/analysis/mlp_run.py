@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from ..io import write_json
 from ..log import logger
 from ..models.model import HookedModel
@@ -32,7 +34,16 @@ def run_mlp(model: HookedModel, pairs: str | Path, out: str | Path, settings: ML
     """The MLP probes over the pairs file `pairs` and the layer-by-layer case, written into `out`."""
     cfg, data, out = settings, str(pairs), Path(out)
     samples = load_samples(model, data, cfg.limit, cfg.seed)
-    curves = mlpmod.probe(model, samples, batch_size, progress)
+    mlp_in, write = mlpmod.end_vectors(model, [s.prompt for s in samples], batch_size, progress)
+    curves = mlpmod.curves_of(model, samples, mlp_in, write)
+    # one row per distinct prompt: a prompt repeated in the pairs file (several counterfactuals of one reference)
+    # would count its one value several times and narrow the verdict's bootstrap over prompts
+    first: dict[str, int] = {}
+    for i, sample in enumerate(samples):
+        first.setdefault(sample.prompt, i)
+    distinct = list(first.values())
+    specific = mlpmod.answer_specific(model, write[distinct], [samples[i].answer_id for i in distinct])
+    del mlp_in, write  # [n, L, d] each (a gigabyte at 7B and 1000 prompts): freed before the case and the figures
     means = {k: v.mean(0) for k, v in curves.items()}
     operand, answer = mlpmod.contrasts(means)
     tp = mlpmod.turning_points(operand, answer)
@@ -57,7 +68,8 @@ def run_mlp(model: HookedModel, pairs: str | Path, out: str | Path, settings: ML
         model=model.name, data=data, n_samples=len(samples), read_point=mlpmod.mlp_read_point(model),
         curves={k: v.tolist() for k, v in means.items()}, operand_contrast=operand.tolist(),
         answer_contrast=answer.tolist(), turning_points=tp, rule=mlpmod.RULE,
-        case=MLPCase(prompt=prompt, answer=cfg.case_answer, numbers=names, top3_per_layer=tops, cosine=cos.tolist()))
+        case=MLPCase(prompt=prompt, answer=cfg.case_answer, numbers=names, top3_per_layer=tops, cosine=cos.tolist()),
+        answer_specific=specific.tolist())
     write_json(out / MLP_JSON, result.to_json())
     logger.info("wrote %s/%s, mlp_curves.csv, mlp_input_operands.png, mlp_output_answer.png, mlp_case.png", out,
                 MLP_JSON)
@@ -78,5 +90,11 @@ def describe(result: MLPResult) -> str:
                      f"{' '.join(case.top3_per_layer[l])}")
     lines.append(f"start-inflection-end: {tp.text()} (the operand contrast climbs "
                  f"from layer {tp.start} and peaks at {tp.inflection}; the answer contrast peaks at {tp.end})")
+    if result.answer_specific:
+        d = np.asarray(result.answer_specific)
+        later = [l for l in range(d.shape[1]) if 2 * l >= d.shape[1]]
+        earlier = [l for l in range(d.shape[1]) if 2 * l < d.shape[1]]
+        lines.append(f"answer-specific write (own answer minus the other prompts' answers), mean over "
+                     f"{len(d)} prompts: earlier half {d[:, earlier].mean():.4f}, later half {d[:, later].mean():.4f}")
     lines.append(f"case {case.prompt.splitlines()[-1]!r} -> answer {case.answer}")
     return "\n".join(lines)

@@ -37,3 +37,6 @@ class MLPResult(Result):
     turning_points: TurningPoints
     rule: str
     case: MLPCase
+    # [prompt][layer]: cos(write, W_U[own answer]) - its mean over the other prompts' answers, a shuffled-answer
+    # null (keyheads.analysis.mlp); None in records made before it was saved, [] when all prompts share one answer
+    answer_specific: list[list[float]] | None = None
