@@ -112,40 +112,23 @@ def test_table2_only_when_the_ablation_ran(report, run_folder, tmp_path):
     assert "Table 2" not in render(copy) and "Table 1" in render(copy)
 
 
-# the handmade run where every claim's numbers go the paper's way, in the findings table's order: the knockout's
-# random control is a band of 2 draws and the transfer's is one draw, fewer than a "holds" needs
-# (findings.MIN_DRAWS), so those two are partly; it fine-tunes no random heads (row 9)
-HOLDS = ["holds", "holds", "partly", "partly", "holds", "holds", "holds", "holds", "not measured", "holds", "holds"]
-FAILS = ["does not hold"] * 8 + ["not measured"] + ["does not hold"] * 2
-
-
 def verdicts(run) -> list[str]:
     return [f.verdict for f in findings(run)]
 
 
 @pytest.mark.parametrize("holds", [True, False])
-def test_findings_follow_the_numbers(tmp_path, holds):
+def test_the_findings_section_shows_each_verdict_with_its_evidence(tmp_path, holds):
+    """Rendering only: which verdict each rule gives is tests/report/test_verdict_rules.py's, on golden cases."""
     items = findings(make_run(tmp_path / "run", holds))
     assert len(items) == 11 and [f.row for f in items] == list(range(1, 12))
-    expected = HOLDS if holds else FAILS
-    assert [f.verdict for f in items] == expected, [(f.claim, f.evidence) for f in items]
     measured = [f for f in items if f.verdict != "not measured"]
-    assert all(f.evidence and any(c.isdigit() for c in f.evidence) and f.rule and f.key for f in measured)
+    assert measured and all(f.evidence and any(c.isdigit() for c in f.evidence) and f.rule and f.key
+                            for f in measured)
     page = write_html_report(tmp_path / "run").read_text()
-    assert page.count('class="badge held"') == (8 if holds else 0)
-    assert page.count('class="badge partly"') == (2 if holds else 0)
-    assert page.count('class="badge failed"') == (0 if holds else 10)
-
-
-def test_a_random_control_decides_holds_only_as_a_band_of_three_draws(tmp_path):
-    run = make_run(tmp_path / "run", True)
-    path = run / "knockout" / "knockout.json"
-    data = read(path)
-    assert len(data["curves"]["random_rank"]) == 2 and verdicts(run)[2] == "partly"
-    data["curves"]["random_rank"].append(data["curves"]["random_rank"][-1])
-    path.write_text(json.dumps(data))
-    assert verdicts(run)[2] == "holds"
-    assert "(mean of 3 random draws)" in findings(run)[2].evidence
+    badge = {"holds": "held", "partly": "partly", "does not hold": "failed"}
+    for verdict, css in badge.items():
+        assert page.count(f'class="badge {css}"') == verdicts(tmp_path / "run").count(verdict), verdict
+    assert ("holds" in verdicts(tmp_path / "run")) == holds
 
 
 def test_findings_of_the_tiny_run_and_of_an_empty_folder(run_folder, tmp_path):
@@ -204,29 +187,6 @@ def test_written_atomically(report, run_folder):
         write_html_report(run_folder / "nowhere")
 
 
-@pytest.mark.parametrize("precise_kl, full_kl, verdict", [(0.01, 0.20, "holds"), (0.30, 0.05, "does not hold"),
-                                                          (0.10, 0.105, "partly")])
-def test_generic_drift_decides_the_generic_claim_when_measured(tmp_path, precise_kl, full_kl, verdict):
-    """With generic-kl rows, the smaller KL from the base model decides, not the (chance-level) accuracy;
-    generic-kl is not counted as math."""
-    import json
-
-    run = make_run(tmp_path / "run", True)
-    path = run / "eval" / "results.json"
-    data = json.loads(path.read_text())
-    kls = {"base": 0.0, "knockout": 0.1, "precise": precise_kl, "full": full_kl}
-    for v in data["variants"]:
-        kl = kls[v["label"]]
-        v["benchmarks"]["generic-kl"] = {"kind": "drift", "n": 50, "kl": kl, "kl_ci95": [kl * 0.9, kl * 1.1],
-                                         "perplexity": 20.0, "perplexity_ci95": [19.0, 21.0], "tokens": 900}
-    data["config"]["benchmarks"].append("generic-kl")
-    path.write_text(json.dumps(data))
-    claim = next(f for f in findings(run) if f.claim.startswith("Precise SFT moves generic skills"))
-    assert claim.verdict == verdict and f"{precise_kl:.4g}" in claim.evidence
-    math_claim = next(f for f in findings(run) if f.claim.startswith("Precise SFT of the key heads improves"))
-    assert math_claim.verdict == "holds"  # unchanged by the KL rows
-
-
 def test_text_from_the_data_is_escaped_everywhere(tmp_path):
     """Autoescape: a model name, a head label and a claim's evidence with markup in them stay text."""
     import json
@@ -266,12 +226,12 @@ def test_findings_give_the_item_by_item_tests_and_name_single_random_draws(tmp_p
     from keyheads.runfolder import RunFolder
 
     run = make_run(tmp_path / "run", holds)
-    before = verdicts(run)
     assert all("Not tested item by item" in f.evidence for f in findings(run) if "generic skills" in f.claim)
+    assert all(f.verdict == "not measured" for f in findings(run)[6:9:2] + findings(run)[10:])  # rows 7, 9, 11
     data = read(run / "eval" / "results.json")
     _wrong_items(run, {v["label"]: {b: s["accuracy"] for b, s in v["benchmarks"].items()} for v in data["variants"]})
     items = findings(run)
-    assert [f.verdict for f in items] == before == (HOLDS if holds else FAILS)
+    assert items[6].verdict != "not measured" and items[10].verdict != "not measured"  # the per-item files decide
     pairs = paired_family(RunFolder(run), eval_table(RunFolder(run)))
     assert len(pairs) == 3 * 2  # knockout, precise, full against the base, on GSM8K and MMLU
     by_claim = {f.claim: f.evidence for f in items}
@@ -286,7 +246,7 @@ def test_findings_give_the_item_by_item_tests_and_name_single_random_draws(tmp_p
     transfer = next(e for c, e in by_claim.items() if c.startswith("The key heads matter on arithmetic"))
     assert "(single random draw)" in transfer  # the transfer control is one set of random heads
     knockout = next(e for c, e in by_claim.items() if c.startswith("Knocking out the key heads"))
-    assert "(mean of 2 random draws)" in knockout  # the handmade curves have 2 random orderings
+    assert "(2 random draws)" in knockout  # the handmade curves have 2 random orderings
     page = write_html_report(run).read_text()
     assert f"{len(pairs)} tests of this table" in section_text(page, "improve")
     assert [r[0][1] for r in table_rows(page, "pairs")] == ["knockout", "precise", "full"]
@@ -314,49 +274,11 @@ def test_random_heads_are_one_draw_or_a_band_over_seeds(tmp_path):
     def math_evidence() -> str:
         return next(f.evidence for f in findings(run) if f.claim.startswith("Precise SFT of the key heads"))
 
-    def place() -> str:  # row 9: key heads against random heads as a place to fine-tune
-        return findings(run)[8].verdict
-
-    assert place() == "not measured"
     add("random@2", 0.25)
     assert "random heads (random@2) (single random draw): +5.0" in math_evidence()
-    assert place() == "partly"  # +15 beats the one draw's +5, but one draw is no band
     add("random@2-seed1", 0.21)
     add("random@2-seed2", 0.30)
     assert "random heads (random@2): mean +5.3, range +1.0 to +10.0 over 3 seeds" in math_evidence()
-    assert place() == "holds"  # +15 beats every one of three draws (+5, +1, +10)
-    add("random@2-seed3", 0.40)
-    assert place() == "partly"  # one draw's +20 beats precise SFT's +15; their mean +9 does not
-
-
-@pytest.mark.parametrize("pm, fm, moved, gains, verdict", [
-    (0.15, 0.16, True, True, "holds"),            # within 2 points of full SFT's gain
-    (0.15, 0.16, True, False, "holds"),           # as large as full SFT's, whatever the tests say of it alone
-    (0.05, 0.25, True, True, "partly"),           # a real gain, trailing full SFT's by more
-    (0.011, 0.256, True, False, "does not hold"),  # trailing, and no test tells it from zero (SmolLM2's record)
-    (0.011, 0.256, True, None, "partly"),         # no per-item outcomes: the sign is all there is
-    (-0.01, 0.2, True, False, "does not hold"),
-    (0.0, -0.01, True, False, "not testable"),    # neither gained
-    (0.05, 0.2, False, False, "not testable"),    # nothing moved beyond chance
-])
-def test_row7_counts_a_gain_only_when_a_test_tells_it_from_zero(pm, fm, moved, gains, verdict):
-    from keyheads.report.findings import _matches_full
-
-    assert _matches_full(pm, fm, moved, gains) == verdict
-
-
-@pytest.mark.parametrize("knockout_gsm8k, verdict", [(0.05, "holds"), (0.17, "partly")])
-def test_row11_math_drops_only_when_a_test_tells_the_loss_from_chance(tmp_path, knockout_gsm8k, verdict):
-    """The knockout row keeps MMLU (50% -> 49%) in both; GSM8K losing 15 of 100 items is a drop, 3 of 100 is not
-    (exact McNemar p 0.25), though its mean still falls below the generic change."""
-    run = make_run(tmp_path / "run", True)
-    data = read(run / "eval" / "results.json")
-    knockout = next(v for v in data["variants"] if v["label"] == "knockout")
-    knockout["benchmarks"]["gsm8k"]["accuracy"] = knockout_gsm8k
-    (run / "eval" / "results.json").write_text(json.dumps(data))
-    _wrong_items(run, {v["label"]: {b: s["accuracy"] for b, s in v["benchmarks"].items()} for v in data["variants"]})
-    row11 = findings(run)[10]
-    assert row11.verdict == verdict, row11.evidence
 
 
 def test_random_heads_are_weighed_against_precise_sft_of_as_many_heads(tmp_path):
@@ -374,8 +296,8 @@ def test_random_heads_are_weighed_against_precise_sft_of_as_many_heads(tmp_path)
     assert row9.verdict == "not measured"
     assert row9.evidence == "no precise SFT run tunes as many heads and MLPs as random@3"
     add("precise@3", three, "top-3 heads of effects.json", 0.22)
-    row9 = findings(run)[8]
-    assert row9.verdict == "does not hold" and "with precise@3" in row9.evidence  # +2 against the draw's +5
+    row9 = findings(run)[8]  # paired with precise@3 now, and tested item by item: without per-item files, not measured
+    assert row9.verdict == "not measured" and "of precise@3 and every evaluated draw of random@3" in row9.evidence
 
 
 def test_the_identify_section_says_how_the_key_heads_were_chosen(report, tmp_path):

@@ -17,6 +17,8 @@ MATH = ("gsm8k", "addsub", "singleeq", "svamp")
 TABLE_BENCHMARKS = MATH + ("mmlu", "csqa")
 MMLU_PARTS = tuple(MMLU_CATEGORIES)  # mmlu-humanities, ...: one MMLU category alone (appendix E's knockout)
 CHOICE = ("mmlu", "csqa", *MMLU_PARTS)
+# the accuracy of answering at random: MMLU's questions have 4 choices, CommonsenseQA's 5
+CHANCE = {"mmlu": 0.25, "csqa": 0.2, **dict.fromkeys(MMLU_PARTS, 0.25)}
 ARITH = tuple(ARITH_SETS)  # generated, held out from `--train arith:...`; need no data folder
 DRIFT = "generic-kl"  # KL from the reference row and perplexity on MMLU/CSQA question texts, not an accuracy
 BENCHMARKS = TABLE_BENCHMARKS + MMLU_PARTS + ARITH + (DRIFT,)

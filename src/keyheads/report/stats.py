@@ -177,3 +177,60 @@ def band(values: Sequence[float]) -> Band:
     if not values:
         raise ValueError("a band needs at least one value")
     return Band(statistics.fmean(values), min(values), max(values), len(values))
+
+
+# ---- the tests the verdict rules use besides McNemar (keyheads.report.rules names which row uses which) ----------
+
+def mcnemar_greater_p(gained: int, lost: int) -> float:
+    """One-sided exact McNemar p that the row is better than its reference: of the items the two rows disagree on,
+    `gained` or more right in the row alone, against a fair coin."""
+    if gained + lost == 0:
+        return 1.0
+    from scipy.stats import binomtest  # noqa: PLC0415
+
+    return float(binomtest(gained, gained + lost, 0.5, alternative="greater").pvalue)
+
+
+def fisher_fewer_p(right_a: int, n_a: int, right_b: int, n_b: int) -> float:
+    """One-sided Fisher exact p that group a answers right less often than group b (right_a of n_a, right_b of n_b).
+    Unpaired: a knockout record keeps counts, not which prompts each knockout got right, so the test ignores the
+    pairing and is conservative where the two share prompts."""
+    from scipy.stats import fisher_exact  # noqa: PLC0415
+
+    table = [[right_a, n_a - right_a], [right_b, n_b - right_b]]
+    return float(fisher_exact(table, alternative="less").pvalue)
+
+
+def above_chance_p(right: int, n: int, chance: float) -> float:
+    """One-sided exact binomial p that an accuracy of right / n is above `chance`."""
+    from scipy.stats import binomtest  # noqa: PLC0415
+
+    return float(binomtest(right, n, chance, alternative="greater").pvalue) if n > 0 else 1.0
+
+
+def smaller_p(x: float, ci_x: Sequence[float], y: float, ci_y: Sequence[float]) -> float:
+    """One-sided p that x < y, from each one's estimate and 95% interval (their bootstrap intervals, read as normal:
+    se = width / 3.92), as if independent; the two share items, so this errs toward not telling them apart."""
+    from scipy.stats import norm  # noqa: PLC0415
+
+    se = math.hypot((ci_x[1] - ci_x[0]) / 3.92, (ci_y[1] - ci_y[0]) / 3.92)
+    if not se > 0:
+        return 0.0 if x < y else 1.0
+    return float(norm.sf((y - x) / se))
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def bootstrap_mean_ci(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
+    """The 95% percentile bootstrap interval of the mean of `values` (prompts resampled with replacement; seeded,
+    so the same values give the same interval)."""
+    import numpy as np  # noqa: PLC0415
+    from scipy.stats import bootstrap  # noqa: PLC0415
+
+    data = np.asarray(values, dtype=float)
+    if len(data) < 2 or np.all(data == data[0]):
+        return float(data.mean()), float(data.mean())
+    res = bootstrap((data,), np.mean, n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=0.95, method="percentile",
+                    rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)

@@ -181,10 +181,11 @@ def improve(run: RunFolder) -> Markup:
 def findings_section(items: list[Finding]) -> Markup:
     css = {"holds": "held", "partly": "partly", "does not hold": "failed", "not testable": "untested",
            "not measured": "untested"}
-    shown = [{"claim": f.claim, "evidence": f"{f.evidence}. Rule: {f.rule}" if f.rule else f.evidence,
+    shown = [{"claim": f.claim, "evidence": f"{f.evidence}. Rule (v{f.version}): {f.rule}" if f.rule else f.evidence,
               "badge": f.verdict, "cls": css[f.verdict]} for f in items]
     return section("findings", "7. Findings: did the paper's claims hold on this model?",
-                   join([note("Each claim is decided by a fixed rule (stated in the evidence) on this run's numbers. "
+                   join([note("Each claim is decided by a rule fixed before the data (stated in the evidence, with the "
+                              "version of keyheads' rules it was judged under) on this run's numbers. "
                               "Where it rests on accuracies, the evidence gives each row against the base row item "
                               "by item: items gained / lost, the change Δ in points with its 95% interval, and the "
                               "exact McNemar p with Holm's correction over every item-by-item test of the eval "
