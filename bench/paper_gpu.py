@@ -34,6 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PREPARED = ROOT / ".gpu"
 CONFIG = ROOT / "configs" / "paper-llama2-7b.yaml"
+# the section `report DIR` writes lies between these: its figures are DIR's, not typed (tests/test_one_value.py)
+RUN_BEGIN = ("<!-- gpu run: written by `python bench/paper_gpu.py report DIR` from the folder DIR of "
+             "`python bench/paper_gpu.py run` -->")
+RUN_END = "<!-- end of gpu run -->"
 SHAPES = {  # LlamaConfig fields; vocab_size is the tokenizer's
     "llama-2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                        num_key_value_heads=32),
@@ -308,7 +312,8 @@ def report(folder: Path) -> None:
                if not_run else "") + "Torch's allocated peak above the planner's bytes when the run was made: "
                + ("; ".join(over) if over else "none") + "; above today's planner (this checkout, same shape, "
                "machine and workload): " + (", ".join(over_today) if over_today else "none") + ".")
-    body = f"""Measured {meta['started'][:10]} on one {meta.get('gpu', '?')} (torch {meta.get('torch', '?')},
+    body = f"""{RUN_BEGIN}
+Measured {meta['started'][:10]} on one {meta.get('gpu', '?')} (torch {meta.get('torch', '?')},
 transformers
 {meta.get('transformers', '?')}): `configs/paper-llama2-7b.yaml` under torchrun (one process, FSDP2 as the config says),
 on a randomly initialised LLaMA-2-7B shape in bf16 with SmolLM2's tokenizer (vocabulary 49,152 instead of 32,000),
@@ -326,7 +331,8 @@ assume prompts of 256 tokens, its training figures samples of 512.
 {chr(10).join(table)}
 
 Command: `python bench/paper_gpu.py prepare` here, then on the GPU machine (carrying `.gpu`)
-`python bench/paper_gpu.py run --out DIR`, then `python bench/paper_gpu.py report DIR`."""
+`python bench/paper_gpu.py run --out DIR`, then `python bench/paper_gpu.py report DIR`.
+{RUN_END}"""
     write_section("The paper config end to end on one GPU (bench/paper_gpu.py)", body)
     print("\n".join(table))
 

@@ -28,6 +28,10 @@ RESULTS_MD = ROOT / "bench" / "RESULTS.md"
 README_BEGIN = ("<!-- gpu cost: written by `python bench/paper_gpu.py report-records` from records/paper-llama2-7b-gpu "
                 "-->")
 README_END = "<!-- end of gpu cost -->"
+# RESULTS' phase C section lies between these (tests/test_one_value.py reads no figure inside them as typed by hand)
+RESULTS_BEGIN = ("<!-- gpu records: written by `python bench/paper_gpu.py report-records` from "
+                 "records/paper-llama2-7b-gpu -->")
+RESULTS_END = "<!-- end of gpu records -->"
 LLAMA2_VOCAB = 32_000  # LLaMA-2's tokenizer; the records' model has SmolLM2's (see the module's docstring)
 PLAN_GPUS = 8  # README's `keyheads plan --model PATH --gpus 8`: the config's one node of 8 GPUs
 
@@ -317,7 +321,8 @@ def results_body(fig: Figures) -> str:
                 f"{c.at_cap / 3600:.2f} h | {c.at_config / 3600:.2f} h |" for c in e.benchmarks]
         ext.append(f"| all | | | | | | {e.hours_at_cap:.1f} h | {e.hours_at_config:.1f} h |")
     benches = {c.benchmark for e in fig.evals for c in e.benchmarks}
-    return f"""Measured 2026-11-27, each record on one GPU (named in its line), on a randomly initialised
+    return f"""{RESULTS_BEGIN}
+Measured 2026-11-27, each record on one GPU (named in its line), on a randomly initialised
 LLaMA-2-7B shape in bf16 (SmolLM2's tokenizer, as in "The paper config end to end on one GPU"),
 `configs/paper-llama2-7b.yaml` under torchrun (one process, FSDP2). The records are committed: each folder
 holds the run's meta, the planner's plan, every stage's time and memory (stages.jsonl) and the run folder's
@@ -348,7 +353,8 @@ an estimate, not a measurement. MMLU and CSQA score choices, with no generation.
 
 {chr(10).join(ext)}
 
-Command: `python bench/paper_gpu.py report-records` (here, from the committed records)."""
+Command: `python bench/paper_gpu.py report-records` (here, from the committed records).
+{RESULTS_END}"""
 
 
 def short_gpu(name: str) -> str:

@@ -35,7 +35,7 @@ GPU_MEMORY = "80GiB"
 NAMES = {"finetune precise": "precise SFT (32 heads)", "finetune precise+mlp": "precise SFT + 3 MLPs",
          "finetune lora": "LoRA (rank 8)", "finetune full": "full SFT"}
 TRAINING = ("ddp", "fsdp", "fsdp+offload")
-TITLE = "What fits where: LLaMA-2 7B, 13B and 70B on 80 GiB GPUs (bench/plan_table.py)"
+TITLE = "What fits where: LLaMA-2 7B, 13B and 70B on 1 to 8 GPUs (bench/plan_table.py)"
 
 
 def cell(option) -> str:
@@ -88,13 +88,6 @@ tests/test_plan.py checks the state bytes exactly and the saved activations per 
 
 Activations are upper bounds: every token a completion, a trained head in layer 0 (so the backward pass runs
 through every layer), the whole vocabulary row of the logits for every position.
-
-One cross-check against a GPU measurement made before the planner existed ("Fine-tuning speed and memory on
-GPU" above, 7B shape, 4 samples of 512 tokens a pass, one H100): for LoRA, whose precision there is the one
-planned here (bf16 base, fp32 adapters and AdamW state), the planner gives 25.5 GiB against a measured peak of
-25.7 GiB. For precise SFT it gives 23.3 GiB against 20.0 GiB measured; the bound assumes a trained head in
-layer 0, and the measured heads started at layer 13. Full SFT there trained bf16 weights directly, not the
-fp32 master weights planned here, so it does not compare.
 
 {chr(10).join(parts[:1])}
 

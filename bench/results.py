@@ -24,9 +24,12 @@ HEADER = """# Benchmark results
 Speed and memory of keyheads' steps. Each section opens with one line that names the script (or command) behind
 its figures, the commit they were measured on ("not measured" for commands not run yet), and the machine. A script
 writes that line itself when it runs (`provenance` in bench/results.py: the checkout's commit, with "+ uncommitted
-changes" when src/ or bench/ differ from it, and the date). For figures from before that, the line names the
-commit that brought them into this file and how sure it is that this commit's code is the code measured. What the
-studies found (accuracies, effects, tables 1 and 2) is in studies/RESULTS.md.
+changes" when src/ or bench/ differ from it, and the date). Figures that a script renders from a run's files stand
+between markers that name the script, and `tests/test_one_value.py` fails on a figure outside such markers. The
+figures once typed in or put together by hand, with no record behind them, are withdrawn ("figures withdrawn" in
+a section's first line): such a section says what its benchmark measures and the command that measures it again
+(`git show 8577d0a:bench/RESULTS.md` has them as they were). What the studies found (accuracies, effects, tables 1
+and 2) is in studies/RESULTS.md.
 """
 SECTION = re.compile(r"^## (.+)$", re.M)
 INDEX = "Sections:"  # the line that opens the index; the index runs from it to the first section

@@ -103,7 +103,8 @@ def test_every_bench_results_section_opens_with_its_provenance_line():
             continue  # written by bench/paper_gpu.py from its GPU records; not under this rule yet
         lines = body.strip().splitlines()  # the first bullet, with its indented continuation lines
         first = " ".join([lines[0], *(x.strip() for x in itertools.takewhile(lambda x: x.startswith("  "), lines[1:]))])
-        assert re.fullmatch(r"- script: .+; (figures committed in|not measured|commit) .+; machine: .+", first), title
+        opening = r"- script: .+; (figures committed in|figures withdrawn|not measured|commit) .+; machine: .+"
+        assert re.fullmatch(opening, first), title
 
 
 def test_a_study_script_prints_its_section_and_writes_no_file(tmp_path, capsys, monkeypatch):

@@ -1,14 +1,15 @@
-"""Precise SFT repairs a compiled head alone: break one head of a compiled circuit, train only that head's
-Q/K/V/O slices on the program's inputs, and the program's accuracy comes back while every other weight of the
-model stays bit-identical.
+"""Precise SFT of one broken compiled head, where it trains the break away: break one head of a compiled circuit,
+train only that head's Q/K/V/O slices on the program's inputs, and the program's accuracy comes back while every
+other weight of the model stays bit-identical.
 
 The break zeroes the head's W_Q slice: the head then attends evenly instead of to the token it copies, and
-the answer is wrong on about a third of the inputs. Not every break is trained away by this recipe, and this
-test does not claim it: with N(0, 1) noise on the nonzero entries of W_V, training stops short of full accuracy
-for add's head and sum3's second, and with `count`'s SelectorWidth head, whose MLP reads the exact share of
-attention on BOS, at chance for either break. Likely reasons, not isolated: tracr's MLPs are ReLU lookup tables
-with flat regions, and cross-entropy on logits of about one (an exact compiled model's are one-hot) rewards a
-larger margin on some inputs over the right answer on others. studies/compiled_circuits.md records every case."""
+the answer is wrong on part of the inputs. The cases here (add, sum3's second head, offpath) are those where
+this recipe trains the break away. Not every break is, and this test does not claim it: with noise on the
+nonzero entries of W_V, training stops short of the intact program for some heads, and on `count` and
+`countfirst`, whose SelectorWidth MLP reads the exact share of attention on BOS, the program stays at chance for
+every head and either break. Likely reasons, not isolated: tracr's MLPs are ReLU lookup tables with flat regions,
+and cross-entropy on logits of about one (an exact compiled model's are one-hot) rewards a larger margin on some
+inputs over the right answer on others. studies/compiled_circuits.md records every case, from its record."""
 import pytest
 import torch
 
