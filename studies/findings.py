@@ -12,11 +12,17 @@ import json
 from pathlib import Path
 
 from keyheads.report.findings import Finding, findings
+from keyheads.report.rules import RULES, RULES_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "studies" / "studies.json"
 BEGIN = "<!-- findings table: written by `python studies/pages.py` from the records in studies/studies.json -->"
 END = "<!-- end of findings table -->"
+RULES_BEGIN = "<!-- verdict rules: written by `python studies/pages.py` from keyheads/report/rules.py -->"
+RULES_END = "<!-- end of verdict rules -->"
+CHANGES_BEGIN = "<!-- verdict changes: written by `python studies/pages.py` from studies/verdict_changes.json -->"
+CHANGES_END = "<!-- end of verdict changes -->"
+CHANGES = ROOT / "studies" / "verdict_changes.json"
 
 
 def key_numbers(finding: Finding) -> str:
@@ -24,9 +30,50 @@ def key_numbers(finding: Finding) -> str:
     return finding.key or (finding.evidence if finding.verdict == "not measured" else "")
 
 
+def verdict(finding: Finding) -> str:
+    """The verdict as a cell shows it, with the version of the rules it was judged under: '**holds** (v2)'."""
+    return f"**{finding.verdict}** (v{finding.version})"
+
+
 def cell(finding: Finding) -> str:
     key = key_numbers(finding)
-    return f"**{finding.verdict}**: {key}" if key else f"**{finding.verdict}**"
+    return f"{verdict(finding)}: {key}" if key else verdict(finding)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def rules_block() -> str:
+    """The rules table: per row, the claim, whether it is a measurement or descriptive, its test or threshold and
+    family, and what each verdict requires."""
+    lines = [RULES_BEGIN, f"Rules version {RULES_VERSION}. A blank cell: the rule never gives that verdict.", "",
+             "| # | Claim | Kind | Test or threshold | Family | holds | partly | does not hold | not testable | "
+             "not measured |", "|" + "---|" * 10]
+    for r in RULES:
+        cells = [r.claim, r.kind, r.test, r.family, r.holds, r.partly, r.does_not_hold, r.not_testable,
+                 r.not_measured]
+        lines.append(f"| {r.row} | " + " | ".join(_md(c) or " " for c in cells) + " |")
+    lines.append(RULES_END)
+    return "\n".join(lines)
+
+
+def changes_block(path: Path = CHANGES) -> str:
+    """The change log: each rules version, and every verdict of a committed record that moved with it, and why."""
+    log = json.loads(path.read_text())["changes"] if path.is_file() else []
+    lines = [CHANGES_BEGIN]
+    for entry in reversed(log):
+        lines += [f"Rules v{entry['from_version']} to v{entry['rules_version']}: {len(entry['moved'])} verdicts "
+                  "moved.", ""]
+        if entry["moved"]:
+            lines += ["| study | # | from | to | why the rule changed |", "|---|---|---|---|---|"]
+            lines += [f"| {m['study']} | {m['row']} | {m['from']} | {m['to']} | {_md(m['why'])} |"
+                      for m in entry["moved"]]
+        lines.append("")
+    rules = [f"- Row {r.row}, v{v}: {c}" for r in RULES for v, c in sorted(r.changes.items())]
+    lines += ["Each rule's changes, with the golden cases (tests/report/test_verdict_rules.py) that motivate them:",
+              "", *rules, CHANGES_END]
+    return "\n".join(lines)
 
 
 def study(manifest: dict, name: str) -> dict:

@@ -2,7 +2,8 @@
 
 - README.md and studies/RESULTS.md: the findings table (studies/findings.py), between its markers;
 - studies/RESULTS.md: the list of studies, each with its page or, while its record is pending, the command that
-  re-runs it;
+  re-runs it; the verdict rules (keyheads/report/rules.py) and the log of verdicts that moved when they changed
+  (studies/verdict_changes.json, written by studies/rejudge.py);
 - studies/pages/NAME.md: one page per committed study record, read through the typed run-folder readers the
   report uses: where the record comes from, each finding with its evidence and rule, the key heads, the knockout
   and its transfer table, and tables 1 and 2 with the item-by-item tests where the record has an evaluation; a
@@ -57,9 +58,10 @@ def provenance(record: Path, rel: str) -> list[str]:
 def findings_part(run: RunFolder) -> list[str]:
     items = findings(run)
     lines = ["## Findings", "", "The verdicts of `keyheads.report.findings` (the one place a verdict is decided) on "
-             "this record; the findings table of README and studies/RESULTS.md carries the same cells.", "",
+             "this record, each with the version of the rules it was judged under (the rules: studies/RESULTS.md, "
+             "\"Verdict rules\"); the findings table of README and studies/RESULTS.md carries the same cells.", "",
              "| # | Claim | Verdict | Key numbers |", "|---|---|---|---|"]
-    lines += [f"| {f.row} | {md(f.claim)} | **{f.verdict}** | {md(table.key_numbers(f)) or '-'} |" for f in items]
+    lines += [f"| {f.row} | {md(f.claim)} | {table.verdict(f)} | {md(table.key_numbers(f)) or '-'} |" for f in items]
     lines.append("")
     for f in items:
         lines.append(f"- Row {f.row}, evidence: {f.evidence}." + (f" Rule: {f.rule}." if f.rule else ""))
@@ -214,7 +216,10 @@ def wanted(manifest: dict, root: Path = ROOT) -> dict[Path, str]:
     results = root / "studies" / "RESULTS.md"
     out = {readme: replace_block(readme.read_text(), table.BEGIN, table.END, findings_block, "README.md")}
     text = replace_block(results.read_text(), table.BEGIN, table.END, findings_block, "studies/RESULTS.md")
-    out[results] = replace_block(text, STUDIES_BEGIN, STUDIES_END, studies_block(manifest), "studies/RESULTS.md")
+    text = replace_block(text, STUDIES_BEGIN, STUDIES_END, studies_block(manifest), "studies/RESULTS.md")
+    text = replace_block(text, table.RULES_BEGIN, table.RULES_END, table.rules_block(), "studies/RESULTS.md")
+    out[results] = replace_block(text, table.CHANGES_BEGIN, table.CHANGES_END,
+                                 table.changes_block(root / "studies" / "verdict_changes.json"), "studies/RESULTS.md")
     for s in manifest["studies"]:
         if s["record"] is not None:
             if not (root / s["record"] / "record.json").is_file() or not (root / s["record"] / "run").is_dir():

@@ -40,7 +40,7 @@ def test_every_committed_study_record_is_listed_and_every_listed_record_is_commi
 
 def _copy_tree(tmp: Path) -> Path:
     """The files pages.py reads and writes, copied under tmp."""
-    for rel in ("README.md", "studies/RESULTS.md", "studies/studies.json"):
+    for rel in ("README.md", "studies/RESULTS.md", "studies/studies.json", "studies/verdict_changes.json"):
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp / rel)
     shutil.copytree(ROOT / "studies" / "pages", tmp / "studies" / "pages")

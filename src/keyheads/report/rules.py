@@ -110,7 +110,8 @@ RULES: tuple[Rule, ...] = (
          "the attention stage's label of each key head (where most of its attention goes); no test", "-",
          "more than half of the key heads attend to operands or the operator", "some, but not more than half",
          "none", "", "attention did not run",
-         {2: "a majority is more than half, as in rows 2 and 4 (it took 'at least half')"}),
+         {2: "a majority is more than half, as in rows 2 and 4 (it took 'at least half'); golden case: 2 of 4 "
+             "key heads attend to operands or the operator"}),
     Rule(6, "Later MLPs compute the answer (after the layers that gather the operands)", "measurement",
          "per prompt and layer, how much more the MLP writes toward the prompt's own answer than toward the other "
          "prompts' answers (a shuffled-answer null, mlp.json's answer_specific); per prompt its mean over the "
