@@ -10,8 +10,16 @@ A rule added or changed gets its mutations here too. Not part of the test suite:
 per mutation.
 """
 import pathlib
+import signal
 import subprocess
 import sys
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # a SIGTERM restores the mutated source too (the finally below), as Ctrl-C does
+
+
+signal.signal(signal.SIGTERM, _interrupt)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 R, F = "src/keyheads/report/rules.py", "src/keyheads/report/findings.py"
