@@ -9,16 +9,10 @@ that went on under newer code) is listed in record.json's `stage_commits`, and i
 run from uncommitted changes (with a warning: no commit holds its code). `--commit` is needed for stages made
 before stage records named their commit.
 
-A record holds what the findings, tables and pages are computed from, and nothing that is only derived or
-heavy: stage records, config, model facts, pairs, effects, key heads, knockout curves and transfer, attention
-and MLP summaries, each fine-tuned variant's summary (loss curve, speed, components), the evaluation's table,
-per-benchmark summaries and per-item outcomes (*.wrong.jsonl: each item's id and the model's answer). The
-benchmarks' own text stays in the data folder it came from: questions, choices and gold answers are cut from
-the items, and the pairs made from GSM8K questions (identify/gsm8k/pairs.jsonl) and the transfer sets' example cases
-(prompts from SVAMP and GSM8K) are left out. Left out too:
-weights, adapters, checkpoints, tokenizer files, figures, the report page, per-sample arrays and the
-evaluation's answer cache. The record is
-then read through the run folder's typed readers, so a record that does not parse is refused here, not later.
+What a record keeps is keyheads.study.records' (the cells of a study keep the same): what the findings, tables
+and pages are computed from, and nothing that is only derived or heavy (no weights, adapters, figures or benchmark
+text). The record is then read through the run folder's typed readers, so a record that does not parse is refused
+here, not later.
 
 A run folder can be recorded while its run goes on: a stage that has started and not finished
 (`stages/NAME.started` without `stages/NAME.json`) leaves its folder out, partial files and all, and record.json
@@ -35,53 +29,10 @@ from pathlib import Path
 from keyheads.errors import UserError
 from keyheads.report.html import render
 from keyheads.runfolder import RunFolder
+from keyheads.study.records import copy_kept, small_outputs, stages_of
 
 ROOT = Path(__file__).resolve().parents[1]
-KEEP = {".json", ".jsonl", ".csv", ".md", ".txt"}
-SKIP_DIRS = {"model", "cache", "checkpoints", "tokenizer"}  # weights, the answer cache, training checkpoints
-SKIP_PATHS = ("identify/gsm8k/pairs.jsonl", "knockout/transfer_cases.txt")  # benchmark text (see above)
-SKIP_FILES = ("tokenizer", "special_tokens_map", "adapter_config", "generation_config", "chat_template")
 BUDGET = 25 * 2**20  # every record together
-ITEM_KEYS = ("id", "pred", "how", "finish", "output", "scores")  # what a wrong item keeps: no benchmark text
-
-
-def item_outcomes(text: str) -> str:
-    """A *.wrong.jsonl with each item cut to ITEM_KEYS."""
-    rows = (json.loads(line) for line in text.splitlines() if line.strip())
-    return "".join(json.dumps({k: row[k] for k in ITEM_KEYS if k in row}, ensure_ascii=False) + "\n" for row in rows)
-
-
-def without_cases(text: str) -> str:
-    """knockout.json with its transfer sets' example cases cut (their prompts are benchmark questions)."""
-    data = json.loads(text)
-    if isinstance(data.get("transfer"), dict):
-        data["transfer"]["cases"] = []
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-
-
-def stages_of(run: Path) -> tuple[list[str], list[str]]:
-    """(finished stages, stages started and not finished) of a run folder, by name ("finetune/precise")."""
-    name = lambda p: p.stem.replace("--", "/")  # noqa: E731
-    finished = sorted(name(p) for p in (run / "stages").glob("*.json"))
-    running = sorted(name(p) for p in (run / "stages").glob("*.started") if name(p) not in finished)
-    return finished, running
-
-
-def small_outputs(run: Path) -> list[Path]:
-    """The files of `run` a record keeps, relative to it: none of a stage that is still running."""
-    _, running = stages_of(run)
-    out = []
-    for path in sorted(run.rglob("*")):
-        rel = path.relative_to(run)
-        if not path.is_file() or path.suffix not in KEEP or any(part in SKIP_DIRS for part in rel.parts[:-1]):
-            continue
-        if any(rel.as_posix() == stage or rel.as_posix().startswith(stage + "/") for stage in running):
-            continue
-        if rel.name.startswith(SKIP_FILES) or any(p.startswith("checkpoint") for p in rel.parts) \
-                or rel.as_posix().startswith(SKIP_PATHS):
-            continue
-        out.append(rel)
-    return out
 
 
 def stage_commits(run: Path, finished: list[str]) -> dict[str, str | None]:
@@ -115,14 +66,7 @@ def make_record(run: Path, dest: Path, commit: str | None, command: str, machine
         raise SystemExit(f"{dest} exists: a record is written once; give another TAG")
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    for rel in small_outputs(run):
-        (tmp / "run" / rel).parent.mkdir(parents=True, exist_ok=True)
-        if rel.name.endswith(".wrong.jsonl"):
-            (tmp / "run" / rel).write_text(item_outcomes((run / rel).read_text()))
-        elif rel.as_posix() == "knockout/knockout.json":
-            (tmp / "run" / rel).write_text(without_cases((run / rel).read_text()))
-        else:
-            shutil.copy2(run / rel, tmp / "run" / rel)
+    copy_kept(run, small_outputs(run), tmp / "run")
     finished, _ = stages_of(run)
     meta = {"study": dest.parent.name, "commit": commit, "command": command, "machine": machine, "note": note,
             "stages": finished}

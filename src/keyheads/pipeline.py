@@ -151,10 +151,10 @@ def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str |
 
     @cache
     def get_model():
-        model = _load(cfg)
+        model = load_run_model(cfg)
         if distributed.is_main():
             say(str(model))
-            _write_model_info(run, model)
+            write_model_info(run, model)
         return model
 
     def release_model() -> None:
@@ -180,7 +180,7 @@ def run_pipeline(cfg: RunSettings, stages: list[str] | None = None, start: str |
     return report
 
 
-def _load(cfg: RunSettings, name: str | None = None):
+def load_run_model(cfg: RunSettings, name: str | None = None):
     """The run's model (or an adapter's base), loaded and placed as every command places it."""
     model, _ = models.load_placed(name or cfg.model, cfg.device, cfg.dtype, max_memory=cfg.max_memory,
                                   offload_folder=cfg.offload_folder)
@@ -206,7 +206,7 @@ def _main_prints():
         yield
 
 
-def _write_model_info(run: RunFolder, model) -> None:
+def write_model_info(run: RunFolder, model) -> None:
     info = ModelInfo(name=model.name, source=str(model.source), fingerprint=base_fingerprint(model),
                      n_layers=model.n_layers, n_heads=model.n_heads, dtype=str(model.dtype), device=str(model.device))
     write_json(run.model_info, info.to_json())
@@ -346,22 +346,33 @@ def eval_labels(model: str, n_heads: int, finetune: list[str], mean: KnockoutMea
             + [f"{model} + {v} SFT" for v in finetune])
 
 
+ROWS = ("base", "knockout")  # the eval table's rows before the fine-tuning variants
+
+
 def _eval(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> None:
+    evaluate_rows(cfg, run, model, [*ROWS, *cfg.variants], run.eval, run.eval_cache, progress)
+
+
+def evaluate_rows(cfg: RunSettings, run: RunFolder, model, rows: list[str], out: Path, cache: Path,
+                  progress: bool = True) -> None:
+    """The eval table of `rows` ("base", "knockout" or a fine-tuning variant, in the table's order) into `out`: the
+    eval stage's whole table, or one row with the base row before it (a study's cell: keyheads.study)."""
     heads = key_heads(run).heads
-    labels = eval_labels(cfg.model, len(heads), cfg.variants, cfg.knockout.mean)  # the run's one mean
-    variants = [Variant.make("model", cfg.model, label=labels[0]),
-                Variant.make("knockout", cfg.model, label=labels[1], heads=[h.to_json() for h in heads],
-                              data=str(run.pairs), mean=cfg.knockout.mean)]
-    variants += [Variant.make("adapter", str(run.finetune(v)), label=label)
-                 for v, label in zip(cfg.variants, labels[2:])]
+    labels = dict(zip([*ROWS, *cfg.variants], eval_labels(cfg.model, len(heads), cfg.variants, cfg.knockout.mean)))
+    made = {"base": lambda: Variant.make("model", cfg.model, label=labels["base"]),  # the run's one mean
+            "knockout": lambda: Variant.make("knockout", cfg.model, label=labels["knockout"],
+                                             heads=[h.to_json() for h in heads], data=str(run.pairs),
+                                             mean=cfg.knockout.mean)}
+    variants = [made[r]() if r in made else Variant.make("adapter", str(run.finetune(r)), label=labels[r])
+                for r in rows]
 
     def loader(name: str):
         if name in (cfg.model, model.name):
             return model
-        return _load(cfg, name)
+        return load_run_model(cfg, name)
 
-    evaluate(variants, cfg.eval, run.eval, loader=loader, data_dir=_data_dir(cfg), batch_size=cfg.batch_size,
-             cache_dir=str(run.eval_cache), progress=progress)
+    evaluate(variants, cfg.eval, out, loader=loader, data_dir=_data_dir(cfg), batch_size=cfg.batch_size,
+             cache_dir=str(cache), progress=progress)
 
 
 def _report(run: RunFolder) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from keyheads.report.findings import findings
+from keyheads.study.records import ITEM_KEYS
 
 from tests.helpers import load_script
 
@@ -32,7 +33,7 @@ def test_a_record_keeps_the_small_outputs_and_reads_as_the_run(record_script, ru
         source = [json.loads(line) for line in (run_folder / path.relative_to(dest / "run")).read_text().splitlines()]
         kept = [json.loads(line) for line in path.read_text().splitlines()]
         assert [r["id"] for r in kept] == [r["id"] for r in source]
-        assert all(set(r) <= set(record_script.ITEM_KEYS) for r in kept)
+        assert all(set(r) <= set(ITEM_KEYS) for r in kept)
     # the findings computed from the record are the run's own
     assert [f.to_json() for f in findings(dest / "run")] == [f.to_json() for f in findings(run_folder)]
 

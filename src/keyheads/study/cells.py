@@ -1,0 +1,239 @@
+"""A study as cells: units of a config's run that each commit their own record, so that a study advances cell by
+cell across machines, jobs and sessions.
+
+A cell is one of:
+- `identify`: the data and identify stages (the pairs, effects and key heads every other cell reads);
+- `identify/NAME`, `knockout`, `attention`, `mlp`: one analysis stage;
+- `eval/base`, `eval/knockout`: one evaluation-only row of the table;
+- `finetune/VARIANT`: one fine-tuned variant with its evaluation row (the adapter is not kept in a record, so the
+  row is evaluated where it was trained).
+
+A cell's record, `RECORDS/CELL` (CELL's slashes as `--`), holds record.json and `run/`, the small outputs of its
+stages as any record keeps them (keyheads.study.records) with their stage records. An evaluation row writes its
+own table into `eval-rows/ROW/` (the base row first, the reference of its deltas and of the generic KL).
+
+A cell is done when its record's stage settings are the config's and the inputs it read are the outputs its
+upstream cell's record holds; stale when either differs; pending without a record. `run_cell` runs one in its own
+work folder (`OUT/cells/CELL`, so a killed cell resumes from its checkpoints there), with its upstream cells'
+files restored from their records and checked against the hashes their stage records give, and then writes its
+record (atomically: a new record replaces a stale one whole). `merge` lays every record into one run folder that
+the findings, tables and pages read like any run's.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from ..config.run import RunSettings
+from ..errors import BadFile, SettingError
+from ..io import file_sha256, read_json, write_json
+from ..log import logger
+from ..pipeline import ROWS, build_stages, evaluate_rows, load_run_model, write_model_info
+from ..provenance import changed_settings, versions
+from ..results.run import StageRecord
+from ..runfolder import RunFolder, variant_slug
+from ..stages import Runner, Stage
+from .records import copy_kept, small_outputs
+
+ROW_FOLDER = "eval-rows"
+# settings that say where, not what: a cell made with the data folder at another path is the same cell
+WHERE = ("data_dir", "out")
+STATES = ("done", "stale", "pending")
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    stages: tuple[str, ...]  # the pipeline stages it runs, in order
+    after: tuple[str, ...] = ("identify",)  # the cells whose outputs it reads
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace("/", "--")
+
+
+@dataclass(frozen=True)
+class CellState:
+    cell: Cell
+    state: str           # done | stale | pending
+    why: str             # what is stale, or where the record is
+    seconds: float | None  # its time: measured (done, stale) or estimated from the study's other cells
+
+
+def cells_of(cfg: RunSettings) -> list[Cell]:
+    """Every cell of the config, in the order the pipeline runs its stages."""
+    names = [s.name for s in plan(cfg, Path(cfg.out))]
+    out = [Cell("identify", ("data", "identify"), after=())]
+    out += [Cell(n, (n,)) for n in names if n.startswith("identify/") or n in ("knockout", "attention", "mlp")]
+    if cfg.eval.benchmarks:
+        out += [Cell(f"eval/{row}", (f"eval/{row}",)) for row in ROWS]
+    out += [Cell(n, (n, *((f"eval/{n.split('/', 1)[1]}",) if cfg.eval.benchmarks else ())))
+            for n in names if n.startswith("finetune/")]
+    return out
+
+
+def plan(cfg: RunSettings, work: Path, get_model: Callable = lambda: None, progress: bool = False) -> list[Stage]:
+    """The pipeline's stages without its whole-table eval and the report, and one stage per evaluation row."""
+    stages = [s for s in build_stages(cfg, work, get_model, progress) if s.group not in ("eval", "report")]
+    if not cfg.eval.benchmarks:
+        return stages
+    run = RunFolder(work)
+    model_key = {"model": cfg.model, "dtype": cfg.dtype}
+    section = {**model_key, **cfg.eval.to_json(), "mean": cfg.knockout.mean, "data_dir": cfg.data_dir}
+    for row in [*ROWS, *cfg.variants]:
+        folder = f"{ROW_FOLDER}/{variant_slug(row)}"
+        rows = ["base"] if row == "base" else ["base", row]
+        inputs = [RunFolder.PAIRS, RunFolder.KEY_HEADS] + ([RunFolder.finetune_rel(row)] if row not in ROWS else [])
+
+        def evaluate(rows: list[str] = rows, folder: str = folder) -> None:
+            evaluate_rows(cfg, run, get_model(), rows, work / folder, work / folder / "cache", progress)
+
+        stages.append(Stage(f"eval/{row}", {**section, "row": row}, inputs, [folder], evaluate,
+                            keep=[f"{folder}/cache"], spread=True))
+    return stages
+
+
+def _settings(stage: Stage) -> dict:
+    return json.loads(json.dumps(stage.settings))  # as a stage record holds them
+
+
+def _record_stages(folder: Path) -> dict[str, StageRecord]:
+    return RunFolder(folder / "run").stage_records if (folder / "run").is_dir() else {}
+
+
+def status(cfg: RunSettings, records: Path) -> list[CellState]:
+    """Each cell of the config: done, stale (and why) or pending, with its measured or estimated seconds."""
+    stages = {s.name: s for s in plan(cfg, Path(cfg.out))}
+    cells = cells_of(cfg)
+    made = {c.name: _record_stages(records / c.slug) for c in cells}
+    out = []
+    for cell in cells:
+        recs = made[cell.name]
+        if not recs:
+            out.append(CellState(cell, "pending", "no record", None))
+            continue
+        why = []
+        for name in cell.stages:
+            if name not in recs:
+                why.append(f"{name} not in its record")
+                continue
+            changed = changed_settings(recs[name].settings, _settings(stages[name]), skip=WHERE)
+            why += [f"{k} {a!r} -> {b!r}" for k, a, b in changed]
+            for rel, sha in recs[name].inputs.items():  # what it read against what its upstream cells hold now
+                held = [made[u][s].outputs[rel] for u in cell.after for s in made[u] if rel in made[u][s].outputs]
+                if held and sha not in held:
+                    why.append(f"input {rel} changed")
+        seconds = sum(r.seconds for r in recs.values())
+        out.append(CellState(cell, "stale" if why else "done", "; ".join(why) or str(records / cell.slug), seconds))
+    return [_estimated(s, out) for s in out]
+
+
+def _estimated(state: CellState, states: list[CellState]) -> CellState:
+    """A pending cell's time: the median of the study's measured cells of its kind (finetune, eval, ...)."""
+    if state.seconds is not None:
+        return state
+    kind = state.cell.name.split("/", 1)[0]
+    like = [s.seconds for s in states if s.seconds is not None and s.cell.name.split("/", 1)[0] == kind]
+    return CellState(state.cell, state.state, state.why, statistics.median(like) if like else None)
+
+
+def _restore(records: Path, cell_names: list[str], work: Path) -> None:
+    """Copy the named cells' recorded files into `work`, each checked against the hash its stage record gives."""
+    for name in cell_names:
+        rec = records / name.replace("/", "--") / "run"
+        outputs = {k: v for r in _record_stages(records / name.replace("/", "--")).values()
+                   for k, v in r.outputs.items()}
+        for path in sorted(rec.rglob("*")):
+            if not path.is_file():
+                continue
+            rel = path.relative_to(rec).as_posix()
+            if rel in outputs and rel != "knockout/knockout.json" and not rel.endswith(".wrong.jsonl") \
+                    and outputs[rel] != file_sha256(path):
+                raise BadFile(f"{path}: its bytes are not the ones its stage record names; a record is written "
+                              "once: restore it from git (git checkout -- records/)")
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, work / rel)
+
+
+def run_cell(cfg: RunSettings, records: Path, name: str, say: Callable[[str], None] = logger.info,
+             progress: bool = True, command: str = "") -> Path:
+    """Run cell `name` of `cfg` and write its record into `records`; -> the record's folder."""
+    cells = {c.name: c for c in cells_of(cfg)}
+    if name not in cells:
+        raise SettingError(f"no cell {name!r} in this config; its cells: {', '.join(cells)}")
+    cell = cells[name]
+    states = {s.cell.name: s for s in status(cfg, records)}
+    missing = [u for u in cell.after if states[u].state != "done"]
+    if missing:
+        raise SettingError(f"cell {name} reads what {', '.join(missing)} write, which is not done here: run it first "
+                           f"(keyheads study run CONFIG --cell {missing[0]})")
+    work = Path(cfg.out) / "cells" / cell.slug
+    _restore(records, list(cell.after), work)
+    cfg = cfg.model_copy(update={"out": str(work)})
+    write_json(work / "config.json", cfg.to_json())
+
+    @cache
+    def get_model():  # loaded on first use, as the run loads and places it
+        model = load_run_model(cfg)
+        write_model_info(RunFolder(work), model)
+        return model
+
+    runner = Runner(work, set(cell.stages), say=say)
+    for stage in plan(cfg, work, get_model, progress):
+        if stage.name in cell.stages:
+            runner(stage)
+    return _write_record(cfg, records, cell, work, command)
+
+
+def _write_record(cfg: RunSettings, records: Path, cell: Cell, work: Path, command: str) -> Path:
+    owned = [o for s in plan(cfg, work) if s.name in cell.stages for o in s.owns]
+    if cell.name == "identify":  # the run's config and model facts travel with its first cell
+        owned += [RunFolder.CONFIG, RunFolder.MODEL]
+    rels = small_outputs(work, [*owned, *(RunFolder.stage_rel(n) for n in cell.stages)])
+    dest = records / cell.slug
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    copy_kept(work, rels, tmp / "run")
+    write_json(tmp / "record.json", {"cell": cell.name, "model": cfg.model, "command": command,
+                                     "commit": versions().get("commit"), "stages": list(cell.stages)})
+    if dest.exists():  # a stale record: replaced whole
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    return dest
+
+
+def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolder:
+    """Every cell record under `records` laid into one run folder `dest`, its evaluation rows joined into one table
+    (base, knockout, then the variants in the config's order, else by name)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    folders = sorted(p for p in records.iterdir() if (p / "record.json").is_file()) if records.is_dir() else []
+    rows: dict[str, dict] = {}
+    config = None
+    for folder in folders:
+        meta = read_json(folder / "record.json")
+        for path in sorted((folder / "run").rglob("*")):
+            rel = path.relative_to(folder / "run")
+            if path.is_file() and rel.parts[0] != ROW_FOLDER:
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, dest / rel)
+        if meta["cell"].startswith(("eval/", "finetune/")) and (folder / "run" / ROW_FOLDER).is_dir():
+            row = meta["cell"].split("/", 1)[1]
+            [table] = (folder / "run" / ROW_FOLDER).glob("*/results.json")
+            data = read_json(table)
+            config = config or data["config"]
+            mine = data["variants"][-1]  # the row itself; the base row before it is its reference
+            rows[row] = mine
+            src = table.parent / variant_slug(mine["label"])
+            shutil.copytree(src, dest / "eval" / src.name, dirs_exist_ok=True)
+    if rows:
+        order = [*ROWS, *(cfg.variants if cfg is not None else sorted(set(rows) - set(ROWS)))]
+        write_json(dest / "eval" / "results.json",
+                   {"config": config, "variants": [rows[r] for r in order if r in rows]})
+    return RunFolder(dest)
+

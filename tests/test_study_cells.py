@@ -1,0 +1,131 @@
+"""A study as cells (keyheads.study): each cell commits its own record; status reads the records; cells run on any
+machine, here or as submitit jobs; a killed cell runs again; the merged records give the findings of one run."""
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from keyheads.cli import main
+from keyheads.config.run import RunSettings
+from keyheads.errors import BadFile
+from keyheads.report.findings import findings
+from keyheads.study.cells import cells_of, merge, run_cell, status
+from keyheads.testing import tiny_model
+
+from tests.helpers import write_tiny_benchmarks
+
+pytestmark = pytest.mark.slow  # whole cells on a tiny model, and job processes
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> Path:
+    """A tiny model on disk, its training and benchmark files, and a config of every kind of cell."""
+    root = tmp_path_factory.mktemp("study")
+    model = tiny_model("llama", seed=0)
+    model.hf.save_pretrained(root / "model")
+    model.tokenizer.save_pretrained(root / "model")
+    (root / "train.jsonl").write_text("".join(json.dumps({"prompt": f"{a} + 1 = ", "completion": str(a + 1)}) + "\n"
+                                              for a in range(8)))
+    (root / "benchmarks").mkdir()
+    write_tiny_benchmarks(root / "benchmarks")
+    config = {"model": str(root / "model"), "out": str(root / "run"), "batch_size": 4,
+              "data_dir": str(root / "benchmarks"), "data": {"keep_correct": False, "n": 16, "task": "addition"},
+              "patch": {"top_k": 3}, "knockout": {"k": 3, "seeds": 2, "limit": None, "transfer_n": 4},
+              "attention": {"limit": None}, "mlp": {"limit": None}, "variants": ["precise"],
+              "finetune": {"train": str(root / "train.jsonl"), "max_steps": 2, "optimizer_batch_size": 4,
+                           "micro_batch_size": 2},
+              "eval": {"benchmarks": ["mmlu", "arith-add"], "limit": 4, "few_shot": 1}}
+    (root / "study.yaml").write_text(json.dumps(config))  # JSON is YAML
+    return root
+
+
+def cfg_of(study: Path, **over) -> RunSettings:
+    return RunSettings.from_yaml(study / "study.yaml", **over)
+
+
+def states(cfg: RunSettings, records: Path) -> dict[str, str]:
+    return {s.cell.name: s.state for s in status(cfg, records)}
+
+
+def test_every_cell_is_listed_and_one_committed_elsewhere_is_done_here(study, tmp_path, capsys):
+    cfg = cfg_of(study)
+    assert [c.name for c in cells_of(cfg)] == ["identify", "knockout", "attention", "mlp", "eval/base",
+                                               "eval/knockout", "finetune/precise"]
+    records = tmp_path / "records"
+    run_cell(cfg, records, "identify", progress=False)
+    run_cell(cfg, records, "knockout", progress=False)
+    assert states(cfg, records) == {"identify": "done", "knockout": "done", "attention": "pending", "mlp": "pending",
+                                    "eval/base": "pending", "eval/knockout": "pending", "finetune/precise": "pending"}
+    # another machine: the records only, under another checkout and another work folder
+    clone = tmp_path / "clone"
+    shutil.copytree(records, clone / "records")
+    elsewhere = cfg_of(study, out=str(tmp_path / "elsewhere"))
+    assert states(elsewhere, clone / "records")["knockout"] == "done"
+    assert main(["study", "status", str(study / "study.yaml"), "--records", str(clone / "records"),
+                 "--out", str(tmp_path / "elsewhere")]) == 0
+    shown = capsys.readouterr().out
+    assert "knockout" in shown and "2 done, 0 stale, 5 pending" in shown
+    # a changed setting makes its cell stale and says which; identify done again with other key heads makes the
+    # knockout, which read the old ones, stale too
+    more = cfg_of(study, knockout={"k": 4})
+    [knock] = [s for s in status(more, records) if s.cell.name == "knockout"]
+    assert knock.state == "stale" and "k 3 -> 4" in knock.why
+    fewer = cfg_of(study, patch={"top_k": 2})
+    run_cell(fewer, records, "identify", progress=False)
+    [knock] = [s for s in status(fewer, records) if s.cell.name == "knockout"]
+    assert knock.state == "stale" and "input identify/key_heads.json changed" in knock.why
+
+
+def test_a_cell_needs_its_upstream_cell_and_a_tampered_record_is_refused(study, tmp_path):
+    cfg = cfg_of(study)
+    records = tmp_path / "records"
+    with pytest.raises(Exception, match="run it first"):
+        run_cell(cfg, records, "knockout", progress=False)
+    run_cell(cfg, records, "identify", progress=False)
+    effects = records / "identify" / "run" / "identify" / "effects.json"
+    effects.write_text(effects.read_text().replace("relative-logit", "relative_logit"))
+    with pytest.raises(BadFile, match="not the ones its stage record names"):
+        run_cell(cfg_of(study, out=str(tmp_path / "w")), records, "mlp", progress=False)
+
+
+def _wait_for_start(job, timeout: float = 120.0) -> None:
+    stop = time.monotonic() + timeout
+    while job.state not in ("RUNNING", "COMPLETED", "FAILED") and time.monotonic() < stop:
+        time.sleep(0.2)
+
+
+def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(study, tmp_path):
+    pytest.importorskip("submitit")
+    from keyheads.study.jobs import submit
+
+    cfg = cfg_of(study, out=str(tmp_path / "work"))
+    over = {"out": str(tmp_path / "work")}
+    records = tmp_path / "records"
+    run_cell(cfg, records, "identify", progress=False)
+    jobs = submit(str(study / "study.yaml"), over, records, ["knockout", "eval/base"], "local", tmp_path / "jobs")
+    _wait_for_start(jobs[1])
+    jobs[1].cancel()  # killed, as a preempted job is
+    assert jobs[0].result().endswith("knockout")
+    with pytest.raises(Exception):  # noqa: B017 -- submitit's own error for a killed job
+        jobs[1].result()
+    assert states(cfg, records)["eval/base"] == "pending"  # a killed cell leaves no record
+    [again] = submit(str(study / "study.yaml"), over, records, ["eval/base"], "local", tmp_path / "jobs")
+    assert again.result().endswith("eval--base")
+    for name in ("attention", "mlp", "eval/knockout", "finetune/precise"):
+        run_cell(cfg, records, name, progress=False)
+    merged = merge(records, tmp_path / "merged", cfg)
+    assert main(["run", str(study / "study.yaml"), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
+    whole = [f.to_json() for f in findings(tmp_path / "whole")]
+    assert [f.to_json() for f in findings(merged)] == whole
+    assert json.loads((merged.root / "eval" / "results.json").read_text())["variants"][0]["label"].endswith("(base)")
+
+
+def test_slurm_parameters_are_submitit_s():
+    from keyheads.commands.study import _parse_slurm
+
+    assert _parse_slurm("partition=gpu,gpus_per_node=1,timeout_min=240") == {
+        "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 240}
+    with pytest.raises(Exception, match="KEY=VALUE"):
+        _parse_slurm("partition")
