@@ -9,10 +9,13 @@ records give.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from keyheads.report.findings import Finding, findings
 from keyheads.report.rules import RULES, RULES_VERSION
+from keyheads.study.cells import is_cells, merge
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "studies" / "studies.json"
@@ -84,11 +87,22 @@ def study(manifest: dict, name: str) -> dict:
     return found[0]
 
 
+MERGED = Path(tempfile.gettempdir()) / f"keyheads-merged-cells-{os.getpid()}"
+
+
+def run_of(record: Path) -> Path:
+    """The run folder a record holds: its run/, or for a study kept as cells (keyheads study), every cell record
+    merged into one (a scratch folder, rewritten on each call)."""
+    if is_cells(record):
+        return merge(record, MERGED / record.as_posix().strip("/").replace("/", "--")).root
+    return record / "run"
+
+
 def column(record: str | None, root: Path = ROOT) -> dict[str, str]:
     """row -> cell of one model: its record's verdicts, or nothing while the record is pending."""
     if record is None:
         return {}
-    return {str(f.row): cell(f) for f in findings(root / record / "run")}
+    return {str(f.row): cell(f) for f in findings(run_of(root / record))}
 
 
 def table(manifest: dict, root: Path = ROOT) -> str:

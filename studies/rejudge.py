@@ -36,7 +36,7 @@ CHANGES_ABOUT = ("Every verdict of a committed record that moved when the rules 
 def judged(manifest: dict, root: Path = ROOT) -> dict:
     """{study: {record, verdicts: {row: verdict}}} of every study with a committed record, under the rules now."""
     return {s["name"]: {"record": s["record"],
-                        "verdicts": {str(f.row): f.verdict for f in findings(root / s["record"] / "run")}}
+                        "verdicts": {str(f.row): f.verdict for f in findings(table.run_of(root / s["record"]))}}
             for s in manifest["studies"] if s["record"] is not None}
 
 

@@ -14,7 +14,9 @@ from keyheads.report.findings import findings
 from keyheads.study.cells import cells_of, merge, run_cell, status
 from keyheads.testing import tiny_model
 
-from tests.helpers import write_tiny_benchmarks
+from tests.helpers import load_script, write_tiny_benchmarks
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow  # whole cells on a tiny model, and job processes
 
@@ -120,6 +122,12 @@ def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(s
     whole = [f.to_json() for f in findings(tmp_path / "whole")]
     assert [f.to_json() for f in findings(merged)] == whole
     assert json.loads((merged.root / "eval" / "results.json").read_text())["variants"][0]["label"].endswith("(base)")
+    # a study kept as cells is a column of the findings table and has its page, as a whole run's record has
+    table = load_script(ROOT / "studies" / "findings.py", "studies_findings_cells")
+    pages = load_script(ROOT / "studies" / "pages.py", "studies_pages_cells")
+    assert table.column(str(records), root=Path("/")) == {str(f.row): table.cell(f) for f in findings(merged)}
+    page = pages.page({"title": "Tiny", "record": str(records)}, root=Path("/"))
+    assert "| finetune/precise | `" in page and "## Tables 1 and 2" in page
 
 
 def test_slurm_parameters_are_submitit_s():

@@ -207,9 +207,14 @@ def _write_record(cfg: RunSettings, records: Path, cell: Cell, work: Path, comma
     return dest
 
 
+def is_cells(folder: Path) -> bool:
+    """Whether `folder` holds cell records (a study's `records/NAME/cells`), not one run's record."""
+    return folder.is_dir() and not (folder / "run").is_dir() and any(folder.glob("*/record.json"))
+
+
 def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolder:
     """Every cell record under `records` laid into one run folder `dest`, its evaluation rows joined into one table
-    (base, knockout, then the variants in the config's order, else by name)."""
+    (base, knockout, then the variants in the order of `cfg`, else of the recorded config)."""
     if dest.exists():
         shutil.rmtree(dest)
     folders = sorted(p for p in records.iterdir() if (p / "record.json").is_file()) if records.is_dir() else []
@@ -232,7 +237,9 @@ def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolde
             src = table.parent / variant_slug(mine["label"])
             shutil.copytree(src, dest / "eval" / src.name, dirs_exist_ok=True)
     if rows:
-        order = [*ROWS, *(cfg.variants if cfg is not None else sorted(set(rows) - set(ROWS)))]
+        recorded = read_json(dest / RunFolder.CONFIG) if (dest / RunFolder.CONFIG).is_file() else {}
+        variants = cfg.variants if cfg is not None else recorded.get("variants", sorted(set(rows) - set(ROWS)))
+        order = [*ROWS, *variants]
         write_json(dest / "eval" / "results.json",
                    {"config": config, "variants": [rows[r] for r in order if r in rows]})
     return RunFolder(dest)
