@@ -150,6 +150,26 @@ def mlp_part(run: RunFolder) -> list[str]:
     return lines
 
 
+def grid_part(run: RunFolder) -> list[str]:
+    """The learning-rate grid (finetune.lr_grid): every point's validation loss and each family's choice."""
+    points = [json.loads(p.read_text()) for p in sorted(run.root.glob("grid/*/*/grid.json"))]
+    if not points:
+        return []
+    best = {}
+    for p in points:
+        if p["family"] not in best or (p["validation_loss"], p["lr"]) < best[p["family"]]:
+            best[p["family"]] = (p["validation_loss"], p["lr"])
+    lines = ["## Learning rates", "",
+             "Each rate family's grid: every rate trained on a share of the schedule and scored by its loss on "
+             "validation examples set aside from the training data (no test item); the rate of lowest loss trains "
+             "the family's variants (random@K takes precise@K's).", "",
+             "| family | lr | validation loss | steps | samples | chosen |", "|---|---|---|---|---|---|"]
+    lines += [f"| {p['family']} | {p['lr']:g} | {p['validation_loss']:.4f} | {p['steps']} | {p['samples']} | "
+              f"{'yes' if best[p['family']][1] == p['lr'] else ''} |"
+              for p in sorted(points, key=lambda p: (p["family"], p["lr"]))]
+    return lines
+
+
 def training_part(run: RunFolder) -> list[str]:
     runs = run.finetune_records
     if not runs:
@@ -157,12 +177,16 @@ def training_part(run: RunFolder) -> list[str]:
     lines = ["## Fine-tuning", "",
              "Each variant's training: what it tuned, its speed over the run, and its loss curve (the first, the "
              "lowest and the last step's loss; every step's is in the record's finetune.json).", "",
-             "| variant | method | tuned params | of | samples | steps | samples/s | loss: first | lowest | last |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| variant | method | lr | tuned params | of | samples | steps | samples/s | loss: first | lowest "
+             "| last |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, info in sorted(runs.items()):
         t, losses = info.train, info.train.losses
         first, low, last = (f"{x:.3f}" for x in (losses[0], min(losses), losses[-1])) if losses else ("-",) * 3
-        lines.append(f"| {name} | {info.method} | {info.tuned_params:,} | {info.total_params:,} | {info.data.n:,} | "
+        lr = info.config.get("lr")
+        shown = "-" if lr is None else format(lr, "g")
+        lines.append(f"| {name} | {info.method} | {shown} | {info.tuned_params:,} | {info.total_params:,} | "
+                     f"{info.data.n:,} | "
                      f"{t.steps} | {t.samples_per_second:.2f} | {first} | {low} | {last} |")
     return lines
 
@@ -199,7 +223,7 @@ def page(study: dict, root: Path = ROOT, manifest: dict | None = None) -> str:
     run = RunFolder(table.run_of(record))
     parts = [[f"# {study['title']}", ""] + provenance(record, study["record"]), findings_part(run), identify_part(run),
              knockout_part(run), against_part(study, run, manifest, root), attention_part(run), mlp_part(run),
-             training_part(run), tables_part(run)]
+             grid_part(run), training_part(run), tables_part(run)]
     return "\n\n".join("\n".join(p) for p in parts if p) + "\n"
 
 

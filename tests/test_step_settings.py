@@ -17,7 +17,7 @@ from keyheads import pipeline
 from keyheads.components import Components
 from keyheads.config.run import RunSettings, merge_settings
 from keyheads.data.trainset import SplitSettings
-from keyheads.finetune.settings import FinetuneSettings
+from keyheads.finetune.settings import FinetuneSection, FinetuneSettings
 from keyheads.heads import Head
 from keyheads.models import Placement
 from keyheads.selection import HeadChoice
@@ -46,8 +46,9 @@ OTHER = {
 }
 # settings that a resumed run may change without changing any result (declared on the type itself)
 RESUMABLE = {("finetune", name) for name in FinetuneSettings.RESUMABLE_CHANGES}
-# filled in by the run config from elsewhere, not settable in the section
-NOT_SETTABLE = {"seed"}
+# filled in by the run config from elsewhere, not settable in the section; and the learning-rate grid's settings,
+# which reach the grid's own stages (tests/test_study_cells.py walks them on a tiny study)
+NOT_SETTABLE = {"seed", *FinetuneSection.RATE_CHOICE}
 
 
 def other_value(section: str, name: str, annotation, default):

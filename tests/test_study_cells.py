@@ -137,3 +137,40 @@ def test_slurm_parameters_are_submitit_s():
         "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 240}
     with pytest.raises(Exception, match="KEY=VALUE"):
         _parse_slurm("partition")
+
+
+def test_each_family_trains_at_its_grid_s_rate_of_lowest_validation_loss(study, tmp_path):
+    """finetune.lr_grid: each rate a cell, scored on validation examples; a variant trains at its family's choice,
+    random heads at precise's; the choice is a page's table and the variant's stage input."""
+    from keyheads.pipeline import rate_family
+
+    assert [rate_family(v) for v in ("random@32-seed1", "random", "precise@16+mlp3", "full")] == [
+        "precise@32", "precise", "precise@16+mlp3", "full"]
+    cfg = cfg_of(study, out=str(tmp_path / "work"), variants=["precise", "random", "full"],
+                 finetune={"lr_grid": {"precise": [1e-4, 3e-2], "full": [1e-5, 1e-3]}, "validation": 3,
+                           "max_steps": 6, "warmup_ratio": 0.0})
+    records = tmp_path / "records"
+    names = [c.name for c in cells_of(cfg)]
+    assert [n for n in names if n.startswith("finetune/")] == [
+        "finetune/grid/precise/0.0001", "finetune/grid/precise/0.03", "finetune/grid/full/1e-05",
+        "finetune/grid/full/0.001", "finetune/precise", "finetune/random", "finetune/full"]
+    for name in ["identify", *names[names.index("finetune/grid/precise/0.0001"):]]:
+        if name != "finetune/full":
+            run_cell(cfg, records, name, progress=False)
+    merged = merge(records, tmp_path / "merged", cfg)
+    losses = {(p.parent.parent.name, float(p.parent.name)): json.loads(p.read_text())["validation_loss"]
+              for p in merged.root.glob("grid/*/*/grid.json")}
+    assert len(losses) == 4 and len(set(losses.values())) == 4  # each rate changed the model its own way
+    best = min((1e-4, 3e-2), key=lambda lr: losses[("precise", lr)])
+    for variant in ("precise", "random"):
+        info = json.loads((merged.root / "finetune" / variant / "finetune.json").read_text())
+        assert info["config"]["lr"] == best, variant
+    page = load_script(ROOT / "studies" / "pages.py", "studies_pages_grid").page(
+        {"title": "Grid", "record": str(records)}, root=Path("/"))
+    assert "## Learning rates" in page and f"| precise | {best:g} |" in page
+    # the fraction of the schedule is a grid point's setting; the validation size every variant's
+    fraction = cfg_of(study, out=str(tmp_path / "work"), variants=["precise", "random", "full"],
+                      finetune={"lr_grid": {"precise": [1e-4, 3e-2], "full": [1e-5, 1e-3]}, "validation": 3,
+                                "max_steps": 6, "warmup_ratio": 0.0, "grid_fraction": 0.5})
+    stale = {s.cell.name for s in status(fraction, records) if s.state == "stale"}
+    assert {"finetune/grid/precise/0.0001", "finetune/grid/full/1e-05"} <= stale and "finetune/precise" not in stale

@@ -18,6 +18,8 @@ import contextlib
 import gc
 import hashlib
 import os
+import random
+import re
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -44,8 +46,8 @@ from .evaluation import Variant, evaluate
 from .finetune import describe as describe_training
 from .finetune import finetune, load_examples
 from .finetune.parallel import check_setup
-from .finetune.settings import FinetuneSettings
-from .io import write_json
+from .finetune.settings import FinetuneSection, FinetuneSettings
+from .io import read_json, write_json
 from .log import logger
 from .mean import DEFAULT_MEAN, KnockoutMean
 from .models.fingerprint import base_fingerprint
@@ -74,7 +76,6 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
     (the model)."""
     run = RunFolder.of(folder)
     model_key = {"model": cfg.model, "dtype": cfg.dtype}
-    seeded = {**model_key, "seed": cfg.seed}
     def section(part: Section) -> dict:  # the YAML's keys
         return part.to_json()
 
@@ -98,13 +99,26 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
             Stage("mlp", {**model_key, **section(cfg.mlp)}, [PAIRS], [RunFolder.MLP],
                   lambda: _mlp(cfg, run, get_model(), progress)),
         ]
-    train = {**seeded, **section(cfg.finetune), "data_dir": cfg.data_dir}
-    # only +mlp variants read mlps; the others change no result
-    for key in ("mlps", *FinetuneSettings.RESUMABLE_CHANGES):
-        train.pop(key, None)
+    train = train_settings(cfg)
+    grids = {family: rates for family in dict.fromkeys(map(rate_family, cfg.variants))
+             if (rates := rate_grid(cfg, family))}
+    for family, rates in grids.items():  # each rate of a family's grid, before the variants that choose from it
+        for lr in rates:
+            def grid(family: str = family, lr: float = lr) -> str:
+                release_model()
+                return grid_point(cfg, run, family, lr, run.root / grid_rel(family, lr), progress)
+
+            stages.append(Stage(f"finetune/grid/{family}/{lr:g}", {**train, "variant": family, "lr": lr,
+                                                                    "grid_fraction": cfg.finetune.grid_fraction},
+                                [KEY_HEADS, EFFECTS] if family.startswith("precise") else [],
+                                [grid_rel(family, lr)], grid, spread=True))
     for variant in cfg.variants:
-        extra = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
+        extra: dict[str, object] = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
         inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []
+        chosen_from = grids.get(rate_family(variant), [])
+        if chosen_from:  # its rate is the grid's choice: the grid's results are its inputs
+            extra["lr_grid"] = chosen_from
+            inputs += [f"{grid_rel(rate_family(variant), lr)}/{GRID_JSON}" for lr in chosen_from]
 
         def train_variant(v: str = variant) -> str:
             release_model()  # training loads its own copy: the analysis model is not held beside it
@@ -123,6 +137,18 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
     stages.append(Stage("report", {}, [RunFolder.CONFIG] + upstream, [RunFolder.REPORT], lambda: _report(run),
                         partial=True, resume=[r for s in stages for r in s.resume]))
     return stages
+
+
+def train_settings(cfg: RunSettings) -> dict:
+    """What every fine-tuning stage's results depend on, before its variant, rate and MLPs."""
+    train = {"model": cfg.model, "dtype": cfg.dtype, "seed": cfg.seed, **cfg.finetune.to_json(),
+             "data_dir": cfg.data_dir}
+    # only +mlp variants read mlps; the others change no result; a variant's stage takes its own rate
+    for key in ("mlps", *FinetuneSettings.RESUMABLE_CHANGES, *FinetuneSection.RATE_CHOICE):
+        train.pop(key, None)
+    if cfg.finetune.lr_grid:  # the validation examples are set aside from every variant's training data
+        train["validation"] = cfg.finetune.validation
+    return train
 
 
 def check_selection(names: list[str] | None, start: str | None, stages: list[Stage]) -> set[str] | None:
@@ -324,11 +350,62 @@ def variant_components(variant: str, folder: RunFolder | Path, model, cfg: RunSe
     return chosen
 
 
-def _finetune(cfg: RunSettings, run: RunFolder, variant: str, progress: bool = True) -> str:
-    method: Literal["precise", "full", "lora"] = (
-        "precise" if variant.startswith(("precise", "random")) else "full" if variant == "full" else "lora")
+def rate_family(variant: str) -> str:
+    """The variant whose rate `variant` trains at: itself without its seed, random heads at the rate of as many
+    chosen heads (random@32-seed1 -> precise@32), since they tune as many weights."""
+    plain = re.sub(r"-seed\d+$", "", variant)
+    return "precise" + plain[len("random"):] if plain.startswith("random") else plain
+
+
+GRID_JSON = "grid.json"
+
+
+def rate_grid(cfg: RunSettings, family: str) -> list[float]:
+    """The rates `family` is tried at: its own entry of finetune.lr_grid, else its method's ('precise', 'full',
+    'lora'), else none (it trains at finetune.lr)."""
+    grid = cfg.finetune.lr_grid
+    return list(grid.get(family) or grid.get(_method(family)) or [])
+
+
+def grid_rel(family: str, lr: float) -> str:
+    """The run-relative folder of one grid point."""
+    return f"grid/{family}/{lr:g}"
+
+
+def chosen_lr(run: RunFolder, family: str, rates: list[float]) -> tuple[float, dict[float, float]]:
+    """(the rate of lowest validation loss, every rate's loss) from the grid's results in the run folder."""
+    losses = {lr: float(read_json(run.root / grid_rel(family, lr) / GRID_JSON)["validation_loss"]) for lr in rates}
+    return min(losses, key=lambda lr: (losses[lr], lr)), losses
+
+
+def variant_lr(cfg: RunSettings, run: RunFolder, variant: str) -> float:
+    """The learning rate `variant` trains at: its rate family's grid choice, else finetune.lr."""
+    rates = rate_grid(cfg, rate_family(variant))
+    return chosen_lr(run, rate_family(variant), rates)[0] if rates else cfg.finetune.lr
+
+
+def training_examples(cfg: RunSettings) -> tuple[list, list]:
+    """(training, validation) examples: with an lr_grid, `finetune.validation` of the training data set aside by a
+    seeded draw, to choose the rates on; without one, all of it and none."""
     examples = load_examples(cfg.finetune.train, data_dir=_data_dir(cfg), seed=cfg.seed)
-    ft = cfg.finetune.recipe(method, cfg.seed)
+    if not cfg.finetune.lr_grid:
+        return examples, []
+    n = cfg.finetune.validation
+    if n >= len(examples):
+        raise SettingError(f"finetune.validation {n} leaves no training example of the {len(examples)} that "
+                           f"finetune.train {cfg.finetune.train!r} gives: lower it")
+    held = set(random.Random(cfg.seed).sample(range(len(examples)), n))
+    return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in sorted(held)]
+
+
+def _method(variant: str) -> Literal["precise", "full", "lora"]:
+    return "precise" if variant.startswith(("precise", "random")) else "full" if variant == "full" else "lora"
+
+
+def _finetune(cfg: RunSettings, run: RunFolder, variant: str, progress: bool = True) -> str:
+    method = _method(variant)
+    examples, _ = training_examples(cfg)
+    ft = cfg.finetune.recipe(method, cfg.seed).model_copy(update={"lr": variant_lr(cfg, run, variant)})
     # training changes weights in place, so it gets its own copy of the model, loaded and placed as
     # `keyheads finetune` places it (under FSDP2: no weights until sharded, then each process reads its own)
     model, where = models.load_placed(cfg.model, cfg.device, cfg.dtype, sharded=ft.parallel == "fsdp")
@@ -336,6 +413,29 @@ def _finetune(cfg: RunSettings, run: RunFolder, variant: str, progress: bool = T
     info = finetune(model, examples, ft, run.finetune(variant), components, data_name=cfg.finetune.train,
                     progress=progress, device=where.run_on)
     return describe_training(info)
+
+
+def grid_point(cfg: RunSettings, run: RunFolder, family: str, lr: float, out: Path, progress: bool = True) -> str:
+    """One point of the learning-rate grid: `family` trained at `lr` for finetune.grid_fraction of its schedule's
+    optimizer steps, then scored by its validation loss; writes out/grid.json (and the short run in out/train)."""
+    from .finetune.adapter import load_finetuned  # noqa: PLC0415 -- peft, for LoRA, only where a grid runs
+    from .finetune.train import total_steps  # noqa: PLC0415
+    from .finetune.validation import validation_loss  # noqa: PLC0415
+
+    examples, validation = training_examples(cfg)
+    ft = cfg.finetune.recipe(_method(family), cfg.seed)
+    steps = max(1, round(total_steps(ft, len(examples)) * cfg.finetune.grid_fraction))
+    ft = ft.model_copy(update={"lr": lr, "max_steps": steps})
+    model, where = models.load_placed(cfg.model, cfg.device, cfg.dtype, sharded=ft.parallel == "fsdp")
+    components = variant_components(family, run, model, cfg) if ft.method == "precise" else None
+    finetune(model, examples, ft, out / "train", components, data_name=cfg.finetune.train, progress=progress,
+             device=where.run_on)
+    del model
+    trained = load_finetuned(out / "train", lambda name: load_run_model(cfg, name))
+    loss = validation_loss(trained, validation, ft.max_length, batch_size=cfg.finetune.micro_batch_size)
+    write_json(out / GRID_JSON, {"family": family, "lr": lr, "validation_loss": loss, "validation": len(validation),
+                                   "steps": steps, "samples": steps * ft.optimizer_batch_size})
+    return f"grid {family} at lr {lr:g}: validation loss {loss:.4f} after {steps} steps"
 
 
 def eval_labels(model: str, n_heads: int, finetune: list[str], mean: KnockoutMean = DEFAULT_MEAN) -> list[str]:

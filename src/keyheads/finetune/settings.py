@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, PositiveFloat, field_validator
 
 from ..data.arithmetic import ARITH_KINDS
 from ..errors import SettingError
@@ -123,6 +123,20 @@ class FinetuneSection(TrainingRecipe):
                        "templates, 'trainset' (GSM8K train + held-out AddSub/SingleEq/SVAMP) or a JSONL of "
                        "{prompt, completion}")
     mlps: Count = Field(3, description="MLPs trained by the +mlp variants: the top M by effect")
+    lr_grid: dict[str, list[PositiveFloat]] = Field(
+        {}, description="learning rates to try per rate family ('full', 'lora', 'precise', 'precise@K', ...; a "
+        "random@K variant takes precise@K's; a family not listed takes its method's): each rate is trained on "
+        "grid_fraction of the schedule and scored on the validation examples, and the rate of lowest validation "
+        "loss trains the variant; empty: every variant at lr")
+    grid_fraction: float = Field(1 / 3, gt=0.0, le=1.0, description="share of the schedule's optimizer steps a "
+                                 "grid point trains")
+    validation: Count = Field(100, description="with an lr_grid: training examples set aside (seeded) to score "
+                              "the grid on, and trained on by no variant; disjoint from every test item, as the "
+                              "training data is")
+
+    # the settings that choose a variant's rate and data, not how it trains: a variant's stage takes its family's
+    # grid and, with a grid, the validation size; a grid point its fraction (keyheads.pipeline)
+    RATE_CHOICE: ClassVar[tuple[str, ...]] = ("lr_grid", "grid_fraction", "validation")
 
     @field_validator("train")
     @classmethod

@@ -5,8 +5,9 @@ A cell is one of:
 - `identify`: the data and identify stages (the pairs, effects and key heads every other cell reads);
 - `identify/NAME`, `knockout`, `attention`, `mlp`: one analysis stage;
 - `eval/base`, `eval/knockout`: one evaluation-only row of the table;
+- `finetune/grid/FAMILY/LR`: one point of a learning-rate grid (finetune.lr_grid), scored on validation examples;
 - `finetune/VARIANT`: one fine-tuned variant with its evaluation row (the adapter is not kept in a record, so the
-  row is evaluated where it was trained).
+  row is evaluated where it was trained), at its family's grid choice when it has a grid.
 
 A cell's record, `RECORDS/CELL` (CELL's slashes as `--`), holds record.json and `run/`, the small outputs of its
 stages as any record keeps them (keyheads.study.records) with their stage records. An evaluation row writes its
@@ -33,7 +34,7 @@ from ..config.run import RunSettings
 from ..errors import BadFile, SettingError
 from ..io import file_sha256, read_json, write_json
 from ..log import logger
-from ..pipeline import ROWS, build_stages, evaluate_rows, load_run_model, write_model_info
+from ..pipeline import ROWS, build_stages, evaluate_rows, load_run_model, rate_family, write_model_info
 from ..provenance import changed_settings, versions
 from ..results.run import StageRecord
 from ..runfolder import RunFolder, variant_slug
@@ -72,8 +73,13 @@ def cells_of(cfg: RunSettings) -> list[Cell]:
     out += [Cell(n, (n,)) for n in names if n.startswith("identify/") or n in ("knockout", "attention", "mlp")]
     if cfg.eval.benchmarks:
         out += [Cell(f"eval/{row}", (f"eval/{row}",)) for row in ROWS]
-    out += [Cell(n, (n, *((f"eval/{n.split('/', 1)[1]}",) if cfg.eval.benchmarks else ())))
-            for n in names if n.startswith("finetune/")]
+    grid = [n for n in names if n.startswith("finetune/grid/")]
+    out += [Cell(n, (n,)) for n in grid]
+    for n in names:
+        if n.startswith("finetune/") and n not in grid:
+            variant = n.split("/", 1)[1]
+            rates = [g for g in grid if g.startswith(f"finetune/grid/{rate_family(variant)}/")]
+            out.append(Cell(n, (n, *((f"eval/{variant}",) if cfg.eval.benchmarks else ())), ("identify", *rates)))
     return out
 
 
