@@ -213,3 +213,20 @@ def test_every_rule_says_whether_it_tests_or_describes():
         assert rule.kind in ("measurement", "descriptive")
         assert (rule.family == "-") == (rule.kind == "descriptive") or rule.row in (6, 8), rule.row
         assert all(version <= RULES_VERSION for version in rule.changes)
+
+
+@pytest.mark.parametrize("n, weak", [(100, True), (400, False)])
+def test_a_set_too_small_to_detect_ten_points_is_said_underpowered(tmp_path, n, weak):
+    """GSM8K at 30%: a McNemar test needs 359 items to detect a 10-point change at power 0.8 (the direct formula
+    below); the verdict stands on the tests made, its cell says when they could not have told."""
+    import math
+
+    from scipy.stats import norm
+
+    p, q = 0.30, 0.40
+    psi = p * (1 - q) + q * (1 - p)
+    need = math.ceil((norm.ppf(0.975) * math.sqrt(psi) + norm.ppf(0.8) * math.sqrt(psi - 0.01)) ** 2 / 0.01)
+    _tuned(tmp_path, (n // 5, 0), (n // 5, 0), n=n)
+    row7 = findings(tmp_path)[6]
+    assert ("underpowered" in row7.key) == weak
+    assert (f"GSM8K {n} items of the {need} that a McNemar test needs" in row7.evidence) == weak

@@ -54,6 +54,8 @@ from .rundata import (
 )
 from .stats import (
     ALPHA,
+    DETECT,
+    POWER,
     PairedTest,
     above_chance_p,
     bootstrap_mean_ci,
@@ -61,6 +63,7 @@ from .stats import (
     fmt_p,
     holm,
     mcnemar_greater_p,
+    mcnemar_items,
     paired_sets,
     seed_free,
     smaller_p,
@@ -272,8 +275,9 @@ def _math_like_full(table: EvalTable, pairs: Pairs, runs: dict[str, FinetuneResu
                     full: tuple[str, EvalRow]) -> Finding:
     (p, prow), (f, frow) = precise, full
     pm, fm = table.mean_delta(prow, table.math()), table.mean_delta(frow, table.math())
-    said = f"math accuracy {points(pm)} points with {p}, {points(fm)} with {f}{_random_note(runs, table, pm)}"
-    key = f"math {points(pm)} ({p}) vs {points(fm)} ({f}) points"
+    weak = underpowered(table, table.math())
+    said = f"math accuracy {points(pm)} points with {p}, {points(fm)} with {f}{_random_note(runs, table, pm)}{weak}"
+    key = f"math {points(pm)} ({p}) vs {points(fm)} ({f}) points" + ("; underpowered" if weak else "")
     ptests, ftests = _tests(pairs, [prow], table.math()), _tests(pairs, [frow], table.math())
     if pm is None or fm is None or not ptests or not ftests:
         return _claim(7, "not measured", said + _items(pairs, [prow, frow], table.math()), key)
@@ -342,12 +346,13 @@ def random_place(run: RunFolder, table: EvalTable | None) -> Finding:
     draws = [table.mean_delta(r, table.math()) for r in rows]
     shown = "; ".join(f"{r.run or r.label}: {points(d)}, +{t.gained} / -{t.lost} items, one-sided p {fmt_p(q)}"
                       for r, d, t, q in zip(rows, draws, tests, pvals) if t is not None)
+    weak = underpowered(table, table.math())
     return _claim(9, verdict,
                   f"mean math change {points(pm)} points with {p}; against each draw of {seed_free(name)} on the "
                   f"pooled math items ({p}'s items gained / lost against the draw; exact McNemar, Holm over the "
-                  f"{len(rows)} draws) — {shown}",
+                  f"{len(rows)} draws) — {shown}{weak}",
                   f"math {points(pm)} ({p}); better than {wins} of {len(rows)} random draw"
-                  f"{'s' * (len(rows) > 1)}")
+                  f"{'s' * (len(rows) > 1)}" + ("; underpowered" if weak else ""))
 
 
 def _pooled(run: RunFolder, table: EvalTable, reference: EvalRow, row: EvalRow) -> PairedTest | None:
@@ -383,7 +388,10 @@ def generic_kept(run: RunFolder, table: EvalTable | None, pairs: Pairs) -> Findi
         said += f"; its KL from the base model on generic text {kl.kl:.4g}" + (f" {_ci(kl.kl_ci95)}" if kl.kl_ci95
                                                                                else "")
     said += _items(pairs, [row], generic + math_)
-    key = f"generic {points(table.mean_delta(row, generic))}, math {points(table.mean_delta(row, math_))} points"
+    weak = underpowered(table, generic + math_)
+    said += weak
+    key = f"generic {points(table.mean_delta(row, generic))}, math {points(table.mean_delta(row, math_))} points" \
+        + ("; underpowered" if weak else "")
     math_tests, generic_tests = _tests(pairs, [row], math_), {b: pairs.get((row.label, b)) for b in generic}
     if not math_tests or any(t is None for t in generic_tests.values()):
         return _claim(11, "not measured", said, key)
@@ -400,6 +408,24 @@ def generic_kept(run: RunFolder, table: EvalTable | None, pairs: Pairs) -> Findi
     kept = all((t := generic_tests[b]) is not None and t.ci[0] > -GENERIC_MARGIN for b in testable)
     verdict: Verdict = "holds" if drops and kept else "partly" if drops or kept else "does not hold"
     return _claim(11, verdict, said, key)
+
+
+def underpowered(table: EvalTable, benchmarks: list[str]) -> str:
+    """'; underpowered: ARITH-ADD 60 items of the 359 ...' for the benchmarks whose items are fewer than a
+    two-sided McNemar test needs to detect a 10-point change from the base row's accuracy at power 0.8; '' when
+    none is (a note, not a verdict: the verdict stands on the tests made)."""
+    short = []
+    for b in benchmarks:
+        s, acc = (table.base.summary(b), table.base.acc(b)) if table.base is not None else (None, None)
+        if s is None or acc is None or not isinstance(s.n, int):
+            continue
+        need = mcnemar_items(acc)
+        if s.n < need:
+            short.append(f"{display(b)} {s.n} items of the {need}")
+    if not short:
+        return ""
+    return (f"; underpowered: {', '.join(short)} that a McNemar test needs to detect a {100 * DETECT:.0f}-point "
+            f"change at power {POWER:g}")
 
 
 def _tests(pairs: Pairs, rows: list[EvalRow], benchmarks: list[str]) -> list[PairedTest]:

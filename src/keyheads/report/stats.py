@@ -234,3 +234,27 @@ def bootstrap_mean_ci(values: Sequence[float], seed: int = 0) -> tuple[float, fl
     res = bootstrap((data,), np.mean, n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=0.95, method="percentile",
                     rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+# ---- how many items a paired test needs ---------------------------------------------------------------------------
+
+DETECT = 0.10  # the paired difference an evaluation set is sized to detect: 10 accuracy points
+POWER = 0.8
+
+
+def mcnemar_items(base_accuracy: float, delta: float = DETECT, power: float = POWER, alpha: float = ALPHA) -> int:
+    """Items a two-sided McNemar test at `alpha` needs to detect a change of `delta` in accuracy from
+    `base_accuracy` with probability `power` (Connor's 1987 normal approximation, n = (z_a sqrt(psi) + z_b
+    sqrt(psi - delta^2))^2 / delta^2). The discordant share psi is taken as if the row's answers were independent
+    of the base row's given their accuracies, p(1 - q) + q(1 - p): rows of one model agree more than that, so the
+    true need is smaller and this errs on the side of more items."""
+    from scipy.stats import norm  # noqa: PLC0415
+
+    p = min(max(base_accuracy, 0.0), 1.0)
+    q = min(p + delta, 1.0) if p + delta <= 1.0 else max(p - delta, 0.0)
+    d = abs(q - p)
+    if d == 0:
+        raise ValueError(f"no change of {delta} is possible from accuracy {base_accuracy}")
+    psi = p * (1 - q) + q * (1 - p)
+    za, zb = norm.ppf(1 - alpha / 2), norm.ppf(power)
+    return math.ceil((za * math.sqrt(psi) + zb * math.sqrt(max(psi - d * d, 0.0))) ** 2 / (d * d))
