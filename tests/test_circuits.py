@@ -3,6 +3,7 @@ published schema (EAP-IG src/eap/graph.py Graph.to_json / from_json) are read; `
 schema and reads back unchanged; a malformed file is an error naming the file and the problem."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -108,11 +109,107 @@ def test_a_malformed_graph_is_named(tmp_path, mutate, says):
 
 def test_a_graph_without_heads_or_scores_says_what_to_give(tmp_path):
     path = tmp_path / "g.json"
-    path.write_text(json.dumps(_hand_graph(in_graph=("m0",))))
+    data = _hand_graph(in_graph=("m0",))
+    for edge in data["edges"].values():
+        edge["score"] = 0.0
+    path.write_text(json.dumps(data))
     with pytest.raises(BadFile, match="no attention-head node"):
         read_heads(str(path))
-    with pytest.raises(BadFile, match="no node scores.*--heads"):
+    with pytest.raises(BadFile, match="no node or edge scores.*--heads"):
         Effects.load(path)
+
+
+def _edge_level(seed: int = 0) -> dict:
+    """An EAP-IG edge-level file as its to_json writes it: no node scores; edge scores; some edges in the graph
+    (the ends of in-graph edges, and only they, marked in_graph)."""
+    import random
+
+    rng = random.Random(seed)
+    data = _hand_graph(in_graph=())
+    for edge in data["edges"].values():
+        edge["score"] = rng.uniform(-1, 1)
+    for name in ("input->a0.h1<q>", "a0.h1->m0", "m0->a1.h0<v>", "a1.h0->logits"):
+        data["edges"][name]["in_graph"] = True
+    for node in ("a0.h1", "m0", "a1.h0"):
+        data["nodes"][node]["in_graph"] = True
+    return data
+
+
+def test_an_edge_level_graph_scores_each_node_by_what_it_sends(tmp_path):
+    data = _edge_level()
+    path = tmp_path / "edges.json"
+    path.write_text(json.dumps(data))
+    circuit = circuits.read_graph(data)
+    assert circuit.heads == [(0, 1), (1, 0)] and circuit.mlps == [0]
+    # the rule, computed directly: the sum of |score| over the edges a node sends
+    for layer in range(2):
+        for head in range(2):
+            sent = sum(abs(v["score"]) for name, v in data["edges"].items() if name.startswith(f"a{layer}.h{head}->"))
+            assert circuit.head_scores[layer][head] == pytest.approx(sent)
+        assert circuit.mlp_scores[layer] == pytest.approx(
+            sum(abs(v["score"]) for name, v in data["edges"].items() if name.startswith(f"m{layer}->")))
+    effects = Effects.load(path)
+    assert effects.heads[0][1] == pytest.approx(-circuit.head_scores[0][1])
+    assert read_heads(str(path)) == [Head(0, 1), Head(1, 0)]
+    # a file whose nodes mark nothing: the ends of its in-graph edges
+    for node in data["nodes"].values():
+        node["in_graph"] = False
+    assert circuits.read_graph(data).heads == [(0, 1), (1, 0)] and circuits.read_graph(data).mlps == [0]
+
+
+def test_a_neuron_mask_is_refused_not_dropped(tmp_path):
+    data = _hand_graph(in_graph=("a0.h1",))
+    data["nodes"]["a0.h1"]["neurons"] = [True, False, True, True]
+    path = tmp_path / "neurons.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BadFile, match="keeps 3 of its 4 neurons"):
+        read_heads(str(path))
+    data["nodes"]["a0.h1"]["neurons"] = [True] * 4  # every neuron: the node whole
+    path.write_text(json.dumps(data))
+    assert read_heads(str(path)) == [Head(0, 1)]
+
+
+def _to_pt(data: dict, path) -> None:
+    """The graph as EAP-IG's Graph.to_pt saves it: src nodes, dst nodes (a head's q, k, v apart), [src, dst]
+    tensors of edge scores and in_graph, and the nodes' in_graph."""
+    import torch
+
+    cfg = data["cfg"]
+    src = [n for n in data["nodes"] if n != "logits"]
+    dst = []
+    for layer in range(cfg["n_layers"]):
+        dst += [f"a{layer}.h{h}<{q}>" for q in "qkv" for h in range(cfg["n_heads"])] + [f"m{layer}"]
+    dst.append("logits")
+    scores = torch.zeros(len(src), len(dst))
+    in_graph = torch.zeros(len(src), len(dst), dtype=torch.bool)
+    for name, value in data["edges"].items():
+        parent, child = name.split("->")
+        scores[src.index(parent), dst.index(child)] = value["score"]
+        in_graph[src.index(parent), dst.index(child)] = value["in_graph"]
+    torch.save({"cfg": cfg, "src_nodes": src, "dst_nodes": dst, "edges_scores": scores, "edges_in_graph": in_graph,
+                "nodes_in_graph": torch.tensor([data["nodes"][n]["in_graph"] for n in src])}, path)
+
+
+def test_a_pt_graph_reads_as_its_json(tmp_path):
+    data = _edge_level(seed=1)
+    _to_pt(data, tmp_path / "g.pt")
+    got = circuits.load_graph_file(tmp_path / "g.pt")
+    assert got["nodes"] == {n: {"in_graph": v["in_graph"]} for n, v in data["nodes"].items() if n != "logits"}
+    assert got["edges"].keys() == data["edges"].keys()
+    assert all(got["edges"][k]["in_graph"] == v["in_graph"] and got["edges"][k]["score"] == pytest.approx(v["score"])
+               for k, v in data["edges"].items())
+    assert read_heads(str(tmp_path / "g.pt")) == [Head(0, 1), Head(1, 0)]
+    from_pt, from_json = Effects.load(tmp_path / "g.pt").heads, Effects.load(_write(tmp_path, data)).heads
+    assert sum(from_pt, []) == pytest.approx(sum(from_json, []))
+    (tmp_path / "bad.pt").write_bytes(b"not a pickle")
+    with pytest.raises(BadFile, match="bad.pt"):
+        read_heads(str(tmp_path / "bad.pt"))
+
+
+def _write(tmp_path, data) -> Path:
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(data))
+    return path
 
 
 def test_a_graph_for_another_model_shape_is_refused(tmp_path):
@@ -149,13 +246,19 @@ def test_export_round_trips(identify, tmp_path, capsys):
     assert graph["cfg"] == {"n_layers": 3, "n_heads": 4, "parallel_attn_mlp": False, "d_model": 64}
     assert list(graph["nodes"]) == circuits.node_names(3, 4)
     assert graph["nodes"]["logits"] == {"in_graph": True}  # EAP-IG's writer and reader fail on a logits score
-    assert graph["nodes"]["a1.h2"] == {"in_graph": False, "score": 0.4}
+    assert graph["nodes"]["a1.h2"] == {"in_graph": False, "score": -0.4}  # MIB's convention: higher, more important
+    assert graph["keyheads"]["heads"][1][2] == 0.4  # the effect itself, under keyheads' key
     assert [n for n, v in graph["nodes"].items() if v["in_graph"]] == ["input", "a0.h1", "m1", "a2.h3", "logits"]
     chosen = {"input", "a0.h1", "m1", "a2.h3", "logits"}
     assert len(graph["edges"]) == len(circuits.edge_names(3, 4, False))
-    for name, value in graph["edges"].items():  # an edge is in the graph when both its ends are
+    score = {n: v.get("score") for n, v in graph["nodes"].items()}
+    for name, value in graph["edges"].items():  # in the graph when both ends are; scored by the lesser end
         parent, child = name.split("->")
-        assert value == {"score": 0.0, "in_graph": parent in chosen and child.split("<")[0] in chosen}, name
+        child = child.split("<")[0]
+        ends = [score[n] for n in (parent, child) if n not in ("input", "logits")]
+        assert value == {"score": min(ends) if ends else 0.0, "in_graph": parent in chosen and child in chosen}, name
+    text = (out / "circuit.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))  # null, never NaN
     # read back: the same effects (scores with their sign), the same key heads
     assert Effects.load(out / "circuit.json") == Effects.load(identify / "effects.json")
     assert read_heads(str(out / "circuit.json")) == [Head(0, 1), Head(2, 3)]
@@ -164,6 +267,37 @@ def test_export_round_trips(identify, tmp_path, capsys):
     assert hooks["mlps"] == [{"layer": 1, "node": "m1", "hook": "blocks.1.hook_mlp_out"}]
     assert read_heads(str(out / "hooks.json")) == [Head(2, 3), Head(0, 1)]  # key-head order
     assert "2 key heads and 1 MLPs" in capsys.readouterr().out
+
+
+def _apply_topn(graph: dict, n: int) -> list[str]:
+    """EAP-IG's Graph.apply_topn(n, absolute=False), transcribed on the JSON: the logits node starts in the graph;
+    the highest-scored edge into a node in the graph goes in, its parent with it, whose own incoming edges then
+    become candidates. -> the nodes in the order they enter."""
+    import heapq
+
+    edges = [(name.split("->")[0], name.split("->")[1].split("<")[0], v["score"]) for name, v in graph["edges"].items()]
+    into: dict[str, list] = {}
+    for parent, child, score in edges:
+        into.setdefault(child, []).append((-score, parent, child))
+    heap = list(into["logits"])
+    heapq.heapify(heap)
+    entered, order = {"logits"}, []
+    for _ in range(n):
+        _, parent, _ = heapq.heappop(heap)
+        if parent not in entered:
+            entered.add(parent)
+            order.append(parent)
+            for item in into.get(parent, []):
+                heapq.heappush(heap, item)
+    return order
+
+
+def test_mib_s_top_n_takes_the_key_heads_first(identify, tmp_path):
+    out = tmp_path / "export"
+    assert main(["export", str(identify), "--out", str(out), "--d-model", "64", "--no-parallel-attn-mlp"]) == 0
+    graph = json.loads((out / "circuit.json").read_text())
+    first = [n for n in _apply_topn(graph, 40) if n.startswith("a")][:2]
+    assert first == ["a2.h3", "a0.h1"]  # the key heads, most negative effect first
 
 
 def test_export_needs_the_model_width(identify, tmp_path, capsys):

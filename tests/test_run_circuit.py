@@ -84,10 +84,21 @@ def test_a_changed_circuit_file_runs_identify_again(run):
     assert [k["label"] for k in read(run / "run" / "identify" / "key_heads.json")["heads"]] == ["1.3"]
 
 
-def test_a_circuit_without_scores_or_of_another_shape_or_missing_is_refused(run):
-    unscored = graph(run / "unscored.json", in_graph={(0, 2)}, scored=False)
-    with pytest.raises(BadFile, match="no node scores"):
-        run_pipeline(settings(run, unscored), stages=["data", "identify"], progress=False)
+def test_a_circuit_without_scores_takes_its_effects_from_keyheads_own_patching(run, caplog):
+    unscored = graph(run / "unscored.json", in_graph={(0, 2), (1, 3)}, scored=False)
+    said = []
+    run_pipeline(settings(run, unscored), stages=["data", "identify"], progress=False, say=said.append)
+    keys = read(run / "run" / "identify" / "key_heads.json")
+    assert sorted(k["label"] for k in keys["heads"]) == ["0.2", "1.3"]  # the graph's heads
+    assert any("has no scores: the effects are keyheads' own path patching" in s for s in said)
+    patched = run / "patched"
+    run_pipeline(RunSettings.make(**{**settings(run, unscored).to_json(), "circuit": None, "out": str(patched)}),
+                 stages=["data", "identify"], progress=False)
+    assert read(run / "run" / "identify" / "effects.json")["heads"] == read(patched / "identify" / "effects.json")[
+        "heads"]
+
+
+def test_a_circuit_of_another_shape_or_missing_is_refused(run):
     wide = run / "wide.json"
     data = read(graph(wide))
     data["cfg"]["n_heads"] = 8

@@ -66,9 +66,9 @@ class Effects:
         path = Path(path)
         if not path.is_file():
             raise MissingFile(f"{path} does not exist (it is written by `keyheads patch`)")
-        data = read_json(path)
         try:
-            if circuits.is_graph(data):  # a MIB / EAP-IG circuit with node scores
+            data = circuits.load_graph_file(path) if path.suffix.lower() == ".pt" else read_json(path)
+            if circuits.is_graph(data):  # a MIB / EAP-IG circuit with node (or edge) scores
                 data = circuits.effects_fields(circuits.read_graph(data))
             effects = cls.from_json(data)
         except ValidationError as err:

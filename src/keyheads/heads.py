@@ -77,10 +77,15 @@ def read_heads(spec: str) -> list[Head]:
     nodes with in_graph true, keyheads.circuits). CSV: columns layer and head, or one column of "L.H".
     """
     path = Path(spec)
-    if path.suffix.lower() not in (".json", ".csv"):
+    if path.suffix.lower() not in (".json", ".csv", ".pt"):
         return parse_heads(spec)
     if not path.is_file():
         raise MissingFile(f"key-head file {path} does not exist")
+    if path.suffix.lower() == ".pt":  # EAP-IG's Graph.to_pt
+        try:
+            return graph_heads(circuits.load_graph_file(path), path)
+        except ValueError as err:
+            raise BadFile(f"{path}: {err}") from None
     if path.suffix.lower() == ".json":
         data = read_json(path)
         if circuits.is_graph(data):

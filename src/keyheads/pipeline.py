@@ -53,6 +53,7 @@ from .mean import DEFAULT_MEAN, KnockoutMean
 from .models.fingerprint import base_fingerprint
 from .patching import describe as describe_effects
 from .patching import identify, identify_from
+from .patching.from_circuit import scoreless
 from .report.html import write_html_report
 from .results.run import ModelInfo
 from .runfolder import RunFolder
@@ -253,6 +254,11 @@ def _circuit_key(cfg: RunSettings) -> dict:
 
 
 def _identify(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> str:
+    if cfg.circuit is not None and scoreless(cfg.circuit):  # its heads; its effects from the run's own pairs
+        patched, _ = identify(model, run.pairs, cfg.patch, run.identify, batch_size=cfg.batch_size, progress=progress)
+        effects, keys = identify_from(cfg.circuit, model, cfg.patch, run.identify, effects=patched)
+        return (f"key heads from the circuit {cfg.circuit}, which has no scores: the effects are keyheads' own "
+                f"path patching of this run's pairs\n" + describe_effects(effects, keys))
     if cfg.circuit is not None:  # a circuit found elsewhere: its heads, not patched ones
         effects, keys = identify_from(cfg.circuit, model, cfg.patch, run.identify)
         return f"key heads from the circuit {cfg.circuit}\n" + describe_effects(effects, keys)

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import circuits, distributed
 from ..effects import Effects
 from ..errors import BadFile
-from ..io import read_json, write_json
+from ..io import write_json
 from ..models.model import HookedModel
 from ..results.identify import KeyHead, KeyHeads, KeyMLP
 from ..runfolder import EFFECTS_JSON, KEY_HEADS_JSON
@@ -22,16 +22,28 @@ from .heatmap import draw_heatmap
 from .settings import PatchSettings
 
 
+def _circuit(path: Path) -> circuits.Circuit | None:
+    """The graph a circuit file holds (JSON or EAP-IG's .pt); None for an effects.json."""
+    try:
+        data = circuits.load_graph_file(path)
+        return circuits.read_graph(data) if circuits.is_graph(data) else None
+    except ValueError as err:
+        raise BadFile(f"{path}: {err}") from None
+
+
+def scoreless(path: str | Path) -> bool:
+    """Whether `path` is a graph that marks its circuit but scores neither its nodes nor its edges: its effects
+    must come from keyheads' own patching."""
+    circuit = _circuit(Path(path))
+    return circuit is not None and circuit.head_scores is None and circuit.keyheads is None
+
+
 def in_circuit(path: Path, effects: Effects) -> KeyHeads | None:
     """The heads and MLPs a graph file puts in its circuit, most negative effect first; None when it is no graph
     or marks none."""
-    data = read_json(path)
-    if not circuits.is_graph(data):
+    circuit = _circuit(path)
+    if circuit is None:
         return None
-    try:
-        circuit = circuits.read_graph(data)
-    except ValueError as err:
-        raise BadFile(f"{path}: {err}") from None
     if not circuit.heads:
         return None
     heads = sorted(circuit.heads, key=lambda lh: (effects.heads[lh[0]][lh[1]], lh))
@@ -42,11 +54,14 @@ def in_circuit(path: Path, effects: Effects) -> KeyHeads | None:
                     mlps=[KeyMLP(layer=layer, effect=effects.mlps[layer]) for layer in circuit.mlps])
 
 
-def identify_from(path: str | Path, model: HookedModel, config: PatchSettings, out: str | Path) -> tuple[Effects, dict]:
-    """effects.json, key_heads.json and the heatmap in `out` from the circuit file at `path`; under several
-    processes the main one writes and all return once the files are there. Returns (effects, key heads)."""
+def identify_from(path: str | Path, model: HookedModel, config: PatchSettings, out: str | Path,
+                  effects: Effects | None = None) -> tuple[Effects, dict]:
+    """effects.json, key_heads.json and the heatmap in `out` from the circuit file at `path` (its effects, or
+    `effects` when given: keyheads' own patching, for a file without scores); under several processes the main one
+    writes and all return once the files are there. Returns (effects, key heads)."""
     path, out = Path(path), Path(out)
-    effects = Effects.load(path, model)  # checks the file's layers x heads against the model
+    if effects is None:
+        effects = Effects.load(path, model)  # checks the file's layers x heads against the model
     chosen = in_circuit(path, effects) or KeyHeads.chosen(effects, threshold=config.threshold, top_k=config.top_k)
     if distributed.is_main():
         out.mkdir(parents=True, exist_ok=True)
