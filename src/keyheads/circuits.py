@@ -221,7 +221,8 @@ def read_graph(data: Any) -> Circuit:
             if score is not None:
                 mlp_scores[layer], scored = float(score), True
     known: dict[str, tuple[str, str]] | None = None
-    sent = {"head": [[0.0] * n_heads for _ in range(n_layers)], "mlp": [0.0] * n_layers}
+    sent_heads = [[0.0] * n_heads for _ in range(n_layers)]
+    sent_mlps = [0.0] * n_layers
     edge_scored = False
     edge_heads: list[tuple[int, int]] = []
     edge_mlps: list[int] = []
@@ -244,11 +245,11 @@ def read_graph(data: Any) -> Circuit:
             kind, layer, head = _parse_node(known[name][0], n_layers, n_heads)
             edge_scored = True
             if kind == "head":
-                sent["head"][layer][head] += abs(score)
+                sent_heads[layer][head] += abs(score)
             elif kind == "mlp":
-                sent["mlp"][layer] += abs(score)
+                sent_mlps[layer] += abs(score)
     if not scored and edge_scored:  # an edge-level file: each node scored by the |score| it sends on
-        head_scores, mlp_scores, scored = sent["head"], sent["mlp"], True
+        head_scores, mlp_scores, scored = sent_heads, sent_mlps, True
     if not heads and not mlps:  # the nodes mark none: the circuit is the ends of its in-graph edges
         heads, mlps = edge_heads, edge_mlps
     extra = data.get(KEYHEADS_KEY)
