@@ -434,6 +434,9 @@ def write_program(program: Program, out: Path) -> dict:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    # exact only in float32: its norm weights (2^25) and layer-norm epsilon (2^50) overflow float16 and lose bits in
+    # bfloat16; keyheads' loader refuses another dtype and loads this one by default (models.loading)
+    config["keyheads_exact_dtype"] = "float32"
     (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (folder / "tokenizer.json").write_text(tokenizer_json(vocab))
     (folder / "tokenizer_config.json").write_text(json.dumps({

@@ -71,3 +71,15 @@ def test_compiled_heads_have_weights_and_the_others_none(name):
             nonzero = [bool(p.abs().sum() > 0) for p in parts]
             compiled = (layer, head) in c.compiled
             assert nonzero == ([True] * 4 if compiled else [False] * 4), (layer, head, nonzero)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_compiled_circuit_is_refused_in_a_dtype_it_is_not_exact_in(dtype):
+    """Its norm weights (2^25) and layer-norm epsilon (2^50) overflow float16 and lose bits in bfloat16."""
+    from keyheads.errors import SettingError
+    from keyheads.models import load_model
+
+    folder = circuit("add").folder
+    with pytest.raises(SettingError, match="exact only in float32.*--dtype float32"):
+        load_model(str(folder), device="cpu", dtype=dtype)
+    assert load_model(str(folder), device="cpu").dtype == torch.float32  # the default, on any device

@@ -233,6 +233,21 @@ def _resolve(name_or_path: str) -> tuple[str, str]:
     )
 
 
+def _exact_dtype(config, location, given: torch.dtype | None, default: torch.dtype) -> torch.dtype:
+    """The dtype to load in: `default`, unless the config says the model is exact in one dtype only
+    (`keyheads_exact_dtype`, as studies/compile_circuits.py writes for a tracr-compiled model, whose norm weights of
+    2^25 and layer-norm epsilon of 2^50 overflow float16 and lose bits in bfloat16): then that one by default, and
+    another given is refused."""
+    exact = getattr(config, "keyheads_exact_dtype", None)
+    if exact is None:
+        return default
+    if given is not None and given != getattr(torch, exact):
+        raise SettingError(f"{location} is exact only in {exact} (its config's keyheads_exact_dtype: a compiled "
+                           f"circuit's weights overflow or round in {str(given).removeprefix('torch.')}); load it "
+                           f"with --dtype {exact}")
+    return getattr(torch, exact)
+
+
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dtype: str | torch.dtype | None = None,
                attn_implementation: str | None = None, max_memory: str | dict | None = None,
                offload_folder: str | Path | None = None) -> HookedModel:
@@ -262,6 +277,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if isinstance(dtype, str):  # the names keyheads.machine.DTYPES lists, checked against the device
         dtype = getattr(torch, check_dtype(dtype, device=device))
+    given = dtype
     if dtype is None:  # device auto on a machine without a GPU places the model on the CPU
         on_cpu = device == "cpu" or device == "auto" and not torch.cuda.is_available()
         dtype = torch.float32 if on_cpu else torch.bfloat16
@@ -274,6 +290,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, dty
         raise BadFile(f"{location}: its config.json cannot be read ({_one_line(err)}); copy the model folder "
                       "again") from None
     family_for(config.model_type)  # fail early, naming the supported families
+    dtype = _exact_dtype(config, location, given, dtype)
     kwargs = {"dtype": dtype}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
