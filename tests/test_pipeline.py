@@ -1,5 +1,6 @@
 """keyheads run / demo: every stage into one run folder, stage records, staleness, selection,
 reproducibility and up-front validation of every setting."""
+import html
 import json
 import logging
 import re
@@ -493,3 +494,7 @@ def test_the_ioi_example_config_runs_and_its_report_names_the_key_heads_it_found
     table = re.search(r'<table class="sortable key-heads">(.*?)</table>', page, re.S)
     assert table, "no key-heads table in the report"
     assert re.findall(r"<tr><td[^>]*>\d+</td><td>([\d.]+)</td>", table.group(1)) == labels  # in rank order
+    # a report in its task's words: it names the task, never the paper's, and judges only the claims that apply
+    assert "arithmetic" not in page.lower() and "behind the task “ioi”" in page
+    assert "claims 4, 5, 6, 7, 9, 11 of the paper's findings table are skipped" in html.unescape(page)
+    assert "Knocking out the key heads breaks the task" in page and "Precise SFT trains faster" in page

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import MissingFile
+from ..data.settings import PairSettings
+from ..data.templates import TASKS
+from ..errors import MissingFile, UserError
 from ..io import atomic_write_text
 from ..runfolder import RunFolder
 from . import sections, tables
 from .findings import VERDICTS, Finding, findings
 from .manifest import manifest
 from .markup import ENV, pct, signed_pct
+from .rules import RULE
 from .sections import heads_text
 
 CONTENTS = (("identify", "Effects heatmap and key heads"), ("identify-sets", "Key heads set by set"),
@@ -44,18 +47,35 @@ def _facts(run: RunFolder, items: list[Finding]) -> list[str]:
     return facts
 
 
+def task_of(config: dict) -> tuple[str, bool]:
+    """(the run's task as its config names it, whether it is arithmetic): a run of another task (answer-slot
+    templates: IOI, ...) is reported in its own words and skips the claims about arithmetic."""
+    section = config.get("data")
+    data: dict = section if isinstance(section, dict) else {}
+    task = str(data.get("task", "addition"))
+    try:
+        arithmetic = PairSettings.model_validate(data).arithmetic
+    except (ValueError, UserError):  # a config this release cannot read: as it reads
+        arithmetic = all(t in TASKS for t in task.split(","))
+    return task, arithmetic
+
+
 def render(folder: str | Path) -> str:
     """The whole page as a string (nothing written), from templates/page.html.j2."""
     run = RunFolder.of(folder)
-    items = findings(run)
     config = run.config_record or {}  # the effective settings, as given
+    task, arithmetic = task_of(config)
+    every = findings(run)
+    items = every if arithmetic else [f for f in every if not RULE[f.row].arithmetic]
+    skipped = [] if arithmetic else [f for f in every if RULE[f.row].arithmetic]
     model = config.get("model")
     sets = sections.identified_sets(run)  # empty unless the run identified on more sets (also_identify)
     parts = [sections.identify(run), sets, sections.knockout(run), sections.transfer(run), sections.attention(run),
-             sections.mlp(run), tables.improve(run), tables.findings_section(items), manifest(run)]
+             sections.mlp(run), tables.improve(run), tables.findings_section(items, skipped, task), manifest(run)]
     contents = [c for c in CONTENTS if sets or c[0] != "identify-sets"]
     return ENV.get_template("page.html.j2").render(run_name=run.root.name, model=model or run.root.name,
-                                                   facts=_facts(run, items), contents=contents, parts=parts)
+                                                   facts=_facts(run, items), contents=contents, parts=parts,
+                                                   task=task, arithmetic=arithmetic)
 
 
 def write_html_report(folder: str | Path) -> Path:

@@ -13,7 +13,7 @@ there but cannot decide the claim (nothing right before a knockout, a skill the 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..effects import PAPER_THRESHOLD
@@ -48,6 +48,8 @@ class Rule:
     not_testable: str
     not_measured: str
     changes: dict[int, str] = field(default_factory=dict)  # version -> what changed then, and the cases that led to it
+    arithmetic: bool = False  # the claim is about arithmetic (its operands, formats, math benchmarks): a run of
+    #                           another task skips it
 
     def requirements(self) -> dict[str, str]:
         """verdict -> what it requires, for the verdicts this rule can give."""
@@ -79,7 +81,7 @@ RULES: tuple[Rule, ...] = (
          "none", "", "identify did not run or took no key heads",
          {2: "a majority is more than half, as in rows 4 and 5 (it took 'at least half'); golden case: 1 of 2 "
              "key heads in the middle third"}),
-    Rule(3, "Knocking out the key heads breaks arithmetic far more than knocking out as many random heads",
+    Rule(3, "Knocking out the key heads breaks the task far more than knocking out as many random heads",
          "measurement",
          "prompts right with the key heads out against prompts right with as many random heads out, one draw "
          "at a time (the knockout curves' random orders at k = the number of key heads, else the transfer "
@@ -176,4 +178,6 @@ RULES: tuple[Rule, ...] = (
              "-4-point change whose interval reaches -12"}),
 )
 
+ABOUT_ARITHMETIC = (4, 5, 6, 7, 9, 11)  # the claims a run of another task skips (see Rule.arithmetic)
+RULES = tuple(replace(r, arithmetic=r.row in ABOUT_ARITHMETIC) for r in RULES)
 RULE = {r.row: r for r in RULES}

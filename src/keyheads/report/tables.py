@@ -1,6 +1,8 @@
 """Section 6: the paper's tables 1 and 2 and the training curves, from eval/ and finetune/*/."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from markupsafe import Markup
 
 from ..components import Components
@@ -178,16 +180,22 @@ def improve(run: RunFolder) -> Markup:
     return section("improve", TITLE, join(parts))
 
 
-def findings_section(items: list[Finding]) -> Markup:
+def findings_section(items: list[Finding], skipped: Sequence[Finding] = (), task: str = "") -> Markup:
     css = {"holds": "held", "partly": "partly", "does not hold": "failed", "not testable": "untested",
            "not measured": "untested"}
     shown = [{"claim": f.claim, "evidence": f"{f.evidence}. Rule (v{f.version}): {f.rule}" if f.rule else f.evidence,
               "badge": f.verdict, "cls": css[f.verdict]} for f in items]
+    notes = [note("Each claim is decided by a rule fixed before the data (stated in the evidence, with the "
+                  "version of keyheads' rules it was judged under) on this run's numbers. "
+                  "Where it rests on accuracies, the evidence gives each row against the base row item "
+                  "by item: items gained / lost, the change Δ in points with its 95% interval, and the "
+                  "exact McNemar p with Holm's correction over every item-by-item test of the eval "
+                  "table. A comparison with one draw of random heads says so.")]
+    if skipped:
+        rows = ", ".join(str(f.row) for f in skipped)
+        notes.append(note(f"This run's task is {task!r}: claims {rows} of the paper's findings table are skipped, "
+                          "since they are about the paper's own task and its benchmarks (other formats of the "
+                          "task, the operands and the operator, the MLPs' computed answer, math gains, and "
+                          "MMLU and CSQA beside math)."))
     return section("findings", "7. Findings: did the paper's claims hold on this model?",
-                   join([note("Each claim is decided by a rule fixed before the data (stated in the evidence, with the "
-                              "version of keyheads' rules it was judged under) on this run's numbers. "
-                              "Where it rests on accuracies, the evidence gives each row against the base row item "
-                              "by item: items gained / lost, the change Δ in points with its 95% interval, and the "
-                              "exact McNemar p with Holm's correction over every item-by-item test of the eval "
-                              "table. A comparison with one draw of random heads says so."),
-                         MACROS.findings(shown)], ""))
+                   join([*notes, MACROS.findings(shown)], ""))
