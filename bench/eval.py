@@ -228,7 +228,7 @@ def main() -> None:
         f"- model: smollm2-135m (fp32, CPU, {torch.get_num_threads()} threads, {platform.machine()}); "
         f"torch {torch.__version__}, transformers {__import__('transformers').__version__}",
         f"- {len(items)} GSM8K test prompts as `keyheads eval` builds them (4-shot chain of thought, exemplars "
-        f"{', '.join(e.id for e in task.exemplars)}), {len(batches)} batches of <= {args.batch_size} in the runner's "
+        f"{', '.join(e.id for e in task.exemplars)}), {len(runs)} batches of <= {args.batch_size} in the runner's "
         f"order; prompt lengths {min(lengths)}-{max(lengths)} tokens, {shared} shared by all; greedy, at most "
         f"{budget} new tokens, each row stopped by `cut_at_stop` ({finishes['stop']} stop, {finishes['eos']} EOS, "
         f"{finishes['length']} at the budget)",
