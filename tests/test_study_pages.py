@@ -33,6 +33,7 @@ def test_every_committed_study_record_is_listed_and_every_listed_record_is_commi
     listed = {s["record"] for s in manifest["studies"] if s["record"] is not None}
     committed = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "records").glob("*/*/record.json")
                  if (p.parent / "run").is_dir() and p.parent.parent.name not in BENCH_RECORDS}
+    committed |= {str(p.parent.parent.relative_to(ROOT)) for p in (ROOT / "records").glob("*/cells/*/record.json")}
     assert listed == committed
     for name in BENCH_RECORDS:
         assert f"records/{name}/" in (ROOT / "bench" / "RESULTS.md").read_text()
@@ -84,7 +85,8 @@ def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(pag
     assert "the knockout row is keyheads' addition" in text
     for name, info in RunFolder(run).finetune_records.items():  # each variant's loss curve, from its record
         losses = info.train.losses
-        assert f"| {name} | {info.method} | {info.tuned_params:,} |" in text
+        lr = info.config.get("lr")
+        assert f"| {name} | {info.method} | {'-' if lr is None else format(lr, 'g')} | {info.tuned_params:,} |" in text
         assert f"| {losses[0]:.3f} | {min(losses):.3f} | {losses[-1]:.3f} |" in text
     mlp, att = RunFolder(run).mlp_record, RunFolder(run).attention_record
     assert mlp is not None and att is not None
