@@ -13,6 +13,7 @@ not a rule change (a new record path is judged afresh and logged as such).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import findings as table  # noqa: E402
 
-from keyheads.io import write_json  # noqa: E402
+from keyheads.io import file_sha256, write_json  # noqa: E402
 from keyheads.report.findings import findings  # noqa: E402
 from keyheads.report.rules import RULE, RULES_VERSION  # noqa: E402
 
@@ -33,9 +34,19 @@ CHANGES_ABOUT = ("Every verdict of a committed record that moved when the rules 
                  "studies/rejudge.py appends to it, studies/pages.py renders it in studies/RESULTS.md.")
 
 
+def evidence(record: Path) -> str:
+    """A digest of every file of a record: a study kept as cells gains cells without changing its path, and a
+    verdict that moves with new evidence is no rule change."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in record.rglob("*") if p.is_file()):
+        h.update(f"{path.relative_to(record).as_posix()}\0{file_sha256(path)}\n".encode())
+    return h.hexdigest()
+
+
 def judged(manifest: dict, root: Path = ROOT) -> dict:
-    """{study: {record, verdicts: {row: verdict}}} of every study with a committed record, under the rules now."""
-    return {s["name"]: {"record": s["record"],
+    """{study: {record, evidence, verdicts: {row: verdict}}} of every study with a committed record, under the
+    rules now."""
+    return {s["name"]: {"record": s["record"], "evidence": evidence(root / s["record"]),
                         "verdicts": {str(f.row): f.verdict for f in findings(table.run_of(root / s["record"]))}}
             for s in manifest["studies"] if s["record"] is not None}
 
@@ -45,8 +56,8 @@ def moved(before: dict, now: dict) -> list[dict]:
     out = []
     for name, study in now.items():
         old = before.get(name)
-        if old is None or old["record"] != study["record"]:
-            continue
+        if old is None or old["record"] != study["record"] or old.get("evidence") != study["evidence"]:
+            continue  # a new record, or new evidence in it: judged afresh, not a rule's move
         out += [{"study": name, "row": int(row), "from": old["verdicts"].get(row, "not measured"), "to": verdict}
                 for row, verdict in study["verdicts"].items() if old["verdicts"].get(row) != verdict]
     return out
