@@ -15,11 +15,28 @@ from keyheads.results.finetune import FinetuneResult
 from keyheads.runfolder import RunFolder
 
 RECORDS = Path(__file__).resolve().parents[1] / "records"
-RUNS = sorted(stages.parent for stages in RECORDS.glob("**/stages") if stages.is_dir())
+RUNS = sorted(stages.parent for stages in RECORDS.glob("**/stages") if stages.is_dir() and "cells" not in stages.parts)
+CELLS = sorted({record.parent.parent for record in RECORDS.glob("*/cells/*/record.json")})
 
 
 def test_the_records_have_run_folders():
     assert len(RUNS) >= 2, RUNS
+
+
+@pytest.mark.parametrize("cells", CELLS, ids=[str(c.relative_to(RECORDS)) for c in CELLS])
+def test_a_study_kept_as_cells_reads_as_one_run(cells, tmp_path):
+    """Each cell's stage records read as their type; the cells merged read as a run, with a config, a model and
+    every cell's stages, and render."""
+    from keyheads.study.cells import merge
+
+    for folder in sorted(cells.glob("*/run")):
+        assert RunFolder(folder).stage_records, folder
+    merged = merge(cells, tmp_path / "merged")
+    read = merged.read_all()
+    assert read["config_record"] and read["model_record"] and read["effects_record"] is not None
+    assert set(merged.stage_records) == {name for folder in cells.glob("*/run") for name in RunFolder(folder)
+                                         .stage_records}
+    assert "Findings" in render(merged.root)
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[str(r.relative_to(RECORDS)) for r in RUNS])
