@@ -1,5 +1,5 @@
 """A study as cells: units of a config's run that each commit their own record, so that a study advances cell by
-cell across machines, jobs and sessions.
+cell across machines and jobs.
 
 A cell is one of:
 - `identify`: the data and identify stages (the pairs, effects and key heads every other cell reads);
