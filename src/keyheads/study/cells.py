@@ -23,8 +23,10 @@ the findings, tables and pages read like any run's.
 from __future__ import annotations
 
 import json
+import resource
 import shutil
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -140,11 +142,15 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
 
 
 def _estimated(state: CellState, states: list[CellState]) -> CellState:
-    """A pending cell's time: the median of the study's measured cells of its kind (finetune, eval, ...)."""
+    """A pending cell's time: the median of the study's measured cells of its kind (a grid point, a fine-tuned
+    variant, an evaluation row, ...)."""
     if state.seconds is not None:
         return state
-    kind = state.cell.name.split("/", 1)[0]
-    like = [s.seconds for s in states if s.seconds is not None and s.cell.name.split("/", 1)[0] == kind]
+
+    def kind(cell: Cell) -> str:
+        return "finetune/grid" if cell.name.startswith("finetune/grid/") else cell.name.split("/", 1)[0]
+
+    like = [s.seconds for s in states if s.seconds is not None and kind(s.cell) == kind(state.cell)]
     return CellState(state.cell, state.state, state.why, statistics.median(like) if like else None)
 
 
@@ -189,14 +195,24 @@ def run_cell(cfg: RunSettings, records: Path, name: str, say: Callable[[str], No
         write_model_info(RunFolder(work), model)
         return model
 
+    wall, cpu = time.perf_counter(), _cpu_seconds()
     runner = Runner(work, set(cell.stages), say=say)
     for stage in plan(cfg, work, get_model, progress):
         if stage.name in cell.stages:
             runner(stage)
-    return _write_record(cfg, records, cell, work, command)
+    spent = {"wall_seconds": round(time.perf_counter() - wall, 1), "cpu_seconds": round(_cpu_seconds() - cpu, 1)}
+    return _write_record(cfg, records, cell, work, command, spent)
 
 
-def _write_record(cfg: RunSettings, records: Path, cell: Cell, work: Path, command: str) -> Path:
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children, every thread counted (a cell's cost on any machine,
+    where its wall time depends on the cores it had)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _write_record(cfg: RunSettings, records: Path, cell: Cell, work: Path, command: str,
+                  spent: dict | None = None) -> Path:
     owned = [o for s in plan(cfg, work) if s.name in cell.stages for o in s.owns]
     if cell.name == "identify":  # the run's config and model facts travel with its first cell
         owned += [RunFolder.CONFIG, RunFolder.MODEL]
@@ -206,7 +222,8 @@ def _write_record(cfg: RunSettings, records: Path, cell: Cell, work: Path, comma
     shutil.rmtree(tmp, ignore_errors=True)
     copy_kept(work, rels, tmp / "run")
     write_json(tmp / "record.json", {"cell": cell.name, "model": cfg.model, "command": command,
-                                     "commit": versions().get("commit"), "stages": list(cell.stages)})
+                                     "commit": versions().get("commit"), "stages": list(cell.stages),
+                                     **(spent or {})})
     if dest.exists():  # a stale record: replaced whole
         shutil.rmtree(dest)
     tmp.rename(dest)
