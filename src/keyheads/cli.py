@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "keyheads.commands.run",
     "keyheads.commands.plan",
     "keyheads.commands.export",
+    "keyheads.commands.faithfulness",
     "keyheads.commands.study",
 )
 

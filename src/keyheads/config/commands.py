@@ -226,6 +226,20 @@ class PlanCommand(Batched):
         return v
 
 
+class FaithfulnessCommand(Batched, OutFolder, PairsIn, Works):
+    circuit: str = Field(description="the circuit's scores: an effects.json (or a run / identify folder holding one), "
+                         "a keyheads export, or a MIB / EAP-IG graph (.json or .pt) with node or edge scores")
+    ablation: Literal["counterfactual", "mean"] = Field(
+        "counterfactual", description="what a component outside the circuit outputs: its value on the pair's "
+        "counterfactual prompt (MIB's patching) or its mean over the counterfactual prompts (see --mean)")
+    mean: KnockoutMean = mean_field()
+    metric: Literal["logit", "prob"] = Field("logit", description="the answer token's logit or probability at END, "
+                                             "averaged over the pairs")
+    absolute: bool = Field(True, description="rank components by |score| (MIB's default); --no-absolute: by score, "
+                           "highest first")
+    limit: Count | None = Field(None, description="use the first N pairs (None: all)")
+
+
 class ModelsCommand(Section):
     """No settings: lists the bundled models."""
 

@@ -67,7 +67,9 @@ def identify(run: RunFolder) -> Markup:
                 cell(s, num(s, ".2g")),
             ]
         )
-    body = [note(intro), figures(folder, [("heatmap.png", "effect of patching each head and MLP")]),
+    body = [note(intro), figures(folder, [("heatmap.png", "effect of patching each head and MLP"),
+                                       ("faithfulness.png", "MIB faithfulness of circuits of the top heads and MLPs "
+                                        "(keyheads faithfulness)")]),
             heading("Key heads"), table(["rank", "head", "layer", "index", "effect", "s.e.m."], rows, "key-heads")]
     mlps = eff.mlps if eff is not None else []
     if mlps:
