@@ -174,3 +174,30 @@ def test_each_family_trains_at_its_grid_s_rate_of_lowest_validation_loss(study, 
                                 "max_steps": 6, "warmup_ratio": 0.0, "grid_fraction": 0.5})
     stale = {s.cell.name for s in status(fraction, records) if s.state == "stale"}
     assert {"finetune/grid/precise/0.0001", "finetune/grid/full/1e-05"} <= stale and "finetune/precise" not in stale
+
+
+def test_a_cell_made_by_other_code_is_stale_and_says_which_module(study, tmp_path, monkeypatch):
+    """The record keeps a hash of each module its stages compute with; a changed statement in one makes the cell
+    stale, while a changed docstring or comment does not (the hash is of the syntax tree without docstrings)."""
+    from keyheads.study import code
+
+    cfg = cfg_of(study)
+    records = tmp_path / "records"
+    run_cell(cfg, records, "identify", progress=False)
+    run_cell(cfg, records, "knockout", progress=False)
+    signed = json.loads((records / "knockout" / "record.json").read_text())["code"]
+    assert "knockout.py" in signed and "analysis/knockout_curves.py" in signed and "finetune/train.py" not in signed
+    assert states(cfg, records)["knockout"] == "done"
+    # a copy of the package where knockout.py differs in a docstring and a comment only, then in a statement
+    copy = tmp_path / "pkg"
+    shutil.copytree(code.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    source = (copy / "knockout.py").read_text()
+    monkeypatch.setattr(code, "PACKAGE", copy)
+    code._files.cache_clear()
+    (copy / "knockout.py").write_text(source.replace('"""Mean ablation', '"""Mean-value ablation', 1) + "\n# a note\n")
+    assert states(cfg, records)["knockout"] == "done"
+    (copy / "knockout.py").write_text(source + "\nEXTRA = 1\n")
+    [knock] = [s for s in status(cfg, records) if s.cell.name == "knockout"]
+    assert knock.state == "stale" and knock.why == "code changed: knockout.py"
+    assert states(cfg, records)["identify"] == "done"  # identify computes with other code
+    code._files.cache_clear()

@@ -13,12 +13,13 @@ A cell's record, `RECORDS/CELL` (CELL's slashes as `--`), holds record.json and 
 stages as any record keeps them (keyheads.study.records) with their stage records. An evaluation row writes its
 own table into `eval-rows/ROW/` (the base row first, the reference of its deltas and of the generic KL).
 
-A cell is done when its record's stage settings are the config's and the inputs it read are the outputs its
-upstream cell's record holds; stale when either differs; pending without a record. `run_cell` runs one in its own
-work folder (`OUT/cells/CELL`, so a killed cell resumes from its checkpoints there), with its upstream cells'
-files restored from their records and checked against the hashes their stage records give, and then writes its
-record (atomically: a new record replaces a stale one whole). `merge` lays every record into one run folder that
-the findings, tables and pages read like any run's.
+A cell is done when its record's stage settings are the config's, the inputs it read are the outputs its
+upstream cell's record holds and the code its stages compute with is the checkout's (keyheads.study.code; a record
+from before cells were signed is taken as done, and says so); stale when any differs; pending without a record.
+`run_cell` runs one in its own work folder (`OUT/cells/CELL`, so a killed cell resumes from its checkpoints there),
+with its upstream cells' files restored from their records and checked against the hashes their stage records give,
+and then writes its record (atomically: a new record replaces a stale one whole). `merge` lays every record into one
+run folder that the findings, tables and pages read like any run's.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from ..provenance import changed_settings, versions
 from ..results.run import StageRecord
 from ..runfolder import RunFolder, variant_slug
 from ..stages import Runner, Stage
+from . import code
 from .records import copy_kept, small_outputs
 
 ROW_FOLDER = "eval-rows"
@@ -110,6 +112,11 @@ def _settings(stage: Stage) -> dict:
     return json.loads(json.dumps(stage.settings))  # as a stage record holds them
 
 
+def _meta(folder: Path) -> dict:
+    """A cell record's record.json ({} when it has none)."""
+    return read_json(folder / "record.json") if (folder / "record.json").is_file() else {}
+
+
 def _record_stages(folder: Path) -> dict[str, StageRecord]:
     return RunFolder(folder / "run").stage_records if (folder / "run").is_dir() else {}
 
@@ -136,8 +143,17 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
                 held = [made[u][s].outputs[rel] for u in cell.after for s in made[u] if rel in made[u][s].outputs]
                 if held and sha not in held:
                     why.append(f"input {rel} changed")
+        where = str(records / cell.slug)
+        signed = _meta(records / cell.slug).get("code")
+        if isinstance(signed, dict):
+            moved = code.changed(signed, code.signature(cell.stages))
+            if moved:
+                why.append(f"code changed: {', '.join(moved[:3])}" + (f" and {len(moved) - 3} more" if len(moved) > 3
+                                                                      else ""))
+        else:
+            where += " (no code signature: recorded before cells kept one)"
         seconds = sum(r.seconds for r in recs.values())
-        out.append(CellState(cell, "stale" if why else "done", "; ".join(why) or str(records / cell.slug), seconds))
+        out.append(CellState(cell, "stale" if why else "done", "; ".join(why) or where, seconds))
     return [_estimated(s, out) for s in out]
 
 
@@ -223,6 +239,7 @@ def _write_record(cfg: RunSettings, records: Path, cell: Cell, work: Path, comma
     copy_kept(work, rels, tmp / "run")
     write_json(tmp / "record.json", {"cell": cell.name, "model": cfg.model, "command": command,
                                      "commit": versions().get("commit"), "stages": list(cell.stages),
+                                     "code": code.signature(cell.stages),
                                      **(spent or {})})
     if dest.exists():  # a stale record: replaced whole
         shutil.rmtree(dest)
