@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from keyheads.patching.activation import activation_patch_batch
-from keyheads.patching.attribution import attribution_patch_batch
+from keyheads.patching.attribution import attribution_patch_batch, integrated_patch_batch
 from keyheads.patching.naive import naive_path_patch_batch
 from keyheads.patching.path import path_patch_batch
 from keyheads.patching.samples import Batch, PatchSample, _cuts, batches
@@ -102,6 +102,48 @@ def test_attribution_is_the_directional_derivative_of_path_patching(model):
         torch.testing.assert_close(est.heads[:, layer, head].double() - est.original.double(), fd, atol=2e-3, rtol=2e-2)
 
 
+def test_integrated_attribution_is_the_mean_directional_derivative_along_the_input_line(model):
+    """attribution-ig's estimate: at each of the steps' inputs (embeddings k/steps of the way from the counterfactual
+    to the reference), a finite difference of the frozen-heads forward pass along the END difference, averaged."""
+    batch, steps = tiny_batch(model), 3
+    est = integrated_patch_batch(model, batch, "logit-diff", steps=steps)
+    L = model.n_layers
+    points = [f"{l}.head_out" for l in range(L)]
+    _, ref = model.run(batch.ref, capture=points)
+    _, cf = model.run(batch.cf, capture=points)
+    embed = model.hf.get_input_embeddings()
+    with torch.no_grad():
+        e_ref, e_cf = embed(batch.ref), embed(batch.cf)
+    eps = 1e-2
+    for layer, head in [(0, 1), (L - 2, 3), (L - 1, 0)]:
+        fds = []
+        for k in range(1, steps + 1):
+            e = e_cf + (k / steps) * (e_ref - e_cf)
+            with torch.no_grad(), model.hooks(capture=points) as at:
+                model.hf(inputs_embeds=e, use_cache=False)
+
+            def frozen(scale, layer=layer, head=head, at=at, e=e):
+                edits = {}
+                for l in range(L):
+                    def edit(z, l=l):
+                        z = at[f"{l}.head_out"].clone()
+                        if l == layer:
+                            d = cf[f"{l}.head_out"][:, -1, head] - ref[f"{l}.head_out"][:, -1, head]
+                            z[:, -1, head] += scale * d
+                        return z
+                    edits[f"{l}.head_out"] = edit
+                with torch.no_grad(), model.hooks(edit=edits):
+                    logits = model.hf(inputs_embeds=e, use_cache=False).logits
+                return logits[:, -1].gather(1, batch.answer[:, None])[:, 0].double()
+            fds.append((frozen(eps) - frozen(-eps)) / (2 * eps))
+        want = torch.stack(fds).mean(0)
+        torch.testing.assert_close(est.heads[:, layer, head].double() - est.original.double(), want, atol=2e-3,
+                                   rtol=2e-2)
+    # one step is the reference itself: plain attribution
+    one = integrated_patch_batch(model, batch, "logit-diff", steps=1)
+    torch.testing.assert_close(one.heads, attribution_patch_batch(model, batch, "logit-diff").heads)
+
+
 def test_batches_of_different_lengths_and_one_sample(model):
     one = Batch([0], model.encode(REF[:1]).input_ids, model.encode(CF[:1]).input_ids, torch.tensor([10]))
     torch.testing.assert_close(path_patch_batch(model, one, "prob").heads,
@@ -143,7 +185,8 @@ def mixed_samples(model):
 
 
 @pytest.mark.parametrize("method", [path_patch_batch, naive_path_patch_batch, activation_patch_batch,
-                                    attribution_patch_batch], ids=["path", "naive", "activation", "attribution"])
+                                    attribution_patch_batch, integrated_patch_batch],
+                         ids=["path", "naive", "activation", "attribution", "attribution-ig"])
 def test_left_padded_batches_match_one_sample_batches(model, method):
     samples = mixed_samples(model)
     (batch,) = batches(samples, batch_size=len(samples), device=model.device, pad_id=5)

@@ -10,5 +10,6 @@ def test_settings_name_every_method_of_the_sweep():
     assert tuple(PATCH_METHODS) == METHODS
     for method in METHODS:
         assert PatchSettings(method=method).method == method
-    with pytest.raises(ValidationError, match="valid methods are path, activation, attribution, path-naive"):
+    with pytest.raises(ValidationError,
+                       match="valid methods are path, activation, attribution, attribution-ig, path-naive"):
         PatchSettings(method="nope")

@@ -38,7 +38,7 @@ def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: s
         draw_heatmap(effects, out / "heatmap.png", key=chosen.heads_ranked)
     keys = chosen.to_json()
     keys["seconds"] = state["seconds"]
-    if config.method == "attribution":
+    if config.method in ("attribution", "attribution-ig"):  # how far the estimate is from the exact effects
         exact, _ = run_sweep(model, data, config.model_copy(update={"method": "path"}), out=None,
                              batch_size=batch_size, progress=progress)
         from scipy.stats import spearmanr  # noqa: PLC0415 -- loaded on use, see pyproject

@@ -11,7 +11,7 @@ from ..errors import SettingError
 from ..section import Section
 
 # the patching methods, in the order of sweep.PATCH_METHODS (which maps each to its code)
-METHODS = ("path", "activation", "attribution", "path-naive")
+METHODS = ("path", "activation", "attribution", "attribution-ig", "path-naive")
 METRICS = ("relative-logit", "logit-diff", "prob")
 
 
@@ -33,7 +33,8 @@ class PatchSettings(Section):
 
     method: str = Field(
         default="path", description="path (exact, fast), activation (total effect), attribution (gradient "
-        "estimate) or path-naive (one forward per sender; for checking)")
+        "estimate), attribution-ig (its integrated-gradients variant, 5 steps) or path-naive (one forward per sender; "
+        "for checking)")
     metric: str = Field(default="relative-logit", description="relative-logit (the paper's), logit-diff or prob")
     limit: int | None = Field(default=None, ge=1, description="use the first N pairs (None: all)")
     min_abs_logit: float = Field(

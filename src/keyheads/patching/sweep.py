@@ -25,7 +25,7 @@ from ..io import atomic_write_bytes, file_sha256
 from ..log import logger
 from ..models.model import HookedModel
 from .activation import activation_patch_batch
-from .attribution import attribution_patch_batch
+from .attribution import attribution_patch_batch, integrated_patch_batch
 from .naive import naive_path_patch_batch
 from .path import path_patch_batch
 from .results import aggregate
@@ -36,6 +36,7 @@ PATCH_METHODS = {  # the code of each of settings.METHODS, in its order
     "path": path_patch_batch,
     "activation": activation_patch_batch,
     "attribution": attribution_patch_batch,
+    "attribution-ig": integrated_patch_batch,
     "path-naive": naive_path_patch_batch,
 }
 
