@@ -1,0 +1,215 @@
+"""Which method finds the circuit? Path patching, activation patching, attribution patching and its integrated-
+gradients variant, on circuits known in advance and on real models' tasks, into one record and one page:
+
+    python studies/compare_methods.py measure compiled            # the 5 compiled programs (seconds)
+    python studies/compare_methods.py measure smollm2-135m        # arithmetic and IOI on a bundled model
+    python studies/compare_methods.py measure qwen2.5-coder-0.5b \
+        --arithmetic records/table1-qwen0.5b/cells/identify/run/pairs.jsonl
+    python studies/compare_methods.py page                        # record -> studies/compare_methods.md
+
+Each part is written into records/compare-methods/record.json as it finishes (the other parts are kept), with the
+commit and command that made it; the page is generated from the record alone.
+
+- Compiled programs (tests/fixtures/compiled): each method's heads ranked by |effect|; its top-k (k = the heads on
+  the output's path, heads with |effect| < 1e-6 left out) against the on-path heads: precision and recall.
+- Real models: each method's effects on the task's pairs (the first `--pairs` of them) rank the heads and MLPs;
+  MIB's faithfulness of the circuits of its top components (keyheads faithfulness: counterfactual patching of
+  everything outside, the answer logit, |score| first) gives CPR and CMD.
+- Time: each method's seconds over the pairs, as a ratio to one forward pass over the same pairs in the same
+  batches, measured in the same process one after the other (take no timing beside another job).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from keyheads.circuits import head_node, mlp_node
+from keyheads.data.pairs import write_pairs
+from keyheads.data.settings import PairSettings
+from keyheads.faithfulness.run import faithfulness
+from keyheads.io import atomic_write_text, file_sha256, read_json, write_json
+from keyheads.models import load_model
+from keyheads.models.model import HookedModel
+from keyheads.patching import PatchSettings, run_sweep
+from keyheads.patching.samples import batches, load_patch_samples
+from keyheads.provenance import versions
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "records" / "compare-methods" / "record.json"
+PAGE = ROOT / "studies" / "compare_methods.md"
+FIXTURES = ROOT / "tests" / "fixtures" / "compiled"
+METHODS = ("path", "activation", "attribution", "attribution-ig")
+ZERO = 1e-6
+
+
+@torch.no_grad()
+def forward_seconds(model: HookedModel, pairs: Path, batch_size: int) -> float:
+    """One forward pass over the pairs' reference prompts, in the sweep's batches."""
+    samples = load_patch_samples(model, pairs)
+    start = time.perf_counter()
+    for batch in batches(samples, batch_size, model.device, model.tokenizer.pad_token_id or 0):
+        model.hf(input_ids=batch.ref, use_cache=False, **batch.inputs())
+    return time.perf_counter() - start
+
+
+def timed_effects(model: HookedModel, pairs: Path, method: str, batch_size: int):
+    start = time.perf_counter()
+    effects, _ = run_sweep(model, pairs, PatchSettings(method=method), batch_size=batch_size, progress=False)
+    return effects, time.perf_counter() - start
+
+
+def measure_compiled() -> dict:
+    out = {}
+    for folder in sorted(p for p in FIXTURES.iterdir() if (p / "ground_truth.json").is_file()):
+        truth = read_json(folder / "ground_truth.json")
+        on_path = sorted(f"{h['layer']}.{h['head']}" for h in truth["heads"] if h["on_path"])
+        model = load_model(str(folder), device="cpu", dtype="float32")
+        pairs = folder / "pairs.jsonl"
+        forward_seconds(model, pairs, 128)  # warm-up: the first pass pays for allocation
+        base = forward_seconds(model, pairs, 128)
+        row = {"on_path": on_path, "forward_seconds": base, "methods": {}}
+        for method in METHODS:
+            effects, seconds = timed_effects(model, pairs, method, 128)
+            ranked = sorted(((abs(v), f"{l}.{h}") for l, r in enumerate(effects.heads) for h, v in enumerate(r)
+                             if abs(v) >= ZERO), key=lambda t: -t[0])
+            top = [name for _, name in ranked[:len(on_path)]]
+            hit = len(set(top) & set(on_path))
+            row["methods"][method] = {"top": top, "precision": hit / len(top) if top else None,
+                                      "recall": hit / len(on_path), "seconds": seconds, "ratio": seconds / base,
+                                      "effects": effects.heads}
+        out[folder.name] = row
+    return out
+
+
+def ioi_pairs(model: HookedModel, n: int, dest: Path) -> Path:
+    from keyheads.data.generate import pairs_for  # noqa: PLC0415
+
+    settings = PairSettings(template_files=[str(ROOT / "configs" / "ioi-templates.yaml")], task="ioi", n=n,
+                            keep_correct=True, single_token_answer=True)
+    return write_pairs(dest, pairs_for(model, settings, progress=False))
+
+
+def measure_task(model: HookedModel, pairs: Path, n: int, batch_size: int, work: Path) -> dict:
+    rows = [line for line in pairs.read_text().splitlines() if line.strip()][:n]
+    mine = work / f"{pairs.stem}-{n}.jsonl"
+    mine.write_text("".join(r + "\n" for r in rows))
+    forward_seconds(model, mine, batch_size)  # warm-up
+    base = forward_seconds(model, mine, batch_size)
+    out = {"pairs": str(pairs), "pairs_sha256": file_sha256(pairs), "n": len(rows), "forward_seconds": base,
+           "methods": {}}
+    for method in METHODS:
+        effects, seconds = timed_effects(model, mine, method, batch_size)
+        scores = {head_node(l, h): -v for l, r in enumerate(effects.heads) for h, v in enumerate(r)}
+        scores.update({mlp_node(l): -v for l, v in enumerate(effects.mlps)})
+        curve = faithfulness(model, mine, scores, batch_size=batch_size, progress=False)
+        out["methods"][method] = {"seconds": seconds, "ratio": seconds / base, "cpr": curve.cpr, "cmd": curve.cmd,
+                                  "f": curve.f, "sizes": curve.sizes, "top": curve.circuits[-1][:10],
+                                  "m_full": curve.m_full, "m_empty": curve.m_empty}
+        print(f"  {method}: {seconds:.1f} s ({seconds / base:.1f} forwards), CPR {curve.cpr:.3f}, CMD {curve.cmd:.3f}",
+              flush=True)
+    return out
+
+
+def save(part: str, result: dict) -> None:
+    record = read_json(RECORD) if RECORD.is_file() else {"parts": {}}
+    record["parts"][part] = {"commit": versions().get("commit"), "command": "python " + " ".join(sys.argv),
+                             "threads": torch.get_num_threads(), **result}
+    write_json(RECORD, record)
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def page(record: dict) -> str:
+    parts = record["parts"]
+    lines = ["# Which method finds the circuit?", "",
+             "Written by `python studies/compare_methods.py page` from `records/compare-methods/record.json`, which "
+             "`python studies/compare_methods.py measure PART` computes (its docstring says how); nothing below is "
+             "typed by hand. Methods: exact path patching (the paper's Algorithm 1, receivers the logits), activation "
+             "patching (total effect), attribution patching (one gradient) and attribution-ig (its integrated-"
+             "gradients variant, 5 steps: EAP-IG's idea at node level).", ""]
+    if "compiled" in parts:
+        c = parts["compiled"]
+        lines += ["## Circuits known in advance", "",
+                  "Each method's top-k heads by |effect| (k = the heads on the output's path; |effect| < 1e-6 left "
+                  "out) against the heads tracr placed on the output's path: precision / recall. Time: seconds over "
+                  "the program's pairs as a ratio to one forward pass over them.", "",
+                  "| program | on path | " + " | ".join(f"{m} top-k | P / R | time" for m in METHODS) + " |",
+                  "|---|---|" + "---|---|---|" * len(METHODS)]
+        for name, row in c["programs"].items():
+            cells = []
+            for m in METHODS:
+                r = row["methods"][m]
+                cells += [", ".join(r["top"]) or "none", f"{pct(r['precision'])} / {pct(r['recall'])}",
+                          f"{r['ratio']:.1f}x"]
+            lines.append(f"| {name} | {', '.join(row['on_path'])} | " + " | ".join(cells) + " |")
+        misses = [(name, m) for name, row in c["programs"].items() for m in METHODS
+                  if row["methods"][m]["recall"] < 1]
+        lines += ["", "Where a method misses an on-path head: " + (
+            "; ".join(f"{m} on {name}" for name, m in misses) if misses else "nowhere") + ". Path patching with the "
+            "logits as receivers freezes every later head, so a head that acts only through a later head's query "
+            "(countfirst's first head) has no path effect by design; the gradient methods estimate that same frozen "
+            "quantity at END.", "", f"Measured at {c['commit']}, {c['threads']} thread(s): `{c['command']}`.", ""]
+    models = [k for k in parts if k != "compiled"]
+    if models:
+        lines += ["## Real models: MIB's faithfulness of each method's circuits", "",
+                  "Each method's effects on the task's pairs rank the heads and MLPs by |effect|; the circuits of "
+                  "the top 0.1% ... 100% of them are scored with MIB's node-level faithfulness (`keyheads "
+                  "faithfulness`: everything outside patched from the counterfactual, the answer logit). CPR: area "
+                  "under f (higher is better); CMD: area between f and 1 (lower is better).", "",
+                  "| model | task | pairs | " + " | ".join(f"{m} CPR / CMD | time" for m in METHODS) + " |",
+                  "|---|---|---|" + "---|---|" * len(METHODS)]
+        for name in models:
+            for task, r in parts[name]["tasks"].items():
+                cells = []
+                for m in METHODS:
+                    v = r["methods"][m]
+                    cells += [f"{v['cpr']:.3f} / {v['cmd']:.3f}", f"{v['ratio']:.1f}x"]
+                lines.append(f"| {name} | {task} | {r['n']} | " + " | ".join(cells) + " |")
+        lines += [""] + [f"{name}: measured at {parts[name]['commit']}, {parts[name]['threads']} threads: "
+                         f"`{parts[name]['command']}`." for name in models] + [""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    m = sub.add_parser("measure", help="measure one part into the record")
+    m.add_argument("part", help="'compiled', or a bundled model's name")
+    m.add_argument("--arithmetic", help="the arithmetic pairs (default: the SmolLM2 rates study's identify pairs)",
+                   default=str(ROOT / "records/table1-smollm2-rates/cells/identify/run/pairs.jsonl"))
+    m.add_argument("--pairs", type=int, default=60, help="pairs per task")
+    m.add_argument("--batch-size", type=int, default=16)
+    m.add_argument("--threads", type=int, default=2)
+    sub.add_parser("page", help="write the page from the record")
+    args = parser.parse_args(argv)
+    if args.action == "page":
+        atomic_write_text(PAGE, page(read_json(RECORD)))
+        print(f"wrote {PAGE}")
+        return 0
+    torch.set_num_threads(args.threads)
+    if args.part == "compiled":
+        torch.set_num_threads(1)  # matrices a few dozen wide (tests/compiled/conftest.py)
+        save("compiled", {"programs": measure_compiled()})
+        return 0
+    model = load_model(args.part, device="cpu")
+    work = Path("runs/compare-methods") / args.part
+    work.mkdir(parents=True, exist_ok=True)
+    tasks = {"arithmetic": Path(args.arithmetic), "ioi": ioi_pairs(model, 2 * args.pairs, work / "ioi.jsonl")}
+    result = {}
+    for task, pairs in tasks.items():
+        print(f"{args.part} {task}", flush=True)
+        result[task] = measure_task(model, pairs, args.pairs, args.batch_size, work)
+    save(args.part, {"model": args.part, "tasks": result})
+    print(json.dumps({t: {m: round(v["cpr"], 3) for m, v in r["methods"].items()} for t, r in result.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
