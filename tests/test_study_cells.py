@@ -201,3 +201,49 @@ def test_a_cell_made_by_other_code_is_stale_and_says_which_module(study, tmp_pat
     assert knock.state == "stale" and knock.why == "code changed: knockout.py"
     assert states(cfg, records)["identify"] == "done"  # identify computes with other code
     code._files.cache_clear()
+
+
+def test_rates_chosen_elsewhere_train_their_family_without_a_grid(study):
+    """finetune.lr_chosen: a variant of a listed family (or method) trains at that rate, which its stage settings
+    hold; a family both chosen and gridded is refused."""
+    from keyheads.errors import SettingError
+    from keyheads.pipeline import variant_lr
+    from keyheads.runfolder import RunFolder
+    from keyheads.study.cells import plan
+
+    cfg = cfg_of(study, finetune={"lr_chosen": {"precise": 1.0e-3}})
+    stages = {s.name: s for s in plan(cfg, Path(cfg.out))}
+    assert stages["finetune/precise"].settings["lr"] == 1.0e-3
+    assert not any(name.startswith("finetune/grid/") for name in stages)
+    assert variant_lr(cfg, RunFolder(Path(cfg.out)), "precise") == 1.0e-3
+    assert variant_lr(cfg_of(study), RunFolder(Path(cfg.out)), "precise") == cfg.finetune.lr
+    with pytest.raises(SettingError, match="not both"):
+        cfg_of(study, finetune={"lr_chosen": {"precise": 1.0e-3}, "lr_grid": {"precise": [1.0e-4, 1.0e-3]}})
+
+
+def test_a_whole_run_record_s_identify_and_analyses_are_adopted_as_done_cells(study, tmp_path):
+    """tools/adopt_run_record.py: a run made whole (not as cells) and recorded as studies/record.py keeps it gives its
+    identify and knockout stages as cells that status calls done, with the run's files as its record keeps them."""
+    from keyheads.io import write_json
+    from keyheads.pipeline import run_pipeline
+    from keyheads.study.records import copy_kept, small_outputs
+
+    from tests.helpers import load_script
+
+    cfg = cfg_of(study, out=str(tmp_path / "whole"))
+    run_pipeline(cfg, stages=["data", "identify", "knockout"], progress=False)
+    record = tmp_path / "rec"
+    copy_kept(Path(cfg.out), small_outputs(Path(cfg.out)), record / "run")
+    write_json(record / "record.json", {"commit": "0" * 40, "command": "keyheads run study.yaml"})
+    adopt = load_script(Path(__file__).resolve().parents[1] / "tools" / "adopt_run_record.py", "adopt_run_record")
+    records = tmp_path / "cells"
+    assert adopt.main([str(study / "study.yaml"), str(record), "--records", str(records)]) == 0
+    got = states(cfg, records)
+    assert got["identify"] == "done" and got["knockout"] == "done" and got["mlp"] == "pending"
+    made = json.loads((records / "knockout" / "record.json").read_text())
+    assert made["adopted_from"] == str(record) and made["commit"] == "0" * 40 and "code" not in made
+    for rel in ("identify/key_heads.json", "identify/effects.json"):  # knockout.json: its cases cut, as kept
+        assert (records / rel.split("/")[0] / "run" / rel).read_bytes() == (Path(cfg.out) / rel).read_bytes()
+    # the adopted identify feeds a cell run here
+    run_cell(cfg_of(study, out=str(tmp_path / "w")), records, "mlp", progress=False)
+    assert states(cfg, records)["mlp"] == "done"

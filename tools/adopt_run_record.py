@@ -1,12 +1,13 @@
-"""Make a whole-run record's identify stage the `identify` cell of a study, so that the study's other cells read its
-pairs and key heads instead of patching again:
+"""Make a whole-run record's identify and analysis stages cells of a study, so that the study's other cells read its
+pairs and key heads instead of patching again, and its analyses are not run twice:
 
     python tools/adopt_run_record.py configs/table1-gemma3.yaml records/table1-gemma3/2026-11-28-finetune
 
 The record's data and identify stage records, and the files they wrote, become records/CONFIG-NAME/cells/identify
-(with the run's config.json and model.json), as `keyheads study run --cell identify` would have written them. The
-cell's record says where it came from. The cell is done only where the config's stage settings are the ones the
-record holds (`keyheads study status` says so); nothing is computed or changed.
+(with the run's config.json and model.json), as `keyheads study run --cell identify` would have written them; its
+knockout, attention and mlp stages, where it has them, become those cells. Each cell's record says where it came
+from. A cell is done only where the config's stage settings are the ones the record holds (`keyheads study status`
+says so); nothing is computed or changed.
 """
 from __future__ import annotations
 
@@ -36,20 +37,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg = RunSettings.from_yaml(args.config, **({"data_dir": args.data_dir} if args.data_dir else {}))
     records = Path(args.records) if args.records else Path("records") / Path(args.config).stem / "cells"
-    [identify] = [c for c in cells_of(cfg) if c.name == "identify"]
+    cells = [c for c in cells_of(cfg) if c.name in ("identify", "knockout", "attention", "mlp")
+             and all((run / "stages" / f"{stage}.json").is_file() for stage in c.stages)]
+    meta = read_json(record / "record.json") if (record / "record.json").is_file() else {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "run"
         shutil.copytree(run, work)
-        meta = read_json(record / "record.json") if (record / "record.json").is_file() else {}
-        dest = _write_record(cfg, records, identify, work, command=meta.get("command", ""))
-    cell = read_json(dest / "record.json")
-    # the code and commit are the original run's, not this checkout's: the record says so, unsigned
-    cell.pop("code", None)
-    cell.update({"commit": meta.get("commit"), "adopted_from": str(record)})
-    write_json(dest / "record.json", cell)
-    [state] = [s for s in status(cfg, records) if s.cell.name == "identify"]
-    print(f"{dest}: identify {state.state} ({state.why})")
-    return 0 if state.state == "done" else 1
+        for cell in cells:
+            dest = _write_record(cfg, records, cell, work, command=meta.get("command", ""))
+            made = read_json(dest / "record.json")
+            # the code and commit are the original run's, not this checkout's: the record says so, unsigned
+            made.pop("code", None)
+            made.update({"commit": meta.get("commit"), "adopted_from": str(record)})
+            write_json(dest / "record.json", made)
+    states = {s.cell.name: s for s in status(cfg, records)}
+    for cell in cells:
+        print(f"{records / cell.slug}: {cell.name} {states[cell.name].state} ({states[cell.name].why})")
+    return 0 if all(states[c.name].state == "done" for c in cells) else 1
 
 
 if __name__ == "__main__":

@@ -120,6 +120,8 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
         if chosen_from:  # its rate is the grid's choice: the grid's results are its inputs
             extra["lr_grid"] = chosen_from
             inputs += [f"{grid_rel(rate_family(variant), lr)}/{GRID_JSON}" for lr in chosen_from]
+        elif (given := given_lr(cfg, rate_family(variant))) is not None:  # a rate chosen elsewhere
+            extra["lr"] = given
 
         def train_variant(v: str = variant) -> str:
             release_model()  # training loads its own copy: the analysis model is not held beside it
@@ -384,10 +386,20 @@ def chosen_lr(run: RunFolder, family: str, rates: list[float]) -> tuple[float, d
     return min(losses, key=lambda lr: (losses[lr], lr)), losses
 
 
+def given_lr(cfg: RunSettings, family: str) -> float | None:
+    """The rate finetune.lr_chosen gives `family` (its own entry, else its method's), or None."""
+    chosen = cfg.finetune.lr_chosen
+    return chosen.get(family) or chosen.get(_method(family))
+
+
 def variant_lr(cfg: RunSettings, run: RunFolder, variant: str) -> float:
-    """The learning rate `variant` trains at: its rate family's grid choice, else finetune.lr."""
+    """The learning rate `variant` trains at: its rate family's grid choice, else its rate in finetune.lr_chosen,
+    else finetune.lr."""
     rates = rate_grid(cfg, rate_family(variant))
-    return chosen_lr(run, rate_family(variant), rates)[0] if rates else cfg.finetune.lr
+    if rates:
+        return chosen_lr(run, rate_family(variant), rates)[0]
+    given = given_lr(cfg, rate_family(variant))
+    return given if given is not None else cfg.finetune.lr
 
 
 def training_examples(cfg: RunSettings) -> tuple[list, list]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, PositiveFloat, field_validator
+from pydantic import Field, PositiveFloat, field_validator, model_validator
 
 from ..data.arithmetic import ARITH_KINDS
 from ..errors import SettingError
@@ -134,9 +134,21 @@ class FinetuneSection(TrainingRecipe):
                               "the grid on, and trained on by no variant; disjoint from every test item, as the "
                               "training data is")
 
+    lr_chosen: dict[str, PositiveFloat] = Field(
+        {}, description="learning rates chosen elsewhere (for example on a smaller model's lr_grid), per rate family "
+        "as lr_grid names them: a variant of a listed family (or of a listed method) trains at it, without a grid")
+
     # the settings that choose a variant's rate and data, not how it trains: a variant's stage takes its family's
-    # grid and, with a grid, the validation size; a grid point its fraction (keyheads.pipeline)
-    RATE_CHOICE: ClassVar[tuple[str, ...]] = ("lr_grid", "grid_fraction", "validation")
+    # grid or chosen rate and, with a grid, the validation size; a grid point its fraction (keyheads.pipeline)
+    RATE_CHOICE: ClassVar[tuple[str, ...]] = ("lr_grid", "grid_fraction", "validation", "lr_chosen")
+
+    @model_validator(mode="after")
+    def _one_choice(self):
+        both = sorted(set(self.lr_grid) & set(self.lr_chosen))
+        if both:
+            raise SettingError("finetune.lr_chosen", ", ".join(both), "a family's rate is either chosen by its "
+                               "lr_grid or given in lr_chosen, not both: drop it from one")
+        return self
 
     @field_validator("train")
     @classmethod

@@ -50,11 +50,17 @@ def _files(entry: str) -> tuple[Path, ...]:
 
 
 def signature(stages: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """{module path relative to the package: hash} of every module the stages' kinds compute with."""
+    """{module path relative to the package: hash} of every module the stages' kinds compute with. A settings
+    module (settings.py) is left out: it declares the settings, whose values the cell's stage records hold and
+    status compares."""
     entries = sorted({e for s in stages if kind(s) in CODE for e in (*CODE[kind(s)], *_MODELS)})
-    return {p.relative_to(PACKAGE).as_posix(): _module_hash(p) for e in entries for p in _files(e)}
+    return {p.relative_to(PACKAGE).as_posix(): _module_hash(p) for e in entries for p in _files(e) if _counted(p.name)}
+
+
+def _counted(name: str) -> bool:
+    return not name.endswith("settings.py")
 
 
 def changed(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
     """The modules whose code differs between a record's signature and the checkout's (added and removed too)."""
-    return sorted(m for m in recorded.keys() | now.keys() if recorded.get(m) != now.get(m))
+    return sorted(m for m in recorded.keys() | now.keys() if _counted(m) and recorded.get(m) != now.get(m))
