@@ -13,10 +13,10 @@ from keyheads.machine import SettingError, check_device, check_dtype, check_writ
 
 COMMON = ("--threads", "--device", "--dtype")
 SEEDED = ("data", "knockout", "attention", "mlp", "eval", "finetune")  # where the seed picks something
-SHOW_PROGRESS = SEEDED + ("patch",)  # where --quiet has bars to hide
+SHOW_PROGRESS = SEEDED + ("patch", "faithfulness")  # where --quiet has bars to hide
 # every command that loads a model; `demo` and `run` (keyheads.commands.run) have their own tests, and
 # `plan` reads only a model's config (tests/test_plan.py)
-LOADERS = ("data", "patch", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate")
+LOADERS = ("data", "patch", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate", "faithfulness")
 OWNED_ELSEWHERE = ("demo", "run", "plan", "export")  # plan and export read only a config
 
 
@@ -267,6 +267,7 @@ _MINIMAL = {
     "finetune": ["--train", "arith:multidigit:8", "--heads", "1.0", "--out", "TMP/run"],
     "merge": ["--adapter", "TMP/adapter", "--out", "TMP/merged"],
     "generate": ["3 + 4 ="],
+    "faithfulness": ["--circuit", "TMP/effects.json", "--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
 }
 
 

@@ -239,6 +239,13 @@ class FaithfulnessCommand(Batched, OutFolder, PairsIn, Works):
                            "highest first")
     limit: Count | None = Field(None, description="use the first N pairs (None: all)")
 
+    @field_validator("circuit")
+    @classmethod
+    def _circuit(cls, v):
+        if not Path(v).exists():
+            raise SettingError("circuit", v, "does not exist: give an effects.json, a run folder or a graph file")
+        return v
+
 
 class ModelsCommand(Section):
     """No settings: lists the bundled models."""
