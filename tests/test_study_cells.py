@@ -247,3 +247,23 @@ def test_a_whole_run_record_s_identify_and_analyses_are_adopted_as_done_cells(st
     # the adopted identify feeds a cell run here
     run_cell(cfg_of(study, out=str(tmp_path / "w")), records, "mlp", progress=False)
     assert states(cfg, records)["mlp"] == "done"
+
+
+def test_a_new_study_s_cells_are_estimated_from_other_studies_scaled_by_model_size(study, tmp_path, monkeypatch):
+    """A pending cell with no measured cell of its kind in its study takes the median of the other studies' cells of
+    its kind, each scaled by the ratio of the models' parameter counts."""
+    from keyheads.io import write_json
+    from keyheads.study import cells
+
+    sizes = {"small": 100, "twice": 200, "half": 50}
+    monkeypatch.setattr(cells, "_params", lambda model: sizes.get(Path(model).name))
+    root = tmp_path / "records"
+    for name, model, seconds in (("a", "small", 60.0), ("b", "twice", 60.0), ("c", "half", 600.0)):
+        write_json(root / name / "cells" / "identify" / "record.json",
+                   {"cell": "identify", "model": model, "wall_seconds": seconds})
+    cfg = cfg_of(study, model="small")
+    [identify] = [s for s in status(cfg, root / "new" / "cells") if s.cell.name == "identify"]
+    assert identify.state == "pending"
+    assert identify.seconds == pytest.approx(60.0)  # the median of 60 * 100/100, 60 * 100/200 and 600 * 100/50
+    [knock] = [s for s in status(cfg, root / "new" / "cells") if s.cell.name == "knockout"]
+    assert knock.seconds is None  # no study has measured a knockout cell

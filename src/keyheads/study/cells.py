@@ -154,20 +154,51 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
             where += " (no code signature: recorded before cells kept one)"
         seconds = sum(r.seconds for r in recs.values())
         out.append(CellState(cell, "stale" if why else "done", "; ".join(why) or where, seconds))
-    return [_estimated(s, out) for s in out]
+    return [_estimated(s, out, lambda kind: _elsewhere(cfg, records, kind)) for s in out]
 
 
-def _estimated(state: CellState, states: list[CellState]) -> CellState:
+def _kind(name: str) -> str:
+    return "finetune/grid" if name.startswith("finetune/grid/") else name.split("/", 1)[0]
+
+
+def _estimated(state: CellState, states: list[CellState], elsewhere: Callable[[str], float | None]) -> CellState:
     """A pending cell's time: the median of the study's measured cells of its kind (a grid point, a fine-tuned
-    variant, an evaluation row, ...)."""
+    variant, an evaluation row, ...); with none, what the other studies' cells of its kind took, scaled to this
+    model's size (`elsewhere`)."""
     if state.seconds is not None:
         return state
+    like = [s.seconds for s in states if s.seconds is not None and _kind(s.cell.name) == _kind(state.cell.name)]
+    return CellState(state.cell, state.state, state.why,
+                     statistics.median(like) if like else elsewhere(_kind(state.cell.name)))
 
-    def kind(cell: Cell) -> str:
-        return "finetune/grid" if cell.name.startswith("finetune/grid/") else cell.name.split("/", 1)[0]
 
-    like = [s.seconds for s in states if s.seconds is not None and kind(s.cell) == kind(state.cell)]
-    return CellState(state.cell, state.state, state.why, statistics.median(like) if like else None)
+@cache
+def _params(model: str) -> int | None:
+    """A model's parameter count from its config alone (None when it cannot be read here)."""
+    from ..planning.shape import load_config, shape_of  # noqa: PLC0415 -- reads a config, loads no weights
+
+    try:
+        return shape_of(load_config(model), model).params
+    except Exception:  # noqa: BLE001 -- an estimate is a nicety: a model not on this machine gives none
+        return None
+
+
+def _elsewhere(cfg: RunSettings, records: Path, kind: str) -> float | None:
+    """The median seconds of every other study's committed cells of `kind`, each scaled by this model's parameters
+    over its model's: a rough first estimate for a study with no cell of that kind yet (it ignores data sizes)."""
+    mine = _params(cfg.model)
+    if mine is None:
+        return None
+    scaled = []
+    for folder in sorted(records.parent.parent.glob("*/cells/*/record.json")):
+        meta = read_json(folder)
+        if folder.parent.parent == records or _kind(str(meta.get("cell", ""))) != kind:
+            continue
+        theirs = _params(str(meta.get("model", "")))
+        seconds = meta.get("wall_seconds") or sum(r.seconds for r in _record_stages(folder.parent).values())
+        if theirs and seconds:
+            scaled.append(seconds * mine / theirs)
+    return statistics.median(scaled) if scaled else None
 
 
 def _restore(records: Path, cell_names: list[str], work: Path) -> None:
