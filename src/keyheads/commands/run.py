@@ -42,12 +42,24 @@ def _run(args, cfg: RunSettings, how: dict) -> int:
 def cmd_run(args) -> int:
     overrides, how = _split(args)
     cfg = RunSettings.from_yaml(args.config, **overrides) if args.config else RunSettings.make(**overrides)
+    if args.print_config:
+        from ..config.printing import describe  # noqa: PLC0415
+        from ..io import read_yaml  # noqa: PLC0415
+
+        print(describe(cfg, (read_yaml(args.config, "config file") or {}) if args.config else {}, overrides), end="")
+        return 0
     return _run(args, cfg, how)
 
 
 def cmd_demo(args) -> int:
     overrides, how = _split(args)
-    return _run(args, demo_config(overrides), how)
+    cfg = demo_config(overrides)
+    if args.print_config:
+        from ..config.printing import describe  # noqa: PLC0415
+
+        print(describe(cfg, {}, overrides, preset=DEMO, preset_name="demo"), end="")
+        return 0
+    return _run(args, cfg, how)
 
 
 def _add_study_args(p) -> None:
@@ -57,6 +69,8 @@ def _add_study_args(p) -> None:
                        "mlp, finetune or finetune/VARIANT, eval, report); the others are left as they are")
     which.add_argument("--from", dest="start", metavar="STAGE", help="run this stage and every later one")
     which.add_argument("--force", action="store_true", help="re-run the chosen stages even when up to date")
+    which.add_argument("--print-config", action="store_true", help="print the resolved settings as YAML, each value "
+                       "with where it came from (flag, config file, demo, derived or default), and run nothing")
 
 
 def register(sub) -> None:

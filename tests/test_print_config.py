@@ -1,0 +1,33 @@
+"""`keyheads run CONFIG --print-config` prints the resolved settings, each value with where it came from, as a
+config that loads back to the same settings; it runs nothing."""
+import yaml
+
+from keyheads.cli import main
+from keyheads.config.run import RunSettings
+
+
+def test_every_value_with_its_source_and_the_text_loads_back(tmp_path, capsys):
+    config = tmp_path / "study.yaml"
+    config.write_text("model: smollm2-135m\nout: %s\ndata:\n  n: 40\n  single_token_answer: true\n"
+                      "finetune:\n  lr: 2.0e-5\neval:\n  benchmarks: [arith-add]\n" % (tmp_path / "run"))
+    assert main(["run", str(config), "--print-config", "--finetune.lr", "3e-4", "--patch.top-k", "6"]) == 0
+    text = capsys.readouterr().out
+    lines = {line.split(":")[0].strip(): line for line in text.splitlines()}
+    assert lines["n"].endswith("40  # config file")
+    assert lines["lr"].endswith("0.0003  # flag")  # the flag over the file's 2e-5
+    assert lines["top_k"].endswith("6  # flag")
+    assert lines["first_token"].endswith("false  # derived: on unless data.single_token_answer")
+    assert lines["warmup_ratio"].endswith("# default")
+    assert "  seed: 0  # derived: the run's seed" in text.splitlines()
+    assert not (tmp_path / "run").exists()  # nothing ran
+    printed = yaml.safe_load(text)
+    want = RunSettings.from_yaml(config, finetune={"lr": 3e-4}, patch={"top_k": 6})
+    assert RunSettings.make(**printed).to_json() == want.to_json()
+
+
+def test_the_demo_says_which_values_are_its_own(capsys):
+    assert main(["demo", "--print-config", "--knockout.k", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  k: 5  # flag" in lines
+    assert "  n: 96  # demo" in lines
+    assert "  method: path  # default" in lines
