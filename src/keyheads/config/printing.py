@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from ..section import Section
 from .run import RunSettings
 
 # values a run sets from another setting when they are not given (keyheads.config.run.RunSettings)
@@ -56,8 +57,7 @@ def describe(cfg: RunSettings, file: dict | None = None, flags: dict | None = No
     data = json.loads(json.dumps(cfg.to_json()))
     lines = []
     for key, value in data.items():
-        fields = type(getattr(cfg, key, None)).model_fields if isinstance(value, dict) else {}
-        if isinstance(value, dict) and fields:  # a section: one line per key
+        if isinstance(value, dict) and isinstance(getattr(cfg, key, None), Section):  # a section: a line per key
             lines.append(f"{key}:")
             for sub, v in value.items():
                 where = source([key, sub], file or {}, flags or {}, preset or {}, preset_name)
