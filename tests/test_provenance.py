@@ -52,3 +52,12 @@ def test_the_code_commit_is_the_checkout_s_and_says_when_the_code_has_changes(tm
     (package / "__init__.py").write_text("x = 2\n")
     assert code_commit.__wrapped__(package) == sha + " + uncommitted changes"
     assert code_commit.__wrapped__(tmp_path.parent / "nowhere") is None
+
+
+def test_none_and_an_empty_list_are_the_same_setting():
+    """A list setting once written as None (its default) and now as [] does not make a stage stale; any value does."""
+    assert changed_settings({"data": {"template_files": None}}, {"data": {"template_files": []}}) == []
+    assert changed_settings({"x": None}, {"x": {}}) == [] and changed_settings({}, {"x": []}) == []
+    assert changed_settings({"data": {"template_files": None}}, {"data": {"template_files": ["t.yaml"]}}) == [
+        ("data.template_files", None, ["t.yaml"])]
+    assert changed_settings({"k": 0}, {"k": None}) == [("k", 0, None)]  # zero is a value, not unset

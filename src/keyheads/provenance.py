@@ -71,9 +71,14 @@ def flatten(settings: dict, prefix: str = "") -> dict:
 
 def changed_settings(old: dict, new: dict, skip: Iterable[str] = (), missing: Any = None) -> list[tuple[str, Any, Any]]:
     """(dotted key, old value, new value) for every setting that differs, sorted by key; a setting
-    one side lacks reads as `missing` there, and keys in `skip` are not compared."""
+    one side lacks reads as `missing` there, and keys in `skip` are not compared. None and an empty list or
+    mapping are the same setting (a list setting's default once written as None, now as [])."""
     a, b = flatten(old), flatten(new)
     skip = set(skip)
     keys = sorted(k for k in set(a) | set(b) if k not in skip)
     pairs = ((k, a.get(k, missing), b.get(k, missing)) for k in keys)
-    return [(k, x, y) for k, x, y in pairs if x != y]
+    return [(k, x, y) for k, x, y in pairs if x != y and not (_unset(x) and _unset(y))]
+
+
+def _unset(value: Any) -> bool:
+    return value is None or (isinstance(value, list | dict) and not value)
