@@ -177,16 +177,29 @@ def test_command_writes_the_curve_and_takes_an_edge_level_graph(tiny, tmp_path, 
     assert "CPR (area under f)" in capsys.readouterr().out
 
 
-def test_command_refuses_a_graph_without_scores(tiny, tmp_path, monkeypatch, capsys):
+def test_command_gives_the_faithfulness_of_a_graph_that_marks_a_circuit_without_scores(tiny, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """A MIB file with in_graph nodes and no scores: no curve to draw, the one circuit's f; one marking nothing is
+    refused."""
     import json
 
     from keyheads.cli import main
 
     model, pairs = tiny
     monkeypatch.setattr("keyheads.models.loading.load_model", lambda *a, **k: model)
+    cfg = {"n_layers": 3, "n_heads": 4, "parallel_attn_mlp": False, "d_model": 8}
     graph = tmp_path / "graph.json"
-    graph.write_text(json.dumps({"cfg": {"n_layers": 3, "n_heads": 4, "parallel_attn_mlp": False, "d_model": 8},
-                                 "nodes": {"a0.h1": {"in_graph": True}}, "edges": {}}))
+    graph.write_text(json.dumps({"cfg": cfg, "nodes": {"a0.h1": {"in_graph": True}, "m2": {"in_graph": True},
+                                                       "a1.h0": {"in_graph": False}}, "edges": {}}))
+    out = tmp_path / "o"
     assert main(["faithfulness", "--model", "tiny", "--circuit", str(graph), "--data", str(pairs),
-                 "--out", str(tmp_path / "o")]) == 2
-    assert "no node or edge scores" in capsys.readouterr().err
+                 "--out", str(out)]) == 0
+    written = json.loads((out / "faithfulness.json").read_text())
+    (full, empty, m), _ = measure(model, pairs, [None, set(), {"a0.h1", "m2"}], progress=False)
+    assert written["components"] == ["a0.h1", "m2"]
+    assert written["f"] == pytest.approx((m - empty) / (full - empty), abs=1e-9)
+    assert "f(C) =" in capsys.readouterr().out
+    graph.write_text(json.dumps({"cfg": cfg, "nodes": {"a0.h1": {"in_graph": False}}, "edges": {}}))
+    assert main(["faithfulness", "--model", "tiny", "--circuit", str(graph), "--data", str(pairs),
+                 "--out", str(out)]) == 2
+    assert "marks none in_graph" in capsys.readouterr().err

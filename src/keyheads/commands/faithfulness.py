@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from ..config.commands import FaithfulnessCommand
+from ..errors import BadFile
 from .flags import add_settings, settings
 
 FAITHFULNESS_JSON = "faithfulness.json"
@@ -44,21 +45,56 @@ def describe(curve) -> str:
     return "\n".join(lines)
 
 
+def in_graph(path: Path) -> list[str] | None:
+    """The components a graph file marks in_graph when it scores none (None: it has scores, or is no graph)."""
+    from .. import circuits  # noqa: PLC0415
+
+    if path.is_dir() or path.suffix.lower() not in (".json", ".pt"):
+        return None
+    try:
+        data = circuits.load_graph_file(path)
+    except (ValueError, OSError):
+        return None
+    if not circuits.is_graph(data):
+        return None
+    try:
+        graph = circuits.read_graph(data)
+    except ValueError:
+        return None  # Effects.load names the problem
+    if graph.head_scores is not None or graph.keyheads is not None:
+        return None
+    return [circuits.head_node(l, h) for l, h in graph.heads] + [circuits.mlp_node(l) for l in graph.mlps]
+
+
 def cmd_faithfulness(args) -> int:
     cfg: FaithfulnessCommand = settings(args)
+    from ..faithfulness.curve import normalised  # noqa: PLC0415
     from ..faithfulness.plot import plot_curve  # noqa: PLC0415
-    from ..faithfulness.run import faithfulness  # noqa: PLC0415
+    from ..faithfulness.run import faithfulness, measure  # noqa: PLC0415
     from ..io import file_sha256, write_json  # noqa: PLC0415
     from .models import load_from_args  # noqa: PLC0415
 
     model = load_from_args(cfg)
+    out = Path(cfg.out)
+    facts = {"model": cfg.model, "circuit": cfg.circuit, "pairs": cfg.data,
+             "pairs_sha256": file_sha256(Path(cfg.data)), "ablation": cfg.ablation, "metric": cfg.metric}
+    marked = in_graph(Path(cfg.circuit))
+    if marked is not None:  # no scores to rank by: the faithfulness of the circuit the file marks
+        if not marked:
+            raise BadFile(f"{cfg.circuit}: it scores no node or edge and marks none in_graph: nothing to measure")
+        (m_full, m_empty, m), n = measure(model, cfg.data, [None, set(), set(marked)], cfg.ablation, cfg.mean,
+                                          cfg.metric, cfg.limit, cfg.batch_size, progress=not cfg.quiet)
+        f = normalised(m, m_full, m_empty)
+        write_json(out / FAITHFULNESS_JSON, {**facts, "components": marked, "n_items": n, "m_full": m_full,
+                                             "m_empty": m_empty, "m": m, "f": f})
+        print(f"f(C) = {f:.4f} for the {len(marked)} heads and MLPs the file marks in_graph (it scores none, so "
+              f"there is no curve): m(C) {m:.4f}, m(N) {m_full:.4f}, m(empty) {m_empty:.4f} ({n} pairs)")
+        print(f"wrote {out / FAITHFULNESS_JSON}")
+        return 0
     scores = circuit_scores(Path(cfg.circuit), model)
     curve = faithfulness(model, cfg.data, scores, absolute=cfg.absolute, ablation=cfg.ablation, mean=cfg.mean,
                          metric=cfg.metric, limit=cfg.limit, batch_size=cfg.batch_size, progress=not cfg.quiet)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / FAITHFULNESS_JSON, {"model": cfg.model, "circuit": cfg.circuit, "pairs": cfg.data,
-                                         "pairs_sha256": file_sha256(Path(cfg.data)), **curve.to_json()})
+    write_json(out / FAITHFULNESS_JSON, {**facts, **curve.to_json()})
     plot_curve(curve, out / FAITHFULNESS_PNG)
     print(describe(curve))
     print(f"wrote {out / FAITHFULNESS_JSON} and {out / FAITHFULNESS_PNG}")
