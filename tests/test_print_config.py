@@ -31,3 +31,27 @@ def test_the_demo_says_which_values_are_its_own(capsys):
     assert "  k: 5  # flag" in lines
     assert "  n: 96  # demo" in lines
     assert "  method: path  # default" in lines
+
+
+def test_a_run_s_defaults_are_on_its_section_types_and_what_follows_is_a_validator():
+    """A section given in part keeps the run's defaults, which its type declares; the seed and the values that follow
+    from other sections are set by RunSettings' validator, and a value given is kept."""
+    import pytest
+
+    from keyheads.config.run import RunAttention, RunPairs
+    from keyheads.errors import SettingError
+
+    def make(**values):
+        return RunSettings.make(eval={"benchmarks": ["arith-add"], **values.pop("eval", {})}, **values)
+
+    cfg = make(data={"n": 40}, attention={"seed": 0}, seed=0)
+    assert cfg.data.n == 40 and cfg.data.keep_correct is RunPairs.model_fields["keep_correct"].default is True
+    assert cfg.attention.limit == RunAttention.model_fields["limit"].default == 300
+    assert make(seed=3).knockout.seed == 3 and make(seed=3).data.seed == 3
+    with pytest.raises(SettingError, match="a run has one seed"):
+        make(seed=3, knockout={"seed": 4})
+    assert make(data={"single_token_answer": True}).patch.first_token is False
+    assert make(data={"single_token_answer": True}, patch={"first_token": True}).patch.first_token is True
+    assert make().patch.first_token is True
+    assert make().eval.split == "full"
+    assert make(eval={"split": "heldout"}).eval.split == "heldout"

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
+from ..components import TopK
 from ..data.benchmarks import data_dir_from
 from ..data.settings import WORD_PROBLEMS, PairSettings, check_template_ids
 from ..data.templates import TASKS, load_templates
@@ -25,7 +26,7 @@ from ..finetune.settings import FinetuneSection
 from ..io import read_yaml
 from ..machine import check_writable_dir
 from ..patching.settings import PatchSettings
-from .base import Batched, DataFolder, DeviceSettings, NonNegative, Section, is_bool_for_int, setting_error
+from .base import Batched, DataFolder, DeviceSettings, NonNegative, Section, setting_error
 
 # what also_identify takes: a task of the templates, or the pairs made of GSM8K's test questions
 ALSO_IDENTIFY = (*TASKS, WORD_PROBLEMS)
@@ -34,6 +35,38 @@ ALSO_IDENTIFY = (*TASKS, WORD_PROBLEMS)
 # variant's -seedN draws its heads with seed N instead of the run's (several seeds: the control's band)
 VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?"
                      r"(?:-seed(?P<seed>\d+))?|full|lora")
+
+
+class RunPairs(PairSettings):
+    """A run's data: the paper's (its appendix A): zero-shot, answers scored by their first token (A and B in 1..9,
+    so C spans one or two digits), only the pairs the model answers correctly."""
+
+    n: int = Field(default=300, ge=1, description=PairSettings.model_fields["n"].description)
+    keep_correct: bool = Field(default=True, description=PairSettings.model_fields["keep_correct"].description)
+
+
+class RunPatch(PatchSettings):
+    """A run's patching: the top 10 heads are the key heads (the paper's figure 3 knocks out ten)."""
+
+    top_k: TopK = 10
+
+
+class RunAttention(AttentionSettings):
+    """A run's attention stage, on a CPU-sized subset of the pairs."""
+
+    limit: int | None = Field(default=300, ge=1, description=AttentionSettings.model_fields["limit"].description)
+
+
+class RunMLP(MLPSettings):
+    """A run's MLP stage, on a CPU-sized subset of the pairs."""
+
+    limit: int | None = Field(default=300, ge=1, description=MLPSettings.model_fields["limit"].description)
+
+
+class RunEval(EvalSettings):
+    """A run's evaluation table, on the first 50 items of each benchmark."""
+
+    limit: int | None = Field(default=50, ge=1, description=EvalSettings.model_fields["limit"].description)
 
 
 class RunSettings(Batched, DataFolder, DeviceSettings):
@@ -59,75 +92,40 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
         "(its in_graph heads are the key heads) or an effects.json (patch.top_k / patch.threshold choose); the "
         "identify stage writes its effects and key heads from it, and every later stage works on them"),
         json_schema_extra={"metavar": "FILE"})
-    # the paper's data (its appendix A): zero-shot, answers scored by their first token (A and B in 1..9, so C
-    # spans one or two digits), only the pairs the model answers correctly
-    data: PairSettings = Field(default_factory=lambda: PairSettings(n=300, few_shot=0, single_token_answer=False,
-                                                                keep_correct=True),
-                             description="the prompt pairs (`keyheads data`): by default the paper's, zero-shot, "
-                                         "each answer scored by its first token")
-    patch: PatchSettings = Field(default_factory=lambda: PatchSettings(top_k=10),
-                               description="patching and the key heads (`keyheads patch`); first_token follows "
-                                           "the data unless given: on, unless data.single_token_answer")
+    data: RunPairs = Field(default_factory=RunPairs, description="the prompt pairs (`keyheads data`): by default "
+                           "the paper's, zero-shot, each answer scored by its first token")
+    patch: RunPatch = Field(default_factory=RunPatch, description="patching and the key heads (`keyheads patch`); "
+                            "first_token follows the data unless given: on, unless data.single_token_answer")
     knockout: KnockoutSettings = Field(default_factory=KnockoutSettings, description="knockout curves and transfer "
                                                                                      "(`keyheads knockout`)")
-    attention: AttentionSettings = Field(default_factory=lambda: AttentionSettings(limit=300),
-                                         description="`keyheads attention`")
-    mlp: MLPSettings = Field(default_factory=lambda: MLPSettings(limit=300), description="`keyheads mlp`")
-    finetune: FinetuneSection = Field(FinetuneSection(), description="the training recipe of every variant "
-                                                                     "(`keyheads finetune`)")
-    eval: EvalSettings = Field(EvalSettings(limit=50), description=(
+    attention: RunAttention = Field(default_factory=RunAttention, description="`keyheads attention`")
+    mlp: RunMLP = Field(default_factory=RunMLP, description="`keyheads mlp`")
+    finetune: FinetuneSection = Field(default_factory=FinetuneSection, description="the training recipe of every "
+                                      "variant (`keyheads finetune`)")
+    eval: RunEval = Field(default_factory=RunEval, description=(
         "the evaluation table (`keyheads eval`; empty benchmarks: skip the stage). split: by default heldout "
         "when the run trains on 'trainset' (its held-out split is the training set's own), else full"))
 
-    @model_validator(mode="before")
-    @classmethod
-    def _over_the_run_defaults(cls, values):
-        """A section given in part keeps the run's defaults for the rest (data.n 300, not the command's 100);
-        a step that has a seed takes the run's one seed, which is set at the top only."""
-        if not isinstance(values, dict):
-            return values
-        out = dict(values)
-        seed = out.get("seed", cls.model_fields["seed"].default)
-        for name, field in cls.model_fields.items():
-            default = field.get_default(call_default_factory=True)
-            if not isinstance(default, Section):
+    @model_validator(mode="after")
+    def _what_follows_from_other_settings(self):
+        """The run's one seed in every section that takes one; patch.first_token from the data and eval.split from
+        the training data, where they are not given."""
+        for name in type(self).model_fields:
+            section = getattr(self, name)
+            if not isinstance(section, Section) or "seed" not in type(section).model_fields:
                 continue
-            given = out.get(name)
-            if isinstance(given, dict):
-                for key, value in given.items():  # named as the section's key (a Section's own says only the key)
-                    field_info = type(default).model_fields.get(key)
-                    if field_info and is_bool_for_int(field_info.annotation, value):
-                        raise SettingError(f"{name}.{key}", value, "must be an integer")
-                given_seed = given.get("seed", seed)
-                out[name] = merge_settings(default.model_dump(by_alias=True), given)
-            else:
-                given_seed = seed
-            if "seed" in type(default).model_fields:
-                if given_seed != seed:
-                    raise SettingError(f"{name}.seed", given_seed, f"a run has one seed ({seed}): set `seed` at "
-                                                                   "the top of the config")
-                section = out.get(name)
-                if isinstance(section, dict):
-                    out[name] = {**section, "seed": seed}
-                elif section is None:
-                    out[name] = {**default.model_dump(by_alias=True), "seed": seed}
+            if "seed" in section.model_fields_set and section.seed != self.seed:
+                raise SettingError(f"{name}.seed", section.seed, f"a run has one seed ({self.seed}): set `seed` at "
+                                                                 "the top of the config")
+            if section.seed != self.seed:
+                section.seed = self.seed
         # patching scores the answer as the data does: its first token unless the data keeps one-token answers
-        given_patch = values.get("patch")
-        if not (isinstance(given_patch, dict) and "first_token" in given_patch):
-            data, patch = out.get("data"), out.get("patch")
-            single = data.get("single_token_answer") if isinstance(data, dict) else cls.model_fields[
-                "data"].get_default(call_default_factory=True).single_token_answer
-            patch = patch if isinstance(patch, dict) else cls.model_fields["patch"].get_default(
-                call_default_factory=True).model_dump(by_alias=True)
-            out["patch"] = {**patch, "first_token": not single}
+        if "first_token" not in self.patch.model_fields_set:
+            self.patch.first_token = not self.data.single_token_answer
         # the held-out split is evaluated when the run trains on the training set it was set apart from
-        given_eval = values.get("eval")
-        if not (isinstance(given_eval, dict) and "split" in given_eval) and isinstance(out.get("eval"), dict):
-            finetune = out.get("finetune")
-            train = finetune.get("train") if isinstance(finetune, dict) else None
-            heldout = bool(out.get("variants")) and train == "trainset"
-            out["eval"] = {**out["eval"], "split": "heldout" if heldout else "full"}
-        return out
+        if "split" not in self.eval.model_fields_set:
+            self.eval.split = "heldout" if self.variants and self.finetune.train == "trainset" else "full"
+        return self
 
     @field_validator("out")
     @classmethod
