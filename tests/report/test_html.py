@@ -315,3 +315,19 @@ def test_table1_says_its_knockout_row_is_not_the_papers(report):
     text = section_text(report.read_text(), "improve")
     assert "<td>knockout (aligned mean)</td>" in text  # the tiny run's table has a knockout row
     assert "A knockout row is keyheads' addition: the paper's table 1 has none" in html.unescape(text)
+
+
+def test_the_faithfulness_curve_is_in_the_identify_section_when_written_there(run_folder, tmp_path):
+    """`keyheads faithfulness --out RUN/identify` puts its figure into the run's report, after the heatmap."""
+    from keyheads.faithfulness.curve import Curve
+    from keyheads.faithfulness.plot import plot_curve
+
+    copy = shutil.copytree(run_folder, tmp_path / "run")
+    assert "MIB faithfulness" not in section_text(render(copy), "identify")
+    curve = Curve.of(2.0, 0.0, [0.0, 0.0, 0.5, 1.0, 1.5, 1.8, 2.0, 2.0, 2.0, 2.0], [[]] * 10, level="node",
+                     ablation="counterfactual", metric="logit", absolute=True, n_items=4, n_scored=15,
+                     percentages=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0], sizes=[0] * 10)
+    plot_curve(curve, copy / "identify" / "faithfulness.png")
+    text = section_text(render(copy), "identify")
+    assert "MIB faithfulness" in text
+    assert text.index("heatmap") < text.index("faithfulness.png")
