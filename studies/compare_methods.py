@@ -151,11 +151,18 @@ def page(record: dict) -> str:
             lines.append(f"| {name} | {', '.join(row['on_path'])} | " + " | ".join(cells) + " |")
         misses = [(name, m) for name, row in c["programs"].items() for m in METHODS
                   if row["methods"][m]["recall"] < 1]
+        silent = [(name, m) for name, row in c["programs"].items() for m in METHODS
+                  if not row["methods"][m]["top"]]
         lines += ["", "Where a method misses an on-path head: " + (
-            "; ".join(f"{m} on {name}" for name, m in misses) if misses else "nowhere") + ". Path patching with the "
-            "logits as receivers freezes every later head, so a head that acts only through a later head's query "
-            "(countfirst's first head) has no path effect by design; the gradient methods estimate that same frozen "
-            "quantity at END.", "", f"Measured at {c['commit']}, {c['threads']} thread(s): `{c['command']}`.", ""]
+            "; ".join(f"{m} on {name}" for name, m in misses) if misses else "nowhere") + ". Where it finds no head "
+            "at all (every |effect| below 1e-6): " + ("; ".join(f"{m} on {name}" for name, m in silent) or "nowhere")
+            + ". Path patching with the logits as receivers freezes every later head, so a head that acts only "
+            "through a later head's query (countfirst's first head) has no path effect by design. The gradient "
+            "methods estimate that same frozen quantity at END from a derivative. A likely reason for their "
+            "misses, not tested here: in count and countfirst the head's output reaches the answer through the MLP "
+            "tracr compiles for SelectorWidth, a lookup of steps whose derivative is zero almost everywhere, so a "
+            "derivative sees nothing where a patch changes the answer (the record holds every method's effects).", "",
+            f"Measured at {c['commit']}, {c['threads']} thread(s): `{c['command']}`.", ""]
     models = [k for k in parts if k != "compiled"]
     if models:
         lines += ["## Real models: MIB's faithfulness of each method's circuits", "",
