@@ -44,7 +44,7 @@ from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 # studies/pages/*.md (a subfolder) and these pages of studies/ are written by scripts from records, whole
-GENERATED_PAGES = {ROOT / "studies" / "compiled_circuits.md"}
+GENERATED_PAGES = {ROOT / "studies" / "compiled_circuits.md", ROOT / "studies" / "compare_methods.md"}
 STUDY_PAGES = sorted(p for p in (ROOT / "studies").glob("*.md") if p not in GENERATED_PAGES)
 PAGES = [ROOT / "README.md", *STUDY_PAGES, ROOT / "bench" / "RESULTS.md"]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
