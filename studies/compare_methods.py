@@ -110,8 +110,11 @@ def measure_task(model: HookedModel, pairs: Path, n: int, batch_size: int, work:
         out["methods"][method] = {"seconds": seconds, "ratio": seconds / base, "cpr": curve.cpr, "cmd": curve.cmd,
                                   "f": curve.f, "sizes": curve.sizes, "top": curve.circuits[-1][:10],
                                   "m_full": curve.m_full, "m_empty": curve.m_empty}
-        print(f"  {method}: {seconds:.1f} s ({seconds / base:.1f} forwards), CPR {curve.cpr:.3f}, CMD {curve.cmd:.3f}",
-              flush=True)
+        # the same circuits ablated at END only, where the four methods measure the effects that rank them
+        end = faithfulness(model, mine, scores, batch_size=batch_size, progress=False, positions="end")
+        out["methods"][method]["end"] = {"cpr": end.cpr, "cmd": end.cmd, "f": end.f}
+        print(f"  {method}: {seconds:.1f} s ({seconds / base:.1f} forwards), CPR {curve.cpr:.3f}, CMD {curve.cmd:.3f}"
+              f"; at END: CPR {end.cpr:.3f}, CMD {end.cmd:.3f}", flush=True)
     return out
 
 
@@ -169,16 +172,36 @@ def page(record: dict) -> str:
                   "Each method's effects on the task's pairs rank the heads and MLPs by |effect|; the circuits of "
                   "the top 0.1% ... 100% of them are scored with MIB's node-level faithfulness (`keyheads "
                   "faithfulness`: everything outside patched from the counterfactual, the answer logit). CPR: area "
-                  "under f (higher is better); CMD: area between f and 1 (lower is better).", "",
-                  "| model | task | pairs | " + " | ".join(f"{m} CPR / CMD | time" for m in METHODS) + " |",
-                  "|---|---|---|" + "---|---|" * len(METHODS)]
+                  "under f (higher is better); CMD: area between f and 1 (lower is better). All: everything outside "
+                  "ablated at every position, as MIB does; END: at the last position only, where the four methods "
+                  "measure the effects that rank the components (- where the record has no END curve).", "",
+                  "| model | task | pairs | " + " | ".join(f"{m} CPR / CMD, all | END | time" for m in METHODS) + " |",
+                  "|---|---|---|" + "---|---|---|" * len(METHODS)]
         for name in models:
             for task, r in parts[name]["tasks"].items():
                 cells = []
                 for m in METHODS:
                     v = r["methods"][m]
-                    cells += [f"{v['cpr']:.3f} / {v['cmd']:.3f}", f"{v['ratio']:.1f}x"]
+                    end = f"{v['end']['cpr']:.3f} / {v['end']['cmd']:.3f}" if "end" in v else "-"
+                    cells += [f"{v['cpr']:.3f} / {v['cmd']:.3f}", end, f"{v['ratio']:.1f}x"]
                 lines.append(f"| {name} | {task} | {r['n']} | " + " | ".join(cells) + " |")
+        lines += ["", "Faithfulness at each circuit size (f, all positions; the sizes are MIB's percentages of the "
+                  "scored components):", "",
+                  "| model | task | method | " + " | ".join(f"{100 * p:g}%" for p in (0.001, 0.002, 0.005, 0.01, 0.02,
+                                                                                    0.05, 0.1, 0.2, 0.5, 1.0)) + " |",
+                  "|---|---|---|" + "---|" * 10]
+        for name in models:
+            for task, r in parts[name]["tasks"].items():
+                for m in METHODS:
+                    lines.append(f"| {name} | {task} | {m} | " + " | ".join(f"{x:.3f}" for x in r["methods"][m]["f"])
+                                 + " |")
+        below = [x for name in models for r in parts[name]["tasks"].values() for v in r["methods"].values()
+                 for x in v["f"][:-1]]
+        if below and max(below) < 0.1:
+            lines += ["", "Below 100% no circuit of any method reaches f = 0.1 here (the largest is "
+                      f"{max(below):.3f}): with everything outside it carrying the counterfactual at every "
+                      "position, no circuit of up to half the heads and MLPs, ranked by any of the four methods, "
+                      "restores the answer's logit."]
         lines += [""] + [f"{name}: measured at {parts[name]['commit']}, {parts[name]['threads']} threads: "
                          f"`{parts[name]['command']}`." for name in models] + [""]
     return "\n".join(lines)

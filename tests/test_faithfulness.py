@@ -35,8 +35,9 @@ def test_ranked_highest_first_by_absolute_or_signed_score():
     assert ranked(scores, absolute=False) == ["a0.h1", "a1.h0", "a0.h0"]
 
 
-def _direct_metric(model, pairs, kept: set[str] | None, ablation: str) -> float:
-    """The mean answer logit with every component outside `kept` ablated, one pair at a time."""
+def _direct_metric(model, pairs, kept: set[str] | None, ablation: str, end_only: bool = False) -> float:
+    """The mean answer logit with every component outside `kept` ablated (at every position, or at the last one
+    only), one pair at a time."""
     hf, tok = model.hf, model.tokenizer
     layers = hf.model.layers
     n_heads = model.n_heads
@@ -62,15 +63,20 @@ def _direct_metric(model, pairs, kept: set[str] | None, ablation: str) -> float:
                 def pre(module, args, i=i, out_heads=out_heads, source=source):
                     x = args[0].clone()
                     d = x.shape[-1] // n_heads
+                    at = slice(-1, None) if end_only else slice(None)
                     for h in out_heads:
-                        value = source[("head", i)][..., h * d:(h + 1) * d] if source is not None \
+                        value = source[("head", i)][:, at, h * d:(h + 1) * d] if source is not None \
                             else means[("head", i)][h * d:(h + 1) * d]
-                        x[..., h * d:(h + 1) * d] = value
+                        x[:, at, h * d:(h + 1) * d] = value
                     return (x,)
                 handles.append(layer.self_attn.o_proj.register_forward_pre_hook(pre))
             if kept is not None and mlp_node(i) not in kept:
                 def post(module, args, output, i=i, source=source):
-                    return source[("mlp", i)].clone() if source is not None else means[("mlp", i)].expand_as(output)
+                    value = source[("mlp", i)] if source is not None else means[("mlp", i)].expand_as(output)
+                    out = output.clone()
+                    at = slice(-1, None) if end_only else slice(None)
+                    out[:, at] = value[:, at]
+                    return out
                 handles.append(layer.mlp.register_forward_hook(post))
         try:
             with torch.no_grad():
@@ -106,16 +112,19 @@ def tiny(tmp_path_factory):
     return tiny_model("llama"), pairs
 
 
-@pytest.mark.parametrize("ablation", ["counterfactual", "mean"])
-def test_faithfulness_equals_a_direct_computation(tiny, ablation):
+@pytest.mark.parametrize("ablation,positions", [("counterfactual", "all"), ("mean", "all"), ("counterfactual", "end"),
+                                                ("mean", "end")])
+def test_faithfulness_equals_a_direct_computation(tiny, ablation, positions):
     model, pairs = tiny
     names = components(model)
     assert len(names) == 3 * 4 + 3
     # scores with ties broken by nothing but their values: a0.h0 highest, then on down the model
     scores = {name: float(len(names) - i) for i, name in enumerate(names)}
-    curve = faithfulness(model, pairs, scores, ablation=ablation, mean="global", batch_size=5, progress=False)
+    curve = faithfulness(model, pairs, scores, ablation=ablation, mean="global", batch_size=5, progress=False,
+                         positions=positions)
     direct = "counterfactual" if ablation == "counterfactual" else "mean-global"
-    full, empty = _direct_metric(model, pairs, None, direct), _direct_metric(model, pairs, set(), direct)
+    end = positions == "end"
+    full, empty = _direct_metric(model, pairs, None, direct, end), _direct_metric(model, pairs, set(), direct, end)
     assert curve.m_full == pytest.approx(full, abs=1e-6)
     assert curve.m_empty == pytest.approx(empty, abs=1e-6)
     assert abs(full - empty) > 1e-3  # the ablation changes the metric, so f is a real ratio
@@ -123,7 +132,7 @@ def test_faithfulness_equals_a_direct_computation(tiny, ablation):
     f = []
     for k, kept in zip(curve.sizes, curve.circuits):
         assert kept == names[:k]
-        f.append((_direct_metric(model, pairs, set(kept), direct) - empty) / (full - empty))
+        f.append((_direct_metric(model, pairs, set(kept), direct, end) - empty) / (full - empty))
     assert curve.f == pytest.approx(f, abs=1e-6)
     assert curve.f[-1] == pytest.approx(1.0, abs=1e-6)  # every component kept: the whole model
     assert curve.cpr == pytest.approx(np.trapezoid(f, PERCENTAGES), abs=1e-6)
@@ -144,6 +153,8 @@ def test_bad_ablation_or_metric_is_refused(tiny):
         measure(model, pairs, [None], ablation="zero", progress=False)
     with pytest.raises(ValueError, match="metric"):
         measure(model, pairs, [None], metric="kl", progress=False)
+    with pytest.raises(ValueError, match="positions"):
+        measure(model, pairs, [None], positions="first", progress=False)
 
 
 def test_command_writes_the_curve_and_takes_an_edge_level_graph(tiny, tmp_path, monkeypatch, capsys):

@@ -77,13 +77,15 @@ def cmd_faithfulness(args) -> int:
     model = load_from_args(cfg)
     out = Path(cfg.out)
     facts = {"model": cfg.model, "circuit": cfg.circuit, "pairs": cfg.data,
-             "pairs_sha256": file_sha256(Path(cfg.data)), "ablation": cfg.ablation, "metric": cfg.metric}
+             "pairs_sha256": file_sha256(Path(cfg.data)), "ablation": cfg.ablation, "metric": cfg.metric,
+             "positions": cfg.positions}
     marked = in_graph(Path(cfg.circuit))
     if marked is not None:  # no scores to rank by: the faithfulness of the circuit the file marks
         if not marked:
             raise BadFile(f"{cfg.circuit}: it scores no node or edge and marks none in_graph: nothing to measure")
         (m_full, m_empty, m), n = measure(model, cfg.data, [None, set(), set(marked)], cfg.ablation, cfg.mean,
-                                          cfg.metric, cfg.limit, cfg.batch_size, progress=not cfg.quiet)
+                                          cfg.metric, cfg.limit, cfg.batch_size, progress=not cfg.quiet,
+                                          positions=cfg.positions)
         f = normalised(m, m_full, m_empty)
         write_json(out / FAITHFULNESS_JSON, {**facts, "components": marked, "n_items": n, "m_full": m_full,
                                              "m_empty": m_empty, "m": m, "f": f})
@@ -93,7 +95,8 @@ def cmd_faithfulness(args) -> int:
         return 0
     scores = circuit_scores(Path(cfg.circuit), model)
     curve = faithfulness(model, cfg.data, scores, absolute=cfg.absolute, ablation=cfg.ablation, mean=cfg.mean,
-                         metric=cfg.metric, limit=cfg.limit, batch_size=cfg.batch_size, progress=not cfg.quiet)
+                         metric=cfg.metric, limit=cfg.limit, batch_size=cfg.batch_size, progress=not cfg.quiet,
+                         positions=cfg.positions)
     write_json(out / FAITHFULNESS_JSON, {**facts, **curve.to_json()})
     plot_curve(curve, out / FAITHFULNESS_PNG)
     print(describe(curve))

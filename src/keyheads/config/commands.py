@@ -233,6 +233,9 @@ class FaithfulnessCommand(Batched, OutFolder, PairsIn, Works):
         "counterfactual", description="what a component outside the circuit outputs: its value on the pair's "
         "counterfactual prompt (MIB's patching) or its mean over the counterfactual prompts (see --mean)")
     mean: KnockoutMean = mean_field()
+    positions: Literal["all", "end"] = Field("all", description="where a component outside the circuit is ablated: "
+                                             "every position (MIB's), or END only (where keyheads' patching methods "
+                                             "measure the effects that rank it)")
     metric: Literal["logit", "prob"] = Field("logit", description="the answer token's logit or probability at END, "
                                              "averaged over the pairs")
     absolute: bool = Field(True, description="rank components by |score| (MIB's default); --no-absolute: by score, "

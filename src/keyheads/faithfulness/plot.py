@@ -15,7 +15,7 @@ def plot_curve(curve: Curve, path: str | Path, title: str = "") -> Path:
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.axhline(0.0, color="grey", lw=0.8, ls=":")
     ax.set_xscale("log")
-    what = "heads and MLPs" if curve.level == "node" else "edges"
+    what = "edges" if curve.level == "edge" else "heads and MLPs"
     ax.set_xlabel(f"circuit size (% of {curve.n_scored} scored {what})")
     ax.set_ylabel("faithfulness f(C)")
     ax.set_title(title or f"{curve.ablation} ablation, answer {curve.metric}, {curve.n_items} pairs", fontsize=10)

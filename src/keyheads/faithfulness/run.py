@@ -29,6 +29,7 @@ from .curve import PERCENTAGES, Curve, ranked, sizes
 
 Circuit = set[str] | frozenset[str]  # the names of the components it keeps
 ABLATIONS = ("counterfactual", "mean")
+POSITIONS = ("all", "end")  # where a component outside the circuit is ablated: MIB's (every position), or END only
 METRICS = ("logit", "prob")  # the answer's logit or probability at END
 
 
@@ -92,6 +93,18 @@ def _mean_edits(means: Knockout, heads: dict[int, list[int]], mlps: list[int]) -
                     mean=means.mean).edits()
 
 
+def _at_end(edits: dict) -> dict:
+    """The edits applied at END (the last position) only, every earlier position left as it is."""
+    def end_only(edit: Callable) -> Callable:
+        def apply(x: torch.Tensor) -> torch.Tensor:
+            out = x.clone()
+            out[:, -1] = edit(x)[:, -1]
+            return out
+        return apply
+
+    return {point: end_only(edit) for point, edit in edits.items()}
+
+
 def _quantity(metric: str, logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
     """The answer's logit or probability per row, in float64."""
     logits = logits.to(torch.float64)
@@ -102,8 +115,13 @@ def _quantity(metric: str, logits: torch.Tensor, answer: torch.Tensor) -> torch.
 @torch.no_grad()
 def measure(model: HookedModel, pairs: str | Path, circuits: Sequence[Circuit | None],
             ablation: str = "counterfactual", mean: KnockoutMean = DEFAULT_MEAN, metric: str = "logit",
-            limit: int | None = None, batch_size: int = 16, progress: bool = True) -> tuple[list[float], int]:
-    """The metric averaged over the pairs for each circuit (None: the whole model, unablated) -> (values, n)."""
+            limit: int | None = None, batch_size: int = 16, progress: bool = True,
+            positions: str = "all") -> tuple[list[float], int]:
+    """The metric averaged over the pairs for each circuit (None: the whole model, unablated) -> (values, n).
+    `positions`: ablate outside the circuit at every position (MIB's) or at END only (where keyheads' patching
+    methods measure each component's effect)."""
+    if positions not in POSITIONS:
+        raise ValueError(f"unknown positions {positions!r}: use one of {', '.join(POSITIONS)}")
     if ablation not in ABLATIONS:
         raise ValueError(f"unknown ablation {ablation!r}: use one of {', '.join(ABLATIONS)}")
     if metric not in METRICS:
@@ -128,6 +146,8 @@ def measure(model: HookedModel, pairs: str | Path, circuits: Sequence[Circuit | 
             else:
                 assert means is not None
                 edits = _mean_edits(means, *out)
+            if positions == "end":
+                edits = _at_end(edits)
             with model.hooks(edit=edits):
                 logits = hf_internals.forward_last(model.hf, input_ids=batch.ref, use_cache=False,
                                                    **batch.inputs()).logits[:, -1]
@@ -138,7 +158,7 @@ def measure(model: HookedModel, pairs: str | Path, circuits: Sequence[Circuit | 
 def faithfulness(model: HookedModel, pairs: str | Path, scores: dict[str, float], absolute: bool = True,
                  ablation: str = "counterfactual", mean: KnockoutMean = DEFAULT_MEAN, metric: str = "logit",
                  limit: int | None = None, batch_size: int = 16, percentages: tuple[float, ...] = PERCENTAGES,
-                 progress: bool = True) -> Curve:
+                 progress: bool = True, positions: str = "all") -> Curve:
     """The faithfulness curve of the circuits that keep the highest-scored components (`scores`: component name ->
     score, NaN for unscored) at MIB's sizes."""
     order = ranked(scores, absolute)
@@ -146,8 +166,9 @@ def faithfulness(model: HookedModel, pairs: str | Path, scores: dict[str, float]
     kept = [order[:k] for k in n]
     distinct = list(dict.fromkeys(frozenset(k) for k in kept))  # the small sizes of a small model coincide
     values, n_items = measure(model, pairs, [None, set(), *distinct], ablation, mean, metric, limit, batch_size,
-                              progress)
+                              progress, positions)
     m = dict(zip(distinct, values[2:]))
-    return Curve.of(values[0], values[1], [m[frozenset(k)] for k in kept], kept, level="node", ablation=ablation,
+    return Curve.of(values[0], values[1], [m[frozenset(k)] for k in kept], kept,
+                    level="node" if positions == "all" else "node at END", ablation=ablation,
                     metric=metric, absolute=absolute, n_items=n_items, n_scored=len(order),
                     percentages=list(percentages), sizes=n)
