@@ -154,7 +154,8 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
             where += " (no code signature: recorded before cells kept one)"
         seconds = sum(r.seconds for r in recs.values())
         out.append(CellState(cell, "stale" if why else "done", "; ".join(why) or where, seconds))
-    return [_estimated(s, out, lambda kind: _elsewhere(cfg, records, kind)) for s in out]
+    elsewhere = cache(lambda kind: _elsewhere(cfg, records, kind))  # the other studies' records, read once a kind
+    return [_estimated(s, out, elsewhere) for s in out]
 
 
 def _kind(name: str) -> str:
