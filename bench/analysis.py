@@ -82,7 +82,7 @@ def run_case(name: str, args, model) -> list[str]:
     data = make_data(folder, overrides)
     effects_path = args.effects if name == "demo" else None
     if effects_path is None:
-        if cli(["patch", "--model", "smollm2-135m", "--data", str(data), "--first-token", "--top-k", "8",
+        if cli(["identify", "--model", "smollm2-135m", "--data", str(data), "--first-token", "--top-k", "8",
                 "--out", str(RunFolder(folder).identify), "--quiet"]):
             raise SystemExit("path patching failed")
         effects_path = RunFolder(folder).effects

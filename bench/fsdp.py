@@ -222,7 +222,7 @@ def gpu_split(root: Path) -> str:
                         "cuda:0 + cpu": ["--device", "auto", "--max-memory", "0=200MiB,cpu=8GiB"]}.items():
         out = root / name.replace(" ", "").replace(":", "").replace("+", "-")
         t0 = time.perf_counter()
-        subprocess.run([*KEYHEADS, "patch", "--model", str(root / "model"), "--data", str(root / "pairs.jsonl"),
+        subprocess.run([*KEYHEADS, "identify", "--model", str(root / "model"), "--data", str(root / "pairs.jsonl"),
                         "--out", str(out), "--dtype", "float32", "--quiet", *flags], check=True,
                        env={**os.environ, "PYTHONPATH": python_path()})
         times[name] = (time.perf_counter() - t0, np.array(Effects.load(out / EFFECTS_JSON).heads))

@@ -242,7 +242,7 @@ def run(out: Path, shape: str, device: str, budget: float, phases: list[str] | N
 
 
 PLAN_ROW = {  # stage (or its prefix) -> the planner's entry
-    "identify": "patch", "knockout": "knockout", "attention": "attention", "mlp": "mlp", "eval": "eval/generate",
+    "identify": "identify", "knockout": "knockout", "attention": "attention", "mlp": "mlp", "eval": "eval/generate",
     "finetune/full": "finetune full", "finetune/lora": "finetune lora",
     "finetune/precise@32+mlp3": "finetune precise+mlp", "finetune/": "finetune precise",
 }

@@ -35,7 +35,7 @@ from keyheads.faithfulness.run import faithfulness
 from keyheads.io import atomic_write_text, file_sha256, read_json, write_json
 from keyheads.models import load_model
 from keyheads.models.model import HookedModel
-from keyheads.patching import PatchSettings, run_sweep
+from keyheads.patching import IdentifySettings, run_sweep
 from keyheads.patching.samples import batches, load_patch_samples
 from keyheads.provenance import versions
 
@@ -59,7 +59,7 @@ def forward_seconds(model: HookedModel, pairs: Path, batch_size: int) -> float:
 
 def timed_effects(model: HookedModel, pairs: Path, method: str, batch_size: int):
     start = time.perf_counter()
-    effects, _ = run_sweep(model, pairs, PatchSettings(method=method), batch_size=batch_size, progress=False)
+    effects, _ = run_sweep(model, pairs, IdentifySettings(method=method), batch_size=batch_size, progress=False)
     return effects, time.perf_counter() - start
 
 

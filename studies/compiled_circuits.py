@@ -36,7 +36,7 @@ from keyheads.heads import Head  # noqa: E402
 from keyheads.io import write_json  # noqa: E402
 from keyheads.knockout import compute_means  # noqa: E402
 from keyheads.models import load_model  # noqa: E402
-from keyheads.patching import PatchSettings, run_sweep  # noqa: E402
+from keyheads.patching import IdentifySettings, run_sweep  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "compiled"
 RECORD = ROOT / "records" / "compiled-circuits" / "record.json"
@@ -114,7 +114,7 @@ def measure_program(name: str) -> dict:
                     "n_inputs": len(domain),
                     "accuracy": accuracy(model, domain), "loss": loss(model, domain)}
     for method in ("path", "activation"):
-        effects, _ = run_sweep(model, folder / "pairs.jsonl", PatchSettings(method=method), batch_size=128,
+        effects, _ = run_sweep(model, folder / "pairs.jsonl", IdentifySettings(method=method), batch_size=128,
                                progress=False)
         # the k most negative effects, leaving out heads with none: with as few heads as these models have, the
         # top k would otherwise take in heads that do nothing

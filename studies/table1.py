@@ -156,7 +156,7 @@ def main() -> None:
                and not r.run.startswith("random")]
     # the paper's rows: base, full SFT, LoRA, precise SFT of the key heads; plus the knockout and the control
     # (precise@K with K the key heads' count is the same variant as precise)
-    main_rows = ("full", "lora", "precise", f"precise@{config['patch']['top_k']}")
+    main_rows = ("full", "lora", "precise", f"precise@{config['identify']['top_k']}")
     table1 = [r for r in t.rows if r.kind in ("model", "knockout")
               or (r.run or "") in main_rows or (r.run or "").startswith("random")]
     png = figure(t, FIGURES / f"{run.name}.png")
@@ -175,7 +175,7 @@ def main() -> None:
              f"{config.get('dtype') or 'default dtype'}; "
              f"trained on {where} (train speed is measured there, each variant in this run); "
              f"{config['eval']['limit'] or 'all'} items per benchmark (AddSub/SingleEq/SVAMP split: {split}); "
-             f"key heads = top-{config['patch']['top_k']} by path patching"]
+             f"key heads = top-{config['identify']['top_k']} by path patching"]
     if missing:
         lines.append("- **incomplete**: the eval stage stopped before these rows: " + "; ".join(
             f"{label} (trained: {_trained(runs[name] if name in runs else None)})" for label, name in missing))

@@ -3,10 +3,10 @@
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 dist_worker.py SPEC.json
 
-SPEC.json holds "results" (a folder) and either "patch" and "eval" (argument lists of `keyheads`)
+SPEC.json holds "results" (a folder) and either "identify" and "eval" (argument lists of `keyheads`)
 or "study" (see check_study). For the first, every process runs, in order:
   1. keyheads.distributed on its own (shard, gather, map_sharded, errors on one rank);
-  2. `keyheads patch` with a crash on rank 1 at its second batch, then the same command again
+  2. `keyheads identify` with a crash on rank 1 at its second batch, then the same command again
      (the resume), then with --restart, counting the batches each rank computes;
   3. `keyheads eval`, counting the cache rows each rank appends;
 and writes what it saw to RESULTS/rank{r}.json.
@@ -203,7 +203,7 @@ def main(spec_path: str) -> None:
     if "study" in spec:
         facts = {"study": check_study(spec["study"])}
     else:
-        facts = {"distributed": check_distributed(r), "patch": check_patch(r, spec["patch"]),
+        facts = {"distributed": check_distributed(r), "identify": check_patch(r, spec["identify"]),
                  "eval": check_eval(spec["eval"])}
     results = Path(spec["results"])
     results.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ def run(tmp_path, llama, monkeypatch):
 def config(run, data_dir, **kw):
     # a random model answers nothing right: every candidate pair is kept
     base = dict(model="tiny", out=str(run), data_dir=str(data_dir), variants=[], eval=dict(benchmarks=[]),
-                data=dict(n=4, keep_correct=False), patch=dict(top_k=3), also_identify=SETS, batch_size=8)
+                data=dict(n=4, keep_correct=False), identify=dict(top_k=3), also_identify=SETS, batch_size=8)
     return RunSettings.make(**merge_settings(base, kw))
 
 
@@ -57,7 +57,8 @@ def test_each_set_is_identified_as_the_identify_function_does(run, tiny_data, ll
         pairs = [json.loads(line) for line in (folder / "pairs.jsonl").read_text().splitlines()]
         assert pairs and {p["task"] for p in pairs} == {name}
         # the same pairs, patched directly: the stage's effects are the function's
-        effects, keys = identify(llama, folder / "pairs.jsonl", cfg.patch, tmp_path / "direct" / name, progress=False)
+        effects, keys = identify(llama, folder / "pairs.jsonl", cfg.identify, tmp_path / "direct" / name,
+                                 progress=False)
         assert read(folder / "effects.json")["heads"] == read(tmp_path / "direct" / name / "effects.json")["heads"]
         assert read(folder / "key_heads.json")["heads"] == keys["heads"]
     assert all(p["reference"].startswith("Q: ") for p in map(json.loads, (run / "identify" / "gsm8k" / "pairs.jsonl")
@@ -81,15 +82,15 @@ def test_each_set_is_identified_as_the_identify_function_does(run, tiny_data, ll
     # a re-run runs nothing; a patch setting re-runs every identification, a data setting only the task sets
     run_pipeline(cfg, stages=["data", "identify", "report"])
     assert ran(caplog) == set()
-    run_pipeline(config(run, tiny_data, patch=dict(top_k=2)), stages=["data", "identify", "report"])
+    run_pipeline(config(run, tiny_data, identify=dict(top_k=2)), stages=["data", "identify", "report"])
     assert ran(caplog) == {"identify", "report", *(f"identify/{name}" for name in SETS)}
-    run_pipeline(config(run, tiny_data, patch=dict(top_k=2), data=dict(few_shot=1)),
+    run_pipeline(config(run, tiny_data, identify=dict(top_k=2), data=dict(few_shot=1)),
                  stages=["data", "identify", "report"])
     assert ran(caplog) == {"data", "identify", "identify/division", "identify/exponentiation", "report"}
     assert (run / "identify" / "gsm8k" / "key_heads.json").is_file()  # the main stage's re-run kept the sets
 
     # a set taken out of the config leaves its folder, but the report shows only the sets the config lists
-    run_pipeline(config(run, tiny_data, patch=dict(top_k=2), data=dict(few_shot=1), also_identify=["gsm8k"]),
+    run_pipeline(config(run, tiny_data, identify=dict(top_k=2), data=dict(few_shot=1), also_identify=["gsm8k"]),
                  stages=["report"])
     part = section_text((run / "report.html").read_text(), "identify-sets")
     assert [r[0][1] for r in table_rows(part, "key-head-sets")] == ["main", "gsm8k"] and part.count("<img") == 1

@@ -44,7 +44,7 @@ FILES = {
     "templates-empty.yaml": "",
     "templates-half.yaml": 'templates:\n  - {id: my-add, task: addition, text: "{A} plus {B',
     "templates.png": PNG,
-    "run-half.yaml": "model: smollm2-135m\npatch: {top_k: [1,\n",
+    "run-half.yaml": "model: smollm2-135m\nidentify: {top_k: [1,\n",
     "run-list.yaml": "- model\n- out\n",
     "run.png": PNG,
 }
@@ -94,15 +94,15 @@ def paths(tmp_path_factory):
 M = ["--model", "{model}", "--device", "cpu", "--quiet"]
 CASES = {
     # patch: the pairs file
-    "patch-empty-file": ["patch", *M, "--data", "{empty.jsonl}", "--out", "{out}"],
-    "patch-blank-lines": ["patch", *M, "--data", "{blank.jsonl}", "--out", "{out}"],
-    "patch-truncated-jsonl": ["patch", *M, "--data", "{half.jsonl}", "--out", "{out}"],
-    "patch-png-as-jsonl": ["patch", *M, "--data", "{image.jsonl}", "--out", "{out}"],
-    "patch-csv-as-jsonl": ["patch", *M, "--data", "{table.jsonl}", "--out", "{out}"],
-    "patch-misaligned-pairs": ["patch", *M, "--data", "{misaligned.jsonl}", "--out", "{out}"],
-    "patch-multi-token-answer": ["patch", *M, "--data", "{multi.jsonl}", "--out", "{out}"],
-    "patch-batch-size-0": ["patch", *M, "--data", "{pairs.jsonl}", "--out", "{out}", "--batch-size", "0"],
-    "patch-model-truncated-safetensors": ["patch", "--model", "{model-half}", "--device", "cpu", "--quiet",
+    "identify-empty-file": ["identify", *M, "--data", "{empty.jsonl}", "--out", "{out}"],
+    "identify-blank-lines": ["identify", *M, "--data", "{blank.jsonl}", "--out", "{out}"],
+    "identify-truncated-jsonl": ["identify", *M, "--data", "{half.jsonl}", "--out", "{out}"],
+    "identify-png-as-jsonl": ["identify", *M, "--data", "{image.jsonl}", "--out", "{out}"],
+    "identify-csv-as-jsonl": ["identify", *M, "--data", "{table.jsonl}", "--out", "{out}"],
+    "identify-misaligned-pairs": ["identify", *M, "--data", "{misaligned.jsonl}", "--out", "{out}"],
+    "identify-multi-token-answer": ["identify", *M, "--data", "{multi.jsonl}", "--out", "{out}"],
+    "identify-batch-size-0": ["identify", *M, "--data", "{pairs.jsonl}", "--out", "{out}", "--batch-size", "0"],
+    "identify-model-truncated-safetensors": ["identify", "--model", "{model-half}", "--device", "cpu", "--quiet",
                                           "--data", "{pairs.jsonl}", "--out", "{out}"],
     # data: template files, ranges, and a model that answers nothing
     "data-empty-template-file": ["data", *M, "--template-files", "{templates-empty.yaml}", "--out", "{out}/p.jsonl"],

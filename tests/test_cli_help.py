@@ -122,7 +122,7 @@ def test_descriptions_name_settings_as_flags(monkeypatch, capsys):
     knockout = _help("knockout", monkeypatch, capsys)
     assert "unless --top-k is given" in knockout and "top_k" not in knockout
     run = " ".join(_help("run", monkeypatch, capsys).split())
-    assert "unless --patch.top-k is given" in run and "--finetune.micro-batch-size" in run
+    assert "unless --identify.top-k is given" in run and "--finetune.micro-batch-size" in run
     assert "draw the few-shot examples" in run  # prose, not a flag
 
 
@@ -130,7 +130,7 @@ def test_run_shows_the_run_defaults_of_its_sections(monkeypatch, capsys):
     entries = _entries(_help("run", monkeypatch, capsys))
     starts = {k.split()[0]: k for k in entries}
     assert starts["--data.n"].startswith("--data.n N") and "(default: 300)" in entries[starts["--data.n"]]
-    assert "(default: 10)" in entries[starts["--patch.top-k"]]
+    assert "(default: 10)" in entries[starts["--identify.top-k"]]
     assert starts["--finetune.lr"].startswith("--finetune.lr LR")
     assert "(default: on)" in entries[starts["--[no-]knockout.transfer-control"]]
 

@@ -39,7 +39,7 @@ def test_a_first_token_config_differs_from_its_single_token_side_in_the_answer_f
             for n in (first, single))
     assert a.model == b.model
     assert a.data.model_dump() == {**b.data.model_dump(), "single_token_answer": False}
-    assert b.data.single_token_answer and a.patch.first_token and not b.patch.first_token
-    assert a.patch.model_dump() == {**b.patch.model_dump(), "first_token": True}
+    assert b.data.single_token_answer and a.identify.first_token and not b.identify.first_token
+    assert a.identify.model_dump() == {**b.identify.model_dump(), "first_token": True}
     curves = ("k", "seeds", "seed", "limit", "mean")  # what the curves depend on
     assert [getattr(a.knockout, f) for f in curves] == [getattr(b.knockout, f) for f in curves]

@@ -53,7 +53,7 @@ def write_inputs(root: Path) -> dict:
 
 
 def patch_argv(inputs: dict, out: Path) -> list[str]:
-    return ["patch", "--model", str(inputs["model"]), "--data", str(inputs["pairs"]), "--out", str(out),
+    return ["identify", "--model", str(inputs["model"]), "--data", str(inputs["pairs"]), "--out", str(out),
             "--batch-size", str(BATCH), "--top-k", "3"]
 
 
@@ -69,7 +69,7 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("distributed")
     inputs = write_inputs(root)
     spec = root / "spec.json"
-    spec.write_text(json.dumps({"patch": patch_argv(inputs, root / "patch2"),
+    spec.write_text(json.dumps({"identify": patch_argv(inputs, root / "patch2"),
                                 "eval": eval_argv(inputs, root / "eval2", root / "cache2"),
                                 "results": str(root / "results")}))
     # `accelerate launch --cpu --num_processes 2` starts ONE process without an MPI hostfile, so
@@ -129,7 +129,7 @@ def test_two_processes_give_the_same_effects(runs):
     # each process keeps its own checkpoint; the one-process name is not used
     names = sorted(p.name for p in (root / "patch2").glob("per_sample*.npz"))
     assert names == ["per_sample.rank0of2.npz", "per_sample.rank1of2.npz"]
-    assert json.loads(facts[0]["patch"]["effects_after_resume"]) == two  # the restart changed nothing
+    assert json.loads(facts[0]["identify"]["effects_after_resume"]) == two  # the restart changed nothing
 
 
 def test_each_process_resumes_its_own_share(runs):
@@ -138,7 +138,7 @@ def test_each_process_resumes_its_own_share(runs):
     n = len(batches)
     assert n >= 4, "the test needs two batches per rank"
     mine = [math.ceil(n / 2), n // 2]
-    p0, p1 = (f["patch"] for f in facts)
+    p0, p1 = (f["identify"] for f in facts)
     # rank 1 crashed at its second batch; rank 0 finished its share; both stopped with the error
     assert p1["crash"] == "RuntimeError: simulated crash" and p1["crash_calls"] == 2
     assert p0["crash"] == "RuntimeError: rank 1 of 2 failed: RuntimeError: simulated crash"

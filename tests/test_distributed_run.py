@@ -65,7 +65,7 @@ def write_config(root: Path) -> Path:
     write_tiny_benchmarks(root / "benchmarks")
     config = {"model": str(root / "model"), "out": str(root / "run"), "batch_size": 4,
               "data_dir": str(root / "benchmarks"),
-              "patch": {"top_k": 3}, "knockout": {"k": 3, "seeds": 2, "limit": None, "transfer_n": 4},
+              "identify": {"top_k": 3}, "knockout": {"k": 3, "seeds": 2, "limit": None, "transfer_n": 4},
               "attention": {"limit": None}, "mlp": {"limit": None}, "variants": ["precise"],
               "finetune": {"train": str(root / "train.jsonl"), "max_steps": 3, "optimizer_batch_size": 4,
                            "micro_batch_size": 1},

@@ -39,7 +39,7 @@ parser = build_parser()
 commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
 found = {}
 for section, step in json.loads(sys.argv[1]).items():
-    given = {"out": sys.argv[2], "model": "tiny", "variants": ["full"], "patch": {"top_k": 2},
+    given = {"out": sys.argv[2], "model": "tiny", "variants": ["full"], "identify": {"top_k": 2},
              "finetune": {"train": "arith:multidigit:8"}, "eval": {"benchmarks": ["arith-add"]}}
     given[section] = {**given.get(section, {}), "probe_setting": 11}
     cfg = RunSettings.make(**given)

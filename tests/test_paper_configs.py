@@ -86,7 +86,7 @@ def test_the_config_is_the_papers_protocol(paper_run):
     config, run = paper_run
     used = json.loads((run / "config.json").read_text())
     assert used["data"]["single_token_answer"] is False and used["data"]["few_shot"] == 0  # first token, zero-shot
-    assert used["patch"]["top_k"] == 32
+    assert used["identify"]["top_k"] == 32
     operations = ["addition", "subtraction", "multiplication", "division"]  # section 4.1; not exponentiation
     assert used["data"]["task"] == ",".join(operations)
     assert {json.loads(line)["task"] for line in (run / "pairs.jsonl").read_text().splitlines()} == set(operations)

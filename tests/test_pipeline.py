@@ -28,7 +28,8 @@ def llama():
 
 
 def config(run, data_dir, **kw):
-    base = dict(model="tiny", out=str(run), patch=dict(top_k=3), knockout=dict(k=4, seeds=2, limit=None, transfer_n=4),
+    base = dict(model="tiny", out=str(run), identify=dict(top_k=3),
+                knockout=dict(k=4, seeds=2, limit=None, transfer_n=4),
                 attention=dict(limit=None), mlp=dict(limit=None), variants=["precise"],
                 finetune=dict(train=str(run.parent / "train.jsonl"), max_steps=2, optimizer_batch_size=4,
                               micro_batch_size=2),
@@ -89,7 +90,7 @@ def test_every_stage_writes_its_outputs_and_record(run, tiny_data, said, monkeyp
         rec = json.loads((run / "stages" / f"{name}.json").read_text())
         assert rec["outputs"] and all(rec["outputs"].values()) and rec["seconds"] >= 0
     written = json.loads((run / "config.json").read_text())
-    assert written["patch"]["top_k"] == 3 and RunSettings.make(**written) == config(run, tiny_data)
+    assert written["identify"]["top_k"] == 3 and RunSettings.make(**written) == config(run, tiny_data)
     assert json.loads((run / "model.json").read_text())["fingerprint"]
 
 
@@ -110,9 +111,9 @@ def test_rerun_is_instant_and_a_change_reruns_exactly_its_dependents(run, tiny_d
     assert ran(said) == ["knockout", "report"]
     run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3)))
     assert ran(said) == ["finetune/precise", "eval", "report"]
-    run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3), patch=dict(top_k=2)))
+    run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3), identify=dict(top_k=2)))
     assert ran(said) == ["identify", "knockout", "attention", "finetune/precise", "eval", "report"]  # not data, mlp
-    out = run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3), patch=dict(top_k=2),
+    out = run_pipeline(config(run, tiny_data, knockout=dict(k=3), finetune=dict(lr=1e-3), identify=dict(top_k=2),
                               batch_size=4))
     assert ran(said) == ["report"]  # a batch size changes speed, not results
     assert out.exists()
@@ -136,7 +137,7 @@ def test_finetune_variant_names_choose_heads_and_mlps(run, tiny_data, llama, mon
     from keyheads.pipeline import key_heads, variant_components
 
     monkeypatch.setattr("keyheads.pipeline._data", given_pairs)
-    cfg = config(run, tiny_data, variants=[], eval=dict(benchmarks=[]), patch=dict(top_k=3), finetune=dict(mlps=2))
+    cfg = config(run, tiny_data, variants=[], eval=dict(benchmarks=[]), identify=dict(top_k=3), finetune=dict(mlps=2))
     run_pipeline(cfg, stages=["data", "identify"])
     effects = json.loads((run / "identify" / "effects.json").read_text())
     ranked = [(l, h) for _, l, h in sorted((v, l, h) for l, row in enumerate(effects["heads"])
@@ -180,7 +181,7 @@ def test_same_config_and_seed_give_byte_identical_results(run, tiny_data, monkey
 
 @pytest.mark.parametrize("change, affected", [
     ({"data": {"few_shot": 1}}, {"data"}),
-    ({"patch": {"metric": "prob"}}, {"identify"}),
+    ({"identify": {"metric": "prob"}}, {"identify"}),
     ({"knockout": {"mean": "global"}}, {"knockout", "eval"}),
     ({"attention": {"limit": 7}}, {"attention"}),
     ({"mlp": {"case_answer": "8"}}, {"mlp"}),
@@ -232,13 +233,13 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused_up_front(run,
 
 @pytest.mark.parametrize("values, named", [
     ({"data": {"n": 0}}, "data.n: 0 given"),
-    ({"patch": {"top_k": -3}}, "patch.top_k: -3 given"),
+    ({"identify": {"top_k": -3}}, "identify.top_k: -3 given"),
     ({"batch_size": 0}, "batch_size: 0 given"),
     ({"knockout": {"k": True}}, "knockout.k: True given"),
     ({"knockout": {"seeds": "five"}}, "knockout.seeds: 'five' given"),
     ({"finetune": {"lr": 0}}, "finetune.lr: 0 given"),
-    ({"patch": {"method": "magic"}}, "patch.method: 'magic' given"),
-    ({"patch": {"metric": "accuracy"}}, "patch.metric: 'accuracy' given"),
+    ({"identify": {"method": "magic"}}, "identify.method: 'magic' given"),
+    ({"identify": {"metric": "accuracy"}}, "identify.metric: 'accuracy' given"),
     ({"variants": ["precise", "everything"]}, "unknown variant(s) everything"),
     ({"variants": ["random@3+mlp"]}, "unknown variant(s) random@3+mlp"),
     ({"variants": ["precise@3-seed1"]}, "unknown variant(s) precise@3-seed1"),
@@ -264,8 +265,8 @@ def test_invalid_settings_are_named_before_anything_runs(values, named, tmp_path
 def test_a_section_given_in_part_keeps_the_run_defaults(tmp_path):
     cfg = RunSettings.make(out=str(tmp_path / "r"), eval={"benchmarks": []}, data={"task": "all"})
     assert (cfg.data.task, cfg.data.n, cfg.data.few_shot) == ("all", 300, 0)
-    assert (cfg.data.single_token_answer, cfg.data.keep_correct, cfg.patch.first_token) == (False, True, True)
-    assert cfg.patch.top_k == 10 and cfg.knockout.limit == cfg.attention.limit == cfg.mlp.limit == 300
+    assert (cfg.data.single_token_answer, cfg.data.keep_correct, cfg.identify.first_token) == (False, True, True)
+    assert cfg.identify.top_k == 10 and cfg.knockout.limit == cfg.attention.limit == cfg.mlp.limit == 300
     assert cfg.eval.limit == 50 and cfg.eval.split == "full"  # no variant trains on trainset
 
 
@@ -280,8 +281,8 @@ def test_out_that_cannot_be_written_and_missing_config_are_named(tmp_path):
     path.write_text("model: smollm2-135m\ntop_kk: 5\n")
     with pytest.raises(UserError, match="top_kk"):
         RunSettings.from_yaml(path)
-    path.write_text(f"out: {tmp_path / 'r'}\npatch:\n  top_k: 4\neval:\n  benchmarks: []\n")
-    assert RunSettings.from_yaml(path).patch.top_k == 4
+    path.write_text(f"out: {tmp_path / 'r'}\nidentify:\n  top_k: 4\neval:\n  benchmarks: []\n")
+    assert RunSettings.from_yaml(path).identify.top_k == 4
 
 
 def test_benchmarks_that_need_data_are_refused_without_a_folder(tmp_path, monkeypatch):
@@ -294,10 +295,10 @@ def test_cli_run_flags_override_the_yaml_and_errors_exit_2(tmp_path, capsys):
     from keyheads.cli import main
 
     path = tmp_path / "c.yaml"
-    path.write_text(f"out: {tmp_path / 'r'}\npatch: {{top_k: 4}}\neval: {{benchmarks: []}}\n")
-    assert main(["run", str(path), "--patch.top-k", "0"]) == 2
+    path.write_text(f"out: {tmp_path / 'r'}\nidentify: {{top_k: 4}}\neval: {{benchmarks: []}}\n")
+    assert main(["run", str(path), "--identify.top-k", "0"]) == 2
     err = capsys.readouterr().err
-    assert "patch.top_k: '0' given; must be an integer >= 1" in err and "Traceback" not in err
+    assert "identify.top_k: '0' given; must be an integer >= 1" in err and "Traceback" not in err
     assert main(["run", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
     assert main(["demo", "--device", "cuda:3"]) == 2
@@ -306,7 +307,7 @@ def test_cli_run_flags_override_the_yaml_and_errors_exit_2(tmp_path, capsys):
 
 @pytest.mark.parametrize("text, said", [
     ("model: [smollm2-135m\nout: runs/x\n", "not valid YAML at line 2"),  # an unclosed bracket
-    ("patch:\n  top_k: 4\n   threshold: -0.1\n", "not valid YAML at line 3"),  # a misindented key
+    ("identify:\n  top_k: 4\n   threshold: -0.1\n", "not valid YAML at line 3"),  # a misindented key
     ("finetune:\n  train: arith:multidigit,fractions\n", "finetune.train: 'arith:multidigit,fractions' given; "
                                                           "unknown arithmetic kind 'fractions'"),
 ])
@@ -486,7 +487,7 @@ def test_the_ioi_example_config_runs_and_its_report_names_the_key_heads_it_found
 
     keys = json.loads((out / "identify" / "key_heads.json").read_text())
     labels = [k["label"] for k in keys["heads"]]
-    assert len(labels) == 4  # patch.top_k
+    assert len(labels) == 4  # identify.top_k
     knock = json.loads((out / "knockout" / "knockout.json").read_text())
     assert [f"{h['layer']}.{h['head']}" for h in knock["key_heads"]["heads"]] == labels
     page = report.read_text()

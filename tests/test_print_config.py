@@ -10,7 +10,7 @@ def test_every_value_with_its_source_and_the_text_loads_back(tmp_path, capsys):
     config = tmp_path / "study.yaml"
     config.write_text("model: smollm2-135m\nout: %s\ndata:\n  n: 40\n  single_token_answer: true\n"
                       "finetune:\n  lr: 2.0e-5\neval:\n  benchmarks: [arith-add]\n" % (tmp_path / "run"))
-    assert main(["run", str(config), "--print-config", "--finetune.lr", "3e-4", "--patch.top-k", "6"]) == 0
+    assert main(["run", str(config), "--print-config", "--finetune.lr", "3e-4", "--identify.top-k", "6"]) == 0
     text = capsys.readouterr().out
     lines = {line.split(":")[0].strip(): line for line in text.splitlines()}
     assert lines["n"].endswith("40  # config file")
@@ -21,7 +21,7 @@ def test_every_value_with_its_source_and_the_text_loads_back(tmp_path, capsys):
     assert "  seed: 0  # derived: the run's seed" in text.splitlines()
     assert not (tmp_path / "run").exists()  # nothing ran
     printed = yaml.safe_load(text)
-    want = RunSettings.from_yaml(config, finetune={"lr": 3e-4}, patch={"top_k": 6})
+    want = RunSettings.from_yaml(config, finetune={"lr": 3e-4}, identify={"top_k": 6})
     assert RunSettings.make(**printed).to_json() == want.to_json()
 
 
@@ -50,8 +50,8 @@ def test_a_run_s_defaults_are_on_its_section_types_and_what_follows_is_a_validat
     assert make(seed=3).knockout.seed == 3 and make(seed=3).data.seed == 3
     with pytest.raises(SettingError, match="a run has one seed"):
         make(seed=3, knockout={"seed": 4})
-    assert make(data={"single_token_answer": True}).patch.first_token is False
-    assert make(data={"single_token_answer": True}, patch={"first_token": True}).patch.first_token is True
-    assert make().patch.first_token is True
+    assert make(data={"single_token_answer": True}).identify.first_token is False
+    assert make(data={"single_token_answer": True}, identify={"first_token": True}).identify.first_token is True
+    assert make().identify.first_token is True
     assert make().eval.split == "full"
     assert make(eval={"split": "heldout"}).eval.split == "heldout"

@@ -43,7 +43,7 @@ def run(tmp_path, monkeypatch):
 
 
 def settings(tmp_path, circuit, **kw):
-    return RunSettings.make(model="tiny", out=str(tmp_path / "run"), circuit=str(circuit), patch=dict(top_k=3),
+    return RunSettings.make(model="tiny", out=str(tmp_path / "run"), circuit=str(circuit), identify=dict(top_k=3),
                             knockout=dict(k=3, seeds=2, limit=None, transfer=False), variants=["precise"],
                             finetune=dict(train=str(tmp_path / "train.jsonl"), max_steps=1, optimizer_batch_size=4,
                                           micro_batch_size=2), eval=dict(benchmarks=[]), batch_size=8, **kw)
@@ -69,7 +69,7 @@ def test_a_graph_s_heads_are_the_run_s_key_heads(run):
 
 
 def test_node_scores_alone_are_ranked_by_the_run_s_rule(run):
-    circuit = graph(run / "nodes.json")  # nothing in_graph: patch.top_k 3 picks by |score|
+    circuit = graph(run / "nodes.json")  # nothing in_graph: identify.top_k 3 picks by |score|
     run_pipeline(settings(run, circuit), stages=["data", "identify"], progress=False)
     keys = read(run / "run" / "identify" / "key_heads.json")
     assert [k["label"] for k in keys["heads"]] == ["2.1", "0.2", "1.3"]
@@ -118,7 +118,7 @@ def test_a_run_without_a_circuit_keeps_its_identify_signature(run):
 
     cfg = RunSettings.make(model="tiny", out=str(run / "run"), eval=dict(benchmarks=[]))
     identify = next(s for s in build_stages(cfg, run / "run", get_model=lambda: None) if s.name == "identify")
-    assert identify.settings == {"model": "tiny", "dtype": cfg.dtype, **cfg.patch.to_json()}
+    assert identify.settings == {"model": "tiny", "dtype": cfg.dtype, **cfg.identify.to_json()}
     circuit = graph(run / "circuit.json", in_graph={(0, 2)})
     with_circuit = next(s for s in build_stages(settings(run, circuit), run / "run", get_model=lambda: None)
                         if s.name == "identify")

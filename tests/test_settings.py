@@ -13,11 +13,12 @@ from keyheads.machine import SettingError, check_device, check_dtype, check_writ
 
 COMMON = ("--threads", "--device", "--dtype")
 SEEDED = ("data", "knockout", "attention", "mlp", "eval", "finetune")  # where the seed picks something
-SHOW_PROGRESS = SEEDED + ("patch", "faithfulness")  # where --quiet has bars to hide
+SHOW_PROGRESS = SEEDED + ("identify", "faithfulness")  # where --quiet has bars to hide
 # every command that loads a model; `demo` and `run` (keyheads.commands.run) have their own tests, and
 # `plan` reads only a model's config (tests/test_plan.py)
-LOADERS = ("data", "patch", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate", "faithfulness")
-OWNED_ELSEWHERE = ("demo", "run", "plan", "export")  # plan and export read only a config
+LOADERS = ("data", "identify", "knockout", "attention", "mlp", "eval", "finetune", "merge", "generate", "faithfulness")
+# plan and export read only a config; patch is identify's old name
+OWNED_ELSEWHERE = ("demo", "run", "plan", "export", "patch")
 
 
 @pytest.fixture
@@ -259,7 +260,7 @@ def test_one_meaning_per_flag_name():
 # the least each command needs to parse; paths under TMP
 _MINIMAL = {
     "data": ["--out", "TMP/pairs.jsonl"],
-    "patch": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
+    "identify": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
     "knockout": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
     "attention": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
     "mlp": ["--data", "TMP/pairs.jsonl", "--out", "TMP/run"],
@@ -289,9 +290,9 @@ def _argv(command, tmp_path, *extra):
 
 
 def test_patch_on_cuda_without_a_gpu_fails_before_loading(tmp_path, capsys, no_model_loads):
-    assert main(_argv("patch", tmp_path, "--device", "cuda")) == 2
+    assert main(_argv("identify", tmp_path, "--device", "cuda")) == 2
     err = capsys.readouterr().err
-    assert "keyheads patch: error: --device cuda: this machine has no CUDA GPU" in err
+    assert "keyheads identify: error: --device cuda: this machine has no CUDA GPU" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -303,7 +304,7 @@ def test_bad_device_is_said_before_loading(command, tmp_path, capsys, no_model_l
 
 BAD_COUNTS = {
     "data": (["-n", "0"], "-n 0: must be an integer >= 1"),
-    "patch": (["--batch-size", "0"], "--batch-size 0: must be an integer >= 1"),
+    "identify": (["--batch-size", "0"], "--batch-size 0: must be an integer >= 1"),
     "knockout": (["-k", "0"], "-k 0: must be an integer >= 1"),
     "attention": (["--top-k", "-3"], "--top-k -3: must be an integer >= 1"),
     "mlp": (["--limit", "-1"], "--limit -1: must be an integer >= 1"),
@@ -321,7 +322,7 @@ def test_bad_count_is_said_before_loading(command, tmp_path, capsys, no_model_lo
     assert f"keyheads {command}: error: {message}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["data", "patch", "knockout", "eval", "finetune"])
+@pytest.mark.parametrize("command", ["data", "identify", "knockout", "eval", "finetune"])
 def test_out_that_cannot_be_written_is_said_before_loading(command, tmp_path, capsys, no_model_loads):
     (tmp_path / "pairs.jsonl").write_text('{"reference": "1 + 2 = ", "counterfactual": "1 @ 2 = ", "answer": "3"}\n')
     (tmp_path / "train.jsonl").write_text('{"prompt": "1 + 2 = ", "completion": "3"}\n')
@@ -333,7 +334,7 @@ def test_out_that_cannot_be_written_is_said_before_loading(command, tmp_path, ca
     assert f"--out {blocker}/out: cannot be created: {blocker} is a file" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["patch", "knockout", "eval", "finetune"])
+@pytest.mark.parametrize("command", ["identify", "knockout", "eval", "finetune"])
 def test_out_where_nothing_can_be_written_is_said_before_loading(command, tmp_path, capsys, no_model_loads):
     """Permission bits do not stop root; /proc refuses every new file: the check tries to write."""
     (tmp_path / "pairs.jsonl").write_text('{"reference": "1 + 2 = ", "counterfactual": "1 @ 2 = ", "answer": "3"}\n')

@@ -23,9 +23,9 @@ from keyheads.models import Placement
 from keyheads.selection import HeadChoice
 
 VARIANTS = ["precise", "precise+mlp", "full", "lora"]
-# single-token answers, so that patch.first_token can take either value (first-token data needs it on)
+# single-token answers, so that identify.first_token can take either value (first-token data needs it on)
 BASE = dict(model="tiny", variants=VARIANTS, finetune=dict(train="arith:multidigit:8"),
-            eval=dict(benchmarks=["arith-add"]), patch=dict(top_k=3), data=dict(single_token_answer=True))
+            eval=dict(benchmarks=["arith-add"]), identify=dict(top_k=3), data=dict(single_token_answer=True))
 
 # a value the generic rule below cannot make (a valid string of a particular form)
 OTHER = {
@@ -34,8 +34,8 @@ OTHER = {
     ("data", "template_files"): ["builtin"],
     ("data", "a_range"): (2, 9),
     ("data", "b_range"): (2, 9),
-    ("patch", "method"): "activation",
-    ("patch", "metric"): "logit-diff",
+    ("identify", "method"): "activation",
+    ("identify", "metric"): "logit-diff",
     ("mlp", "case"): "2 + 2 = ",
     ("mlp", "case_answer"): "4",
     ("finetune", "train"): "arith:decimal:8",
@@ -74,7 +74,7 @@ def other_value(section: str, name: str, annotation, default):
 def section_fields():
     """(section, field name, YAML key, annotation) of every step's settings in the run config."""
     cfg = RunSettings.make(**BASE)
-    for section in ("data", "patch", "knockout", "attention", "mlp", "finetune", "eval"):
+    for section in ("data", "identify", "knockout", "attention", "mlp", "finetune", "eval"):
         kind = type(getattr(cfg, section))
         for name, info in kind.model_fields.items():
             if name not in NOT_SETTABLE:
@@ -151,7 +151,7 @@ def test_every_setting_reaches_its_step_and_its_signature(section, name, key, an
     calls = Calls(monkeypatch)
     before = stages_of(base, tmp_path / "a", calls)
     after = stages_of(changed, tmp_path / "b", calls)
-    group = {"patch": "identify"}.get(section, section)
+    group = {"identify": "identify"}.get(section, section)
     names = [n for n in after if n.split("/")[0] == group]
     assert names, f"no stage runs the {section} step"
 

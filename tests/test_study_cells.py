@@ -34,7 +34,7 @@ def study(tmp_path_factory) -> Path:
     write_tiny_benchmarks(root / "benchmarks")
     config = {"model": str(root / "model"), "out": str(root / "run"), "batch_size": 4,
               "data_dir": str(root / "benchmarks"), "data": {"keep_correct": False, "n": 16, "task": "addition"},
-              "patch": {"top_k": 3}, "knockout": {"k": 3, "seeds": 2, "limit": None, "transfer_n": 4},
+              "identify": {"top_k": 3}, "knockout": {"k": 3, "seeds": 2, "limit": None, "transfer_n": 4},
               "attention": {"limit": None}, "mlp": {"limit": None}, "variants": ["precise"],
               "finetune": {"train": str(root / "train.jsonl"), "max_steps": 2, "optimizer_batch_size": 4,
                            "micro_batch_size": 2},
@@ -74,7 +74,7 @@ def test_every_cell_is_listed_and_one_committed_elsewhere_is_done_here(study, tm
     more = cfg_of(study, knockout={"k": 4})
     [knock] = [s for s in status(more, records) if s.cell.name == "knockout"]
     assert knock.state == "stale" and "k 3 -> 4" in knock.why
-    fewer = cfg_of(study, patch={"top_k": 2})
+    fewer = cfg_of(study, identify={"top_k": 2})
     run_cell(fewer, records, "identify", progress=False)
     [knock] = [s for s in status(fewer, records) if s.cell.name == "knockout"]
     assert knock.state == "stale" and "input identify/key_heads.json changed" in knock.why
@@ -267,3 +267,37 @@ def test_a_new_study_s_cells_are_estimated_from_other_studies_scaled_by_model_si
     assert identify.seconds == pytest.approx(60.0)  # the median of 60 * 100/100, 60 * 100/200 and 600 * 100/50
     [knock] = [s for s in status(cfg, root / "new" / "cells") if s.cell.name == "knockout"]
     assert knock.seconds is None  # no study has measured a knockout cell
+
+
+def test_an_error_message_s_words_keep_a_signature_and_a_statement_does_not():
+    """Hashing blanks what a raised error says (its words compute nothing), not the condition that raises it."""
+    from keyheads.study.code import source_hash
+
+    base = ('def f(x):\n    if x < 0:\n        raise ValueError(f"{x} is negative: run `keyheads patch`")\n'
+            '    return x\n')
+    assert source_hash(base) == source_hash(base.replace("keyheads patch", "keyheads identify"))
+    assert source_hash(base) != source_hash(base.replace("x < 0", "x <= 0"))
+    assert source_hash(base) != source_hash(base.replace("ValueError", "KeyError"))
+
+
+def test_resigning_takes_a_record_s_own_commit_sources_and_checks_them(tmp_path, monkeypatch):
+    """tools/resign_cells.py: a record signed with the older hashing gets today's hashes of its commit's sources;
+    a record whose signature is not of those sources is left as it was and named."""
+    from keyheads.study.code import source_hash
+
+    from tests.helpers import load_script
+
+    tool = load_script(Path(__file__).resolve().parents[1] / "tools" / "resign_cells.py", "resign_cells")
+    text = 'def f(x):\n    raise ValueError("old words")\n'
+    monkeypatch.setattr(tool, "sources_at", lambda commit, stages: {"knockout.py": text})
+    old = {"knockout.py": tool.hash_before_messages_were_blanked(text)}
+    assert old["knockout.py"] != source_hash(text)
+    for name, signed in (("good", old), ("bad", {"knockout.py": "0" * 16})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "record.json").write_text(json.dumps({"commit": "c" * 40, "stages": ["knockout"],
+                                                                 "code": signed}))
+    assert tool.resign(tmp_path / "good") == "re-signed"
+    assert json.loads((tmp_path / "good" / "record.json").read_text())["code"] == {"knockout.py": source_hash(text)}
+    assert tool.resign(tmp_path / "good") == "already signed with today's hashing"
+    assert tool.resign(tmp_path / "bad").startswith("LEFT")
+    assert json.loads((tmp_path / "bad" / "record.json").read_text())["code"] == {"knockout.py": "0" * 16}

@@ -61,6 +61,8 @@ def test_the_tool_converts_an_old_run_folder_once(old_run):
     assert rows and all(row.mean == "global" for row in rows)
     config = json.loads((old_run / "config.json").read_text())
     assert run_mean(config) == "global" and "mean" not in config["eval"]
+    # the identify stage's section, once `patch:`, keeps its values under its name
+    assert "patch" not in config and config["identify"] == before[Path("config.json")]["patch"]
     assert json.loads((old_run / "stages" / "eval.json").read_text())["settings"]["mean"] == "global"
     old = set(_tool().OLD)
     for path in old_run.rglob("*.json"):

@@ -14,7 +14,7 @@ from .version import __version__
 COMMAND_MODULES = (
     "keyheads.commands.models",
     "keyheads.commands.data",
-    "keyheads.commands.patch",
+    "keyheads.commands.identify",
     "keyheads.commands.eval",
     "keyheads.commands.analysis",
     "keyheads.commands.finetune",

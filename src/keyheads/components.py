@@ -23,8 +23,8 @@ from .io import read_json
 
 __all__ = ["Components", "Threshold", "TopK", "rank_heads", "rank_mlps"]
 
-# The rule's two settings, declared once: each settings type that takes them (`keyheads patch`, a run's
-# `patch:` section, the analysis commands) says `threshold: Threshold = None` and `top_k: TopK = None`.
+# The rule's two settings, declared once: each settings type that takes them (`keyheads identify`, a run's
+# `identify:` section, the analysis commands) says `threshold: Threshold = None` and `top_k: TopK = None`.
 Threshold = Annotated[float | None, Field(
     description="key heads: effect below this (default -0.05, the paper's -5%, unless top_k is given)")]
 TopK = Annotated[int | None, Field(
@@ -155,10 +155,10 @@ class Components:
         """The key heads that identify chose, from its key_heads.json (its heads only, in its order)."""
         path = Path(path)
         if not path.is_file():
-            raise MissingFile(f"{path} does not exist (identify writes it: `keyheads patch` or the identify stage)")
+            raise MissingFile(f"{path} does not exist (identify writes it: `keyheads identify` or the identify stage)")
         record = read_json(path)
         if not isinstance(record, dict) or not isinstance(record.get("heads"), list):
-            raise BadFile(f"{path}: no 'heads' list (expected the key_heads.json written by `keyheads patch`)")
+            raise BadFile(f"{path}: no 'heads' list (expected the key_heads.json written by `keyheads identify`)")
         if not record["heads"]:
             raise UserError(f"no key heads in {path}: no head passed threshold {record.get('threshold')}; "
                             "set top_k in the config")

@@ -17,7 +17,7 @@ DEMO = dict(
     out="runs/demo", batch_size=16, variants=["precise"],
     data=dict(task="addition", templates=["add-eq-1", "add-eq-2", "add-stmt-1", "add-qa-2"], n=96, few_shot=3,
               shared_prefix=True, single_token_answer=True),
-    patch=dict(top_k=8),
+    identify=dict(top_k=8),
     knockout=dict(k=12, seeds=5, limit=None, transfer_n=50),
     attention=dict(limit=None),
     mlp=dict(limit=None),

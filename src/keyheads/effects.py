@@ -53,7 +53,7 @@ class Effects:
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         for key in ("heads", "mlps", "metric"):
             if key not in data:
-                raise ValueError(f"no {key!r} field (expected the effects.json written by `keyheads patch`)")
+                raise ValueError(f"no {key!r} field (expected the effects.json written by `keyheads identify`)")
         shape = np.shape(data["heads"])
         if len(shape) != 2:
             raise ValueError(f"'heads' must be a list of per-layer lists of numbers, got shape {shape}")
@@ -65,7 +65,7 @@ class Effects:
         check that its layers x heads match the model's."""
         path = Path(path)
         if not path.is_file():
-            raise MissingFile(f"{path} does not exist (it is written by `keyheads patch`)")
+            raise MissingFile(f"{path} does not exist (it is written by `keyheads identify`)")
         try:
             data = circuits.load_graph_file(path) if path.suffix.lower() == ".pt" else read_json(path)
             if circuits.is_graph(data):  # a MIB / EAP-IG circuit with node (or edge) scores
@@ -74,7 +74,7 @@ class Effects:
         except ValidationError as err:
             raise BadFile(f"{path}: {err.error_count()} field(s) of the wrong type or missing, the first "
                           f"{'.'.join(map(str, err.errors()[0]['loc']))}: {err.errors()[0]['msg']} (expected the "
-                          "effects.json written by `keyheads patch`)") from None
+                          "effects.json written by `keyheads identify`)") from None
         except ValueError as err:
             raise BadFile(f"{path}: {err}") from None
         shape = np.shape(effects.heads)

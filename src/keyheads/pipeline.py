@@ -82,11 +82,11 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
 
     stages = [
         Stage("data", {**model_key, **section(cfg.data)}, [], [PAIRS], lambda: _data(cfg, run, get_model(), progress)),
-        Stage("identify", {**model_key, **section(cfg.patch), **_circuit_key(cfg)}, [PAIRS], [RunFolder.IDENTIFY],
+        Stage("identify", {**model_key, **section(cfg.identify), **_circuit_key(cfg)}, [PAIRS], [RunFolder.IDENTIFY],
               lambda: _identify(cfg, run, get_model(), progress), spread=True,
               resume=[f"{RunFolder.IDENTIFY}/per_sample*.npz"],  # one checkpoint per process
               keep=[RunFolder.also_identify_rel(name) for name in ALSO_IDENTIFY]),  # the identify/NAME stages' own
-        *[_also_identify_stage(cfg, run, name, model_key, section(cfg.data), section(cfg.patch), get_model, progress)
+        *[_also_identify_stage(cfg, run, name, model_key, section(cfg.data), section(cfg.identify), get_model, progress)
           for name in cfg.also_identify],
         # a step's settings are passed whole, so the signature is exactly what reaches the step
         Stage("knockout", {**model_key, **section(cfg.knockout), "data_dir": cfg.data_dir},
@@ -257,20 +257,21 @@ def _circuit_key(cfg: RunSettings) -> dict:
 
 def _identify(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> str:
     if cfg.circuit is not None and scoreless(cfg.circuit):  # its heads; its effects from the run's own pairs
-        patched, _ = identify(model, run.pairs, cfg.patch, run.identify, batch_size=cfg.batch_size, progress=progress)
-        effects, keys = identify_from(cfg.circuit, model, cfg.patch, run.identify, effects=patched)
+        patched, _ = identify(model, run.pairs, cfg.identify, run.identify, batch_size=cfg.batch_size,
+                              progress=progress)
+        effects, keys = identify_from(cfg.circuit, model, cfg.identify, run.identify, effects=patched)
         return (f"key heads from the circuit {cfg.circuit}, which has no scores: the effects are keyheads' own "
                 f"path patching of this run's pairs\n" + describe_effects(effects, keys))
     if cfg.circuit is not None:  # a circuit found elsewhere: its heads, not patched ones
-        effects, keys = identify_from(cfg.circuit, model, cfg.patch, run.identify)
+        effects, keys = identify_from(cfg.circuit, model, cfg.identify, run.identify)
         return f"key heads from the circuit {cfg.circuit}\n" + describe_effects(effects, keys)
-    effects, keys = identify(model, run.pairs, cfg.patch, run.identify, batch_size=cfg.batch_size,
+    effects, keys = identify(model, run.pairs, cfg.identify, run.identify, batch_size=cfg.batch_size,
                              progress=progress)
     return describe_effects(effects, keys)
 
 
-def _also_identify_stage(cfg: RunSettings, run: RunFolder, name: str, model_key: dict, data: dict, patch: dict,
-                         get_model, progress: bool) -> Stage:
+def _also_identify_stage(cfg: RunSettings, run: RunFolder, name: str, model_key: dict, data: dict,
+                         identify_settings: dict, get_model, progress: bool) -> Stage:
     """identify/NAME: the pairs of one more set, patched as the identify stage patches the run's pairs."""
     if name in TASKS:
         made_of = {**data, "task": name}
@@ -278,7 +279,7 @@ def _also_identify_stage(cfg: RunSettings, run: RunFolder, name: str, model_key:
         made_of = {**{k: data[k] for k in ("n", "seed", "single_token_answer", "keep_correct")},
                    "data_dir": cfg.data_dir}
     rel = RunFolder.also_identify_rel(name)
-    return Stage(rel, {**model_key, "data": made_of, "patch": patch}, [], [rel],
+    return Stage(rel, {**model_key, "data": made_of, "identify": identify_settings}, [], [rel],
                  lambda: _also_identify(cfg, run, name, get_model(), progress), spread=True,
                  resume=[f"{rel}/per_sample*.npz"])
 
@@ -291,7 +292,7 @@ def _also_identify(cfg: RunSettings, run: RunFolder, name: str, model, progress:
             write_pairs(pairs, _pairs_of(cfg, name, model, progress))
 
     distributed.on_main(make, f"stage identify/{name}: making its pairs")
-    effects, keys = identify(model, pairs, cfg.patch, run.also_identify(name), batch_size=cfg.batch_size,
+    effects, keys = identify(model, pairs, cfg.identify, run.also_identify(name), batch_size=cfg.batch_size,
                              progress=progress)
     return describe_effects(effects, keys)
 

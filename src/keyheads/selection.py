@@ -31,7 +31,7 @@ class Notes(list):
 
 def effects_file(path: str | None, key: str = "effects") -> str | None:
     """An effects.json that exists and reads as one: a truncated or foreign file fails before any model loads."""
-    if existing_file(key, path, "it is written by `keyheads patch`") is not None:
+    if existing_file(key, path, "it is written by `keyheads identify`") is not None:
         Effects.load(path)
     return path
 
@@ -53,7 +53,7 @@ class HeadChoice(Section):
     key heads as `heads`, with `effects` for the rankings."""
 
     effects: str | None = Field(
-        default=None, description="effects.json from `keyheads patch` (heads ranked most negative first), or a "
+        default=None, description="effects.json from `keyheads identify` (heads ranked most negative first), or a "
         "MIB / EAP-IG circuit graph with node scores (ranked by largest |score|)")
     heads: str | None = Field(
         default=None, description="explicit key heads, e.g. 12.3,14.2, or a JSON/CSV file of them: a key-head list "
@@ -88,7 +88,7 @@ def choose_heads(model: HookedModel, choice: HeadChoice) -> tuple[list[Head], Ef
     if choice.heads:
         return list(Components(tuple(read_heads(choice.heads))).check(model.n_layers, model.n_heads).heads), effects
     if effects is None or choice.effects is None:
-        raise AnalysisError("say which heads: --effects effects.json (from `keyheads patch`) or --heads L.H,...")
+        raise AnalysisError("say which heads: --effects effects.json (from `keyheads identify`) or --heads L.H,...")
     return list(Components.select(effects, choice.threshold, choice.top_k, name=Path(choice.effects).name).heads), \
         effects
 
@@ -128,7 +128,7 @@ class ComponentChoice(HeadChoice):
                                "--random-heads")
         if (ranked or self.mlps) and self.effects is None:
             raise SettingError("--top-k, --threshold and --mlps rank by effect: give --effects effects.json (from "
-                               "`keyheads patch`)")
+                               "`keyheads identify`)")
         if self.mlps and self.mlp_layers:
             raise SettingError("give either --mlps M (the top-M by effect) or --mlp-layers L,... (explicit), not both")
         return self

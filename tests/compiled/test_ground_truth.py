@@ -13,7 +13,7 @@ import torch
 
 from keyheads.data.pairs import read_pairs
 from keyheads.knockout import compute_means
-from keyheads.patching import PatchSettings, run_sweep
+from keyheads.patching import IdentifySettings, run_sweep
 
 from .circuits import PROGRAMS, accuracy, circuit, end_logits
 
@@ -29,7 +29,7 @@ def test_patching_finds_the_compiled_heads(name, method):
     exactly no effect to one that acts only through a later head's query (countfirst's first head): what the
     method measures, not a miss."""
     c = circuit(name)
-    effects, _ = run_sweep(c.model(), c.pairs, PatchSettings(method=method), batch_size=128, progress=False)
+    effects, _ = run_sweep(c.model(), c.pairs, IdentifySettings(method=method), batch_size=128, progress=False)
     assert effects.n_excluded == 0
     found = c.on_path if method == "activation" else c.direct
     for head in found:  # swapping in the counterfactual's value changes the answer: the answer logit drops

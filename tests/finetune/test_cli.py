@@ -227,7 +227,7 @@ BAD = {
     "heads-and-random-heads": (["--heads", "1.0", "--random-heads", "2"], None, ["choose heads one way"], False),
     "nothing-to-train": ([], None, ["precise SFT needs heads or MLPs"], False),
     "malformed-head": (["--heads", "1.0,x"], None, ["head 'x'", "LAYER.HEAD"], False),
-    "missing-effects-file": (["--effects", "TMP/none.json", "--top-k", "2"], None, ["none.json", "keyheads patch"],
+    "missing-effects-file": (["--effects", "TMP/none.json", "--top-k", "2"], None, ["none.json", "keyheads identify"],
                              False),
     "heads-with-full": (["--method", "full", "--heads", "1.0"], None, ["--heads", "--method precise"], False),
     "random-heads-zero": (["--random-heads", "0"], None, ["--random-heads 0: must be an integer >= 1"], False),

@@ -133,7 +133,7 @@ def test_patch_command_with_max_memory(pair, tmp_path, monkeypatch):
 
     monkeypatch.setattr(models.loading, "load_model", spy)
     pairs = write_rows(tmp_path / "pairs.jsonl", make_rows(6))
-    common = ["patch", "--model", folder, "--data", str(pairs), "--batch-size", "4", "--top-k", "3", "--quiet"]
+    common = ["identify", "--model", folder, "--data", str(pairs), "--batch-size", "4", "--top-k", "3", "--quiet"]
     limit = f"cpu={0.8 * _bytes(plain) / 1000:.0f}KB"  # cpu=390KB for the tiny Llama, as in the README
     assert main(common + ["--out", str(tmp_path / "plain"), "--device", "cpu", "--dtype", "float32"]) == 0
     assert main(common + ["--out", str(tmp_path / "auto"), "--device", "auto", "--dtype", "float32",
@@ -206,11 +206,11 @@ def test_eval_items(pair, tiny_data, tmp_path):
 
 def test_max_memory_needs_device_auto(tmp_path, capsys):
     pairs = write_rows(tmp_path / "pairs.jsonl", make_rows(2))
-    code = main(["patch", "--data", str(pairs), "--out", str(tmp_path / "out"), "--max-memory", "cpu=1GiB"])
+    code = main(["identify", "--data", str(pairs), "--out", str(tmp_path / "out"), "--max-memory", "cpu=1GiB"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert "--max-memory cpu=1GiB: needs --device auto" in err[0]
-    code = main(["patch", "--data", str(pairs), "--out", str(tmp_path / "out"), "--device", "auto",
+    code = main(["identify", "--data", str(pairs), "--out", str(tmp_path / "out"), "--device", "auto",
                  "--max-memory", "cpu:1GiB"])
     err = capsys.readouterr().err
     assert code == 2 and "cuda:0=20GiB,cpu=60GiB" in err

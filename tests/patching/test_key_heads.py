@@ -48,7 +48,7 @@ def test_not_an_effects_file(tmp_path):
     (tmp_path / "x.json").write_text(json.dumps({"metric": "x"}))
     with pytest.raises(ValueError, match="no 'heads'"):
         Effects.load(tmp_path / "x.json")
-    with pytest.raises(FileNotFoundError, match="keyheads patch"):
+    with pytest.raises(FileNotFoundError, match="keyheads identify"):
         Effects.load(tmp_path / "missing.json")
 
 

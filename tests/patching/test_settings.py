@@ -2,14 +2,14 @@
 import pytest
 from pydantic import ValidationError
 
-from keyheads.patching import PATCH_METHODS, PatchSettings
+from keyheads.patching import PATCH_METHODS, IdentifySettings
 from keyheads.patching.settings import METHODS
 
 
 def test_settings_name_every_method_of_the_sweep():
     assert tuple(PATCH_METHODS) == METHODS
     for method in METHODS:
-        assert PatchSettings(method=method).method == method
+        assert IdentifySettings(method=method).method == method
     with pytest.raises(ValidationError,
                        match="valid methods are path, activation, attribution, attribution-ig, path-naive"):
-        PatchSettings(method="nope")
+        IdentifySettings(method="nope")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keyheads.effects import Effects
-from keyheads.patching import BadSample, PatchSettings, draw_heatmap, run_sweep
+from keyheads.patching import BadSample, IdentifySettings, draw_heatmap, run_sweep
 from keyheads.patching import sweep as sweep_module
 from keyheads.results.identify import KeyHeads
 from keyheads.testing import tiny_model
@@ -29,7 +29,7 @@ def model():
 
 def test_effects_are_the_mean_of_per_sample_scores(model, tmp_path):
     data = write_pairs(tmp_path / "pairs.jsonl")
-    effects, state = run_sweep(model, data, PatchSettings(min_abs_logit=0.0), out=tmp_path, batch_size=2,
+    effects, state = run_sweep(model, data, IdentifySettings(min_abs_logit=0.0), out=tmp_path, batch_size=2,
                                progress=False)
     o = state["original"]
     direct = ((state["heads"] - o[:, None, None]) / o[:, None, None]).mean(0)
@@ -40,16 +40,16 @@ def test_effects_are_the_mean_of_per_sample_scores(model, tmp_path):
 
 def test_relative_metric_excludes_near_zero_logits(model, tmp_path):
     data = write_pairs(tmp_path / "pairs.jsonl")
-    _, state = run_sweep(model, data, PatchSettings(min_abs_logit=0.0), progress=False)
+    _, state = run_sweep(model, data, IdentifySettings(min_abs_logit=0.0), progress=False)
     cut = float(np.median(np.abs(state["original"])))
-    effects, _ = run_sweep(model, data, PatchSettings(min_abs_logit=cut), progress=False)
+    effects, _ = run_sweep(model, data, IdentifySettings(min_abs_logit=cut), progress=False)
     assert effects.n_excluded == int((np.abs(state["original"]) < cut).sum()) > 0
     assert effects.n_samples + effects.n_excluded == len(PAIRS)
 
 
 def test_outputs_and_key_heads(model, tmp_path):
     data = write_pairs(tmp_path / "pairs.jsonl")
-    effects, _ = run_sweep(model, data, PatchSettings(metric="logit-diff"), progress=False)
+    effects, _ = run_sweep(model, data, IdentifySettings(metric="logit-diff"), progress=False)
     effects.write(tmp_path / "effects.json")
     saved = json.loads((tmp_path / "effects.json").read_text())
     for key in ("metric", "method", "model", "n_samples", "n_excluded", "data_sha256", "heads", "mlps"):
@@ -70,7 +70,7 @@ def test_outputs_and_key_heads(model, tmp_path):
 
 def test_interrupted_sweep_resumes(model, tmp_path, monkeypatch):
     data = write_pairs(tmp_path / "pairs.jsonl")
-    config = PatchSettings()
+    config = IdentifySettings()
     full, _ = run_sweep(model, data, config, batch_size=1, progress=False)
     calls = {"n": 0}
     real = sweep_module.PATCH_METHODS["path"]
@@ -99,26 +99,26 @@ def test_interrupted_sweep_resumes(model, tmp_path, monkeypatch):
     assert counted["n"] == len(PAIRS) - 2  # only the unfinished samples ran
     np.testing.assert_allclose(resumed.heads, full.heads, rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="different settings.*metric"):
-        run_sweep(model, data, PatchSettings(metric="prob"), out=out, batch_size=1, progress=False)
+        run_sweep(model, data, IdentifySettings(metric="prob"), out=out, batch_size=1, progress=False)
 
 
 def test_bad_input_is_explained(model, tmp_path):
     bad_len = write_pairs(tmp_path / "len.jsonl", PAIRS[:1] + [("3 + 4 = ", "3 nothing 4 = ", "7")])
     with pytest.raises(BadSample, match=r"len.jsonl:2: reference has 8 tokens but counterfactual has 14"):
-        run_sweep(model, bad_len, PatchSettings(), progress=False)
+        run_sweep(model, bad_len, IdentifySettings(), progress=False)
     multi = write_pairs(tmp_path / "multi.jsonl", [("9 + 9 = ", "9 @ 9 = ", "18")])
     with pytest.raises(BadSample, match=r"multi.jsonl:1: the answer '18' is 2 tokens"):
-        run_sweep(model, multi, PatchSettings(), progress=False)
-    effects, _ = run_sweep(model, multi, PatchSettings(first_token=True, min_abs_logit=0), progress=False)
+        run_sweep(model, multi, IdentifySettings(), progress=False)
+    effects, _ = run_sweep(model, multi, IdentifySettings(first_token=True, min_abs_logit=0), progress=False)
     assert effects.n_samples == 1
     with pytest.raises(ValueError, match="valid methods are path, activation, attribution"):
-        run_sweep(model, multi, PatchSettings(method="magic"), progress=False)
+        run_sweep(model, multi, IdentifySettings(method="magic"), progress=False)
     with pytest.raises(ValueError, match="valid metrics are relative-logit, logit-diff, prob"):
-        run_sweep(model, multi, PatchSettings(metric="magic"), progress=False)
+        run_sweep(model, multi, IdentifySettings(metric="magic"), progress=False)
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"reference": "1", "counterfactual": "2", "answer": "3"}\n{oops\n')
     with pytest.raises(ValueError, match="broken.jsonl:2"):
-        run_sweep(model, broken, PatchSettings(), progress=False)
+        run_sweep(model, broken, IdentifySettings(), progress=False)
 
 
 def test_cli_writes_the_run_folder(model, tmp_path):
@@ -143,7 +143,7 @@ def test_attribution_run_reports_rank_correlation(model, tmp_path):
     from keyheads.patching import describe, identify
 
     data = write_pairs(tmp_path / "pairs.jsonl")
-    effects, keys = identify(model, data, PatchSettings(method="attribution", metric="logit-diff", top_k=2),
+    effects, keys = identify(model, data, IdentifySettings(method="attribution", metric="logit-diff", top_k=2),
                              tmp_path / "run", progress=False)
     assert -1.0 <= keys["spearman_vs_path"] <= 1.0
     assert (tmp_path / "run" / "attribution_vs_path.json").is_file()

@@ -65,7 +65,7 @@ def run_folder(tmp_path_factory, tiny_data):
     from keyheads.finetune import Example, FinetuneSettings, finetune
     from keyheads.heads import heads_of
     from keyheads.models.fingerprint import base_fingerprint
-    from keyheads.patching import PatchSettings, identify
+    from keyheads.patching import IdentifySettings, identify
     from keyheads.selection import HeadChoice
 
     threads = torch.get_num_threads()
@@ -86,7 +86,7 @@ def run_folder(tmp_path_factory, tiny_data):
                 {"model": model.name, "fingerprint": fingerprint})
 
         t = time.perf_counter()
-        _, keys = identify(model, pairs, PatchSettings(top_k=3), out / "identify", batch_size=8, progress=False)
+        _, keys = identify(model, pairs, IdentifySettings(top_k=3), out / "identify", batch_size=8, progress=False)
         _record(out, "identify", time.perf_counter() - t, ["identify/effects.json", "identify/key_heads.json"], config)
         heads, effects = tuple(heads_of(keys["heads"])), str(out / "identify" / "effects.json")
         sel = HeadChoice.of(heads, effects)

@@ -27,12 +27,12 @@ def identify_folder(folder: Path) -> Path:
         if (candidate / EFFECTS_JSON).is_file():
             return candidate
     raise MissingFile(f"{folder} has no {EFFECTS_JSON} (nor identify/{EFFECTS_JSON}): give a run folder whose "
-                      "identify stage finished, or a `keyheads patch` output folder")
+                      "identify stage finished, or a `keyheads identify` output folder")
 
 
 def read_key_heads(path: Path) -> KeyHeads:
     if not path.is_file():
-        raise MissingFile(f"{path} does not exist (`keyheads patch` and the identify stage write it)")
+        raise MissingFile(f"{path} does not exist (`keyheads identify` and the identify stage write it)")
     try:
         return KeyHeads.from_json(read_json(path))
     except ValueError as err:

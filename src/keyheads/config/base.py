@@ -132,7 +132,9 @@ def take(values: Section, cls: type[S], **given: Any) -> S:
 # settings that were renamed: an old config or flag is told the new name
 RENAMED = {"operands": "a_range and b_range (--a-range LO,HI --b-range LO,HI)",
             "heldout_seed": "heldout.seed (--heldout.seed)",
-            "heldout_fraction": "heldout.train_fraction (--heldout.train-fraction)"}
+            "heldout_fraction": "heldout.train_fraction (--heldout.train-fraction)",
+            "patch": "identify: (the identify stage's section; `python tools/upgrade_run_folder.py CONFIG_OR_FOLDER` "
+                     "converts an old config or run folder)"}
 
 
 def _why(e: Any) -> str:

@@ -19,7 +19,7 @@ from ..io import existing_file
 from ..machine import check_writable_dir, check_writable_file, parse_bytes
 from ..mean import KnockoutMean, mean_field
 from ..models import DEFAULT_MODEL
-from ..patching.settings import PatchSettings
+from ..patching.settings import IdentifySettings
 from ..selection import ComponentChoice, HeadChoice
 from .base import Batched, Count, DataFolder, MachineSettings, NonNegative, Quiet, Section, take
 
@@ -71,7 +71,7 @@ class DataCommand(PairSettings, Batched, Works):
         return v
 
 
-class PatchCommand(PatchSettings, Batched, OutFolder, PairsIn, Works):
+class IdentifyCommand(IdentifySettings, Batched, OutFolder, PairsIn, Works):
     restart: bool = Field(False, description="discard a checkpoint in out and start over")
 
 

@@ -16,7 +16,7 @@ from .run import RunSettings
 
 # values a run sets from another setting when they are not given (keyheads.config.run.RunSettings)
 DERIVED = {
-    "patch.first_token": "derived: on unless data.single_token_answer",
+    "identify.first_token": "derived: on unless data.single_token_answer",
     "eval.split": "derived: heldout when the variants train on 'trainset', else full",
 }
 SEEDED = "derived: the run's seed"

@@ -1,7 +1,7 @@
 """The settings of a full run: the YAML of `keyheads run` and the flags of `run`/`demo`.
 
-RunSettings holds the step settings types the commands inherit: `data:`, `patch:`, `knockout:`,
-`attention:`, `mlp:`, `finetune:` and `eval:` hold exactly the settings of `keyheads data`, `patch`, ...
+RunSettings holds the step settings types the commands inherit: `data:`, `identify:`, `knockout:`,
+`attention:`, `mlp:`, `finetune:` and `eval:` hold exactly the settings of `keyheads data`, `identify`, ...
 of the same names; only what the whole run shares (model, out,
 device, dtype, seed, data_dir, the forward batch_size) and the fine-tuning variants sit at the
 top. pydantic checks every setting, and the validators add what depends on this machine, before
@@ -25,7 +25,7 @@ from ..evaluation.settings import ARITH, EvalSettings
 from ..finetune.settings import FinetuneSection
 from ..io import read_yaml
 from ..machine import check_writable_dir
-from ..patching.settings import PatchSettings
+from ..patching.settings import IdentifySettings
 from .base import Batched, DataFolder, DeviceSettings, NonNegative, Section, setting_error
 
 # what also_identify takes: a task of the templates, or the pairs made of GSM8K's test questions
@@ -45,7 +45,7 @@ class RunPairs(PairSettings):
     keep_correct: bool = Field(default=True, description=PairSettings.model_fields["keep_correct"].description)
 
 
-class RunPatch(PatchSettings):
+class RunIdentify(IdentifySettings):
     """A run's patching: the top 10 heads are the key heads (the paper's figure 3 knocks out ten)."""
 
     top_k: TopK = 10
@@ -83,19 +83,20 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
         "many / K seeded random heads: the control; random@K-seedN draws them with seed N, so that several seeds "
         "give the control's band), full, lora"))
     also_identify: list[str] = Field(default_factory=list, description=(
-        "more identifications, each a stage identify/NAME after the main one, patched with the patch settings: "
+        "more identifications, each a stage identify/NAME after the main one, patched with the identify settings: "
         "a task (the data settings on that task alone: figure 15's operations apart, appendix D's "
         "exponentiation) or gsm8k (appendix E: pairs from data.n GSM8K test questions of data_dir); the rest "
         "of the run reads only the main key heads"), json_schema_extra={"metavar": "SET[,SET...]"})
     circuit: str | None = Field(None, description=(
         "a circuit found by another tool, read instead of patched: a MIB / EAP-IG graph file with node scores "
-        "(its in_graph heads are the key heads) or an effects.json (patch.top_k / patch.threshold choose); the "
+        "(its in_graph heads are the key heads) or an effects.json (identify.top_k / identify.threshold choose); the "
         "identify stage writes its effects and key heads from it, and every later stage works on them"),
         json_schema_extra={"metavar": "FILE"})
     data: RunPairs = Field(default_factory=RunPairs, description="the prompt pairs (`keyheads data`): by default "
                            "the paper's, zero-shot, each answer scored by its first token")
-    patch: RunPatch = Field(default_factory=RunPatch, description="patching and the key heads (`keyheads patch`); "
-                            "first_token follows the data unless given: on, unless data.single_token_answer")
+    identify: RunIdentify = Field(default_factory=RunIdentify, description="patching and the key heads "
+                                  "(`keyheads identify`); first_token follows the data unless given: on, unless "
+                                  "data.single_token_answer")
     knockout: KnockoutSettings = Field(default_factory=KnockoutSettings, description="knockout curves and transfer "
                                                                                      "(`keyheads knockout`)")
     attention: RunAttention = Field(default_factory=RunAttention, description="`keyheads attention`")
@@ -108,7 +109,7 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
 
     @model_validator(mode="after")
     def _what_follows_from_other_settings(self):
-        """The run's one seed in every section that takes one; patch.first_token from the data and eval.split from
+        """The run's one seed in every section that takes one; identify.first_token from the data and eval.split from
         the training data, where they are not given."""
         for name in type(self).model_fields:
             section = getattr(self, name)
@@ -120,8 +121,8 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
             if section.seed != self.seed:
                 section.seed = self.seed
         # patching scores the answer as the data does: its first token unless the data keeps one-token answers
-        if "first_token" not in self.patch.model_fields_set:
-            self.patch.first_token = not self.data.single_token_answer
+        if "first_token" not in self.identify.model_fields_set:
+            self.identify.first_token = not self.data.single_token_answer
         # the held-out split is evaluated when the run trains on the training set it was set apart from
         if "split" not in self.eval.model_fields_set:
             self.eval.split = "heldout" if self.variants and self.finetune.train == "trainset" else "full"
@@ -169,9 +170,10 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
     def _together(self):
         files = self.data.template_files or None
         check_template_ids(self.data.templates, files, key="data.templates")
-        if not self.data.single_token_answer and not self.patch.first_token:
-            raise SettingError("patch.first_token", False, "cannot measure the multi-token answers the data keeps "
-                                                           "(data.single_token_answer false): leave patch.first_token "
+        if not self.data.single_token_answer and not self.identify.first_token:
+            raise SettingError("identify.first_token", False, "cannot measure the multi-token answers the data keeps "
+                                                           "(data.single_token_answer false): leave "
+                                                           "identify.first_token "
                                                            "out, or set data.single_token_answer: true")
         folder = data_dir_from(self.data_dir or None)
         need = [b for b in self.eval.benchmarks if b not in ARITH]  # the built-in sets are the only ones without data
@@ -197,9 +199,9 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
         if self.variants and (self.max_memory or self.offload_folder):
             raise SettingError("variants are trained on a copy of the model, whose weights must all stay resident: "
                                "drop max_memory and offload_folder (device auto alone splits it over the GPUs)")
-        if any(v.startswith("precise") for v in self.variants) and self.patch.top_k is None \
-                and self.patch.threshold is None:
-            raise SettingError("variants precise trains the key heads: set patch.top_k or patch.threshold")
+        if any(v.startswith("precise") for v in self.variants) and self.identify.top_k is None \
+                and self.identify.threshold is None:
+            raise SettingError("variants precise trains the key heads: set identify.top_k or identify.threshold")
         return self
 
     @classmethod

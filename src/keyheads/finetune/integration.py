@@ -325,7 +325,7 @@ def attach(model, heads: Components | str | Path, *, top_k: int | None = None,
 
     Args:
         model: a transformers causal LM of a family keyheads supports (or a keyheads HookedModel).
-        heads: `Components`, or the path of a key_heads.json or effects.json (from `keyheads patch`).
+        heads: `Components`, or the path of a key_heads.json or effects.json (from `keyheads identify`).
         top_k: with a file, how many key heads (key_heads.json: its first K; effects.json: the K most negative).
         mlps: whole MLP layers to train too: a number (the top M of an effects.json) or a list of layers.
         kv: "group" (also the K/V rows of the chosen heads' groups) or "none" (Q rows and O columns only).

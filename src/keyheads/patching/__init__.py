@@ -1,6 +1,6 @@
 """Identify: path patching (exact and fast), activation patching and attribution patching.
 
-The settings (`settings`: PatchSettings and the names of the methods and metrics) load without torch, so that
+The settings (`settings`: IdentifySettings and the names of the methods and metrics) load without torch, so that
 the run config and the command settings validate without a model library; the names that run models load on
 first use (PEP 562).
 """
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadSample
 from ..lazy import lazy_names
-from .settings import METRICS, PatchSettings
+from .settings import METRICS, IdentifySettings
 
 if TYPE_CHECKING:
     from .from_circuit import identify_from
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .samples import load_patch_samples
     from .sweep import PATCH_METHODS, run_sweep
 
-__all__ = ["PATCH_METHODS", "METRICS", "BadSample", "PatchSettings", "describe", "draw_heatmap", "identify",
+__all__ = ["PATCH_METHODS", "METRICS", "BadSample", "IdentifySettings", "describe", "draw_heatmap", "identify",
            "identify_from", "load_patch_samples", "run_sweep"]
 _LAZY = {"draw_heatmap": ".heatmap", "describe": ".identify_run", "identify": ".identify_run",
          "identify_from": ".from_circuit",

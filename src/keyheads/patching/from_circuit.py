@@ -4,8 +4,8 @@ scores, or from an effects.json (keyheads' own, or `keyheads export`'s graph), i
 It writes what the identify step writes, so every later stage (knockout, attention, MLPs, precise SFT, eval, the
 report) runs on the circuit as on key heads keyheads found. The effects are the file's (another tool's node
 scores enter as -|score|, keyheads.circuits); the key heads are the heads the graph puts in the circuit
-(in_graph), ranked by their effect, or, for a file that marks none, the run's own rule (patch.top_k /
-patch.threshold) applied to the effects.
+(in_graph), ranked by their effect, or, for a file that marks none, the run's own rule (identify.top_k /
+identify.threshold) applied to the effects.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..models.model import HookedModel
 from ..results.identify import KeyHead, KeyHeads, KeyMLP
 from ..runfolder import EFFECTS_JSON, KEY_HEADS_JSON
 from .heatmap import draw_heatmap
-from .settings import PatchSettings
+from .settings import IdentifySettings
 
 
 def _circuit(path: Path) -> circuits.Circuit | None:
@@ -54,7 +54,7 @@ def in_circuit(path: Path, effects: Effects) -> KeyHeads | None:
                     mlps=[KeyMLP(layer=layer, effect=effects.mlps[layer]) for layer in circuit.mlps])
 
 
-def identify_from(path: str | Path, model: HookedModel, config: PatchSettings, out: str | Path,
+def identify_from(path: str | Path, model: HookedModel, config: IdentifySettings, out: str | Path,
                   effects: Effects | None = None) -> tuple[Effects, dict]:
     """effects.json, key_heads.json and the heatmap in `out` from the circuit file at `path` (its effects, or
     `effects` when given: keyheads' own patching, for a file without scores); under several processes the main one

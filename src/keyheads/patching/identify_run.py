@@ -15,11 +15,11 @@ from ..models.model import HookedModel
 from ..results.identify import KeyHeads
 from ..runfolder import EFFECTS_JSON, KEY_HEADS_JSON
 from .heatmap import draw_heatmap
-from .settings import PatchSettings
+from .settings import IdentifySettings
 from .sweep import run_sweep
 
 
-def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: str | Path, *, batch_size: int = 16,
+def identify(model: HookedModel, data: str | Path, config: IdentifySettings, out: str | Path, *, batch_size: int = 16,
              progress: bool = True) -> tuple[Effects, dict]:
     """Run the sweep into `out` (resuming a checkpoint there) and write every output.
 
@@ -52,7 +52,7 @@ def identify(model: HookedModel, data: str | Path, config: PatchSettings, out: s
 
 
 def describe(effects: Effects, keys: dict) -> str:
-    """What `keyheads patch` prints."""
+    """What `keyheads identify` prints."""
     pct = effects.metric == "relative-logit"
     fmt = (lambda v: f"{v:+.1%}") if pct else (lambda v: f"{v:+.3g}")
     lines = [f"{effects.method} patching, metric {effects.metric}: {effects.n_samples} samples "

@@ -1,7 +1,7 @@
-"""The settings of the patching step: what the effects and the key heads depend on (PatchSettings), and the
-names of the methods and metrics. The patching code is in sweep.py, metrics.py and the method modules; the
-settings load without torch, so that keyheads.config.run and keyheads.config.commands validate a config
-without a model library."""
+"""The settings of the identify step (patching and the key-head choice): what the effects and the key heads depend
+on (IdentifySettings), and the names of the methods and metrics. The patching code is in sweep.py, metrics.py and
+the method modules; the settings load without torch, so that keyheads.config.run and keyheads.config.commands
+validate a config without a model library."""
 from __future__ import annotations
 
 from pydantic import Field, field_validator
@@ -27,9 +27,9 @@ def check_method(method: str) -> str:
     return method
 
 
-class PatchSettings(Section):
-    """What the effects and the key heads depend on: the flags of `keyheads patch` (with its files and
-    machine) and a run's `patch:` section, passed whole to `identify`."""
+class IdentifySettings(Section):
+    """What the effects and the key heads depend on: the flags of `keyheads identify` (with its files and
+    machine) and a run's `identify:` section, passed whole to `identify`."""
 
     method: str = Field(
         default="path", description="path (exact, fast), activation (total effect), attribution (gradient "

@@ -30,7 +30,7 @@ from .naive import naive_path_patch_batch
 from .path import path_patch_batch
 from .results import aggregate
 from .samples import batches, load_patch_samples
-from .settings import PatchSettings, check_method, check_metric
+from .settings import IdentifySettings, check_method, check_metric
 
 PATCH_METHODS = {  # the code of each of settings.METHODS, in its order
     "path": path_patch_batch,
@@ -41,7 +41,7 @@ PATCH_METHODS = {  # the code of each of settings.METHODS, in its order
 }
 
 
-def run_sweep(model: HookedModel, data: str | Path, config: PatchSettings, out: Path | None = None,
+def run_sweep(model: HookedModel, data: str | Path, config: IdentifySettings, out: Path | None = None,
           batch_size: int = 16, progress: bool = True) -> tuple[Effects, dict]:
     """Run the patching sweep over a pairs file; returns (effects, per-sample arrays). `batch_size`: prompts
     per forward pass, at most (batches are cut where token lengths jump; a checkpoint is of one batch size).

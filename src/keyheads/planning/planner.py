@@ -15,7 +15,7 @@ from .costs import ADAMW_STATE, ADAMW_STEP, DDP_BUCKETS, DELTA_BASE, FP32, TRAIN
 from .shape import ModelShape
 
 TRAINING_VARIANTS = ("precise", "precise+mlp", "lora", "full")  # the fine-tuning runs a plan covers
-ANALYSES = ("patch", "patch attribution", "knockout", "attention", "mlp", "eval/generate")
+ANALYSES = ("identify", "identify attribution", "knockout", "attention", "mlp", "eval/generate")
 
 
 @dataclass(frozen=True)
@@ -160,9 +160,9 @@ def analysis_activations(shape: ModelShape, analysis: str, w: Workload, batch: i
     """Bytes a forward pass of `batch` prompts of `w.prompt_len` tokens needs besides the weights."""
     b = costs.DTYPE_BYTES[w.dtype]
     per_token = costs.infer_token(shape, b)
-    if analysis == "patch":  # activation patching keeps the prefix's K/V cache and a copy per sender
+    if analysis == "identify":  # activation patching keeps the prefix's K/V cache and a copy per sender
         per_token += 2 * costs.kv_cache_token(shape, b)
-    elif analysis == "patch attribution":  # one backward pass with every weight frozen
+    elif analysis == "identify attribution":  # one backward pass with every weight frozen
         per_token = costs.saved_train(shape, b, w.prompt_len, batch, "precise") + costs.transient_train(shape, b)
     elif analysis == "attention":
         per_token += costs.eager_scores_token(shape, b, w.prompt_len)

@@ -1,8 +1,10 @@
 """A cell's code signature: a hash of each module whose code computes its stages' numbers, so that `keyheads study
 status` can say a committed cell was made by other code than the checkout's.
 
-Each module is hashed as Python reads it, not as it is spelt: its syntax tree with docstrings left out, so a comment,
-a docstring or a line wrapped differently keeps a cell done, and a changed statement makes it stale. What a stage
+Each module is hashed as Python reads it, not as it is spelt: its syntax tree with docstrings left out and the text of
+every raised error blanked, so a comment, a docstring, an error message's wording or a line wrapped differently keeps
+a cell done, and a changed statement makes it stale. (Cells signed before messages were blanked were re-signed from
+their recorded commit's sources by tools/resign_cells.py.) What a stage
 reads and how it is set up (its settings, its inputs' hashes) is compared apart (keyheads.study.cells), so the
 wiring in keyheads.pipeline is not hashed here.
 """
@@ -33,14 +35,23 @@ def kind(stage: str) -> str:
     return "identify" if head == "data" else head
 
 
-def _module_hash(path: Path) -> str:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def source_hash(text: str) -> str:
+    """The hash of one module's source: its syntax tree less docstrings and the words of the errors it raises."""
+    tree = ast.parse(text)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
             node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
+        if isinstance(node, ast.Raise):  # what an error says computes no number
+            for part in ast.walk(node):
+                if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                    part.value = ""
     return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()[:16]
+
+
+def _module_hash(path: Path) -> str:
+    return source_hash(path.read_text(encoding="utf-8"))
 
 
 @cache
@@ -49,18 +60,23 @@ def _files(entry: str) -> tuple[Path, ...]:
     return tuple(sorted(path.rglob("*.py"))) if path.is_dir() else (path,)
 
 
+def entries(stages: tuple[str, ...] | list[str]) -> list[str]:
+    """The packages and modules (relative to src/keyheads) the stages' kinds compute with."""
+    return sorted({e for s in stages if kind(s) in CODE for e in (*CODE[kind(s)], *_MODELS)})
+
+
 def signature(stages: tuple[str, ...] | list[str]) -> dict[str, str]:
     """{module path relative to the package: hash} of every module the stages' kinds compute with. A settings
     module (settings.py) is left out: it declares the settings, whose values the cell's stage records hold and
     status compares."""
-    entries = sorted({e for s in stages if kind(s) in CODE for e in (*CODE[kind(s)], *_MODELS)})
-    return {p.relative_to(PACKAGE).as_posix(): _module_hash(p) for e in entries for p in _files(e) if _counted(p.name)}
+    return {p.relative_to(PACKAGE).as_posix(): _module_hash(p) for e in entries(stages) for p in _files(e)
+            if counted(p.name)}
 
 
-def _counted(name: str) -> bool:
+def counted(name: str) -> bool:
     return not name.endswith("settings.py")
 
 
 def changed(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
     """The modules whose code differs between a record's signature and the checkout's (added and removed too)."""
-    return sorted(m for m in recorded.keys() | now.keys() if _counted(m) and recorded.get(m) != now.get(m))
+    return sorted(m for m in recorded.keys() | now.keys() if counted(m) and recorded.get(m) != now.get(m))
