@@ -301,3 +301,43 @@ def test_resigning_takes_a_record_s_own_commit_sources_and_checks_them(tmp_path,
     assert tool.resign(tmp_path / "good") == "already signed with today's hashing"
     assert tool.resign(tmp_path / "bad").startswith("LEFT")
     assert json.loads((tmp_path / "bad" / "record.json").read_text())["code"] == {"knockout.py": "0" * 16}
+
+
+def test_a_study_takes_the_rates_another_study_s_grid_chose(study, tmp_path, monkeypatch):
+    """finetune.lr_from: a variant trains at the rate another study's committed grid chose for its family, else for
+    its method (precise@3 takes 'precise'); it waits while that grid is incomplete, and a changed grid record makes it
+    stale."""
+    from keyheads.errors import SettingError
+    from keyheads.pipeline import variant_lr
+    from keyheads.runfolder import RunFolder
+
+    monkeypatch.chdir(tmp_path)  # a study's records are read from records/CONFIG-NAME/cells, as the command does
+    small = json.loads((study / "study.yaml").read_text())
+    small.update(out=str(tmp_path / "small"), variants=["precise"],
+                 finetune={**small["finetune"], "lr_grid": {"precise": [1e-4, 3e-2]}, "validation": 3,
+                           "max_steps": 4, "warmup_ratio": 0.0})
+    Path("configs").mkdir()
+    Path("configs/small.yaml").write_text(json.dumps(small))
+    big = RunSettings.from_yaml(study / "study.yaml", out=str(tmp_path / "big"), variants=["precise@3", "random@3"],
+                                finetune={"lr_from": "configs/small.yaml"})
+    records = Path("records/big/cells")
+    run_cell(big, records, "identify", progress=False)
+    with pytest.raises(SettingError, match=r"not complete.*finetune/grid/precise/0\.0001"):
+        variant_lr(big, RunFolder(Path(big.out)), "precise@3")
+    [waiting] = [s for s in status(big, records) if s.cell.name == "finetune/precise@3"]
+    assert waiting.state == "waiting" and "configs/small.yaml chooses for precise" in waiting.why
+    small_cfg = RunSettings.from_yaml("configs/small.yaml")
+    for name in ("identify", "finetune/grid/precise/0.0001", "finetune/grid/precise/0.03"):
+        run_cell(small_cfg, Path("records/small/cells"), name, progress=False)
+    grids = sorted(Path("records/small/cells").glob("finetune--grid--*/run/grid/precise/*/grid.json"))
+    losses = {float(p.parent.name): json.loads(p.read_text())["validation_loss"] for p in grids}
+    best = min(losses, key=losses.get)
+    assert variant_lr(big, RunFolder(Path(big.out)), "random@3") == best
+    run_cell(big, records, "finetune/precise@3", progress=False)
+    info = json.loads((records / "finetune--precise@3" / "run" / "finetune" / "precise@3" / "finetune.json")
+                      .read_text())
+    assert info["config"]["lr"] == best and states(big, records)["finetune/precise@3"] == "done"
+    # the other study's grid changed (re-run, say): the variant trained at its old choice is stale
+    point = next(p for p in grids if float(p.parent.name) != best)
+    point.write_text(json.dumps({**json.loads(point.read_text()), "validation_loss": -1.0}))
+    assert states(big, records)["finetune/precise@3"] == "stale"

@@ -21,6 +21,7 @@ import os
 import random
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -122,6 +123,8 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
             inputs += [f"{grid_rel(rate_family(variant), lr)}/{GRID_JSON}" for lr in chosen_from]
         elif (given := given_lr(cfg, rate_family(variant))) is not None:  # a rate chosen elsewhere
             extra["lr"] = given
+        elif cfg.finetune.lr_from:  # a rate another study's grid chose: its choice and the losses it chose by
+            extra.update(rate_from(cfg.finetune.lr_from, rate_family(variant)).settings())
 
         def train_variant(v: str = variant) -> str:
             release_model()  # training loads its own copy: the analysis model is not held beside it
@@ -393,14 +396,64 @@ def given_lr(cfg: RunSettings, family: str) -> float | None:
     return chosen.get(family) or chosen.get(_method(family))
 
 
+@dataclass(frozen=True)
+class RateFrom:
+    """The rate another study's grid chose for a family (finetune.lr_from): None while that grid is not complete."""
+    config: str
+    family: str  # the other study's family whose grid gives the rate
+    losses: dict[float, float]  # the finished grid points' validation losses
+    missing: list[str]  # that study's grid cells not recorded yet
+
+    @property
+    def lr(self) -> float | None:
+        if self.missing or not self.losses:
+            return None
+        return min(self.losses, key=lambda lr: (self.losses[lr], lr))
+
+    def settings(self) -> dict:
+        """What a variant trained at this rate depends on (its stage settings): a changed grid makes it stale."""
+        return {"lr": self.lr, "lr_from": {"config": self.config, "family": self.family,
+                                           "losses": {f"{lr:g}": loss for lr, loss in self.losses.items()}}}
+
+
+def rate_from(config: str, family: str) -> RateFrom:
+    """The rate the study `config` chose for `family` (else for its method) from its committed grid cells."""
+    other = RunSettings.from_yaml(config)
+    grids = {f: rate_grid(other, f) for f in dict.fromkeys(map(rate_family, other.variants)) if rate_grid(other, f)}
+    mine = family if family in grids else _method(family)
+    if mine not in grids:
+        raise SettingError("finetune.lr_from", config, f"that study has no learning-rate grid for {family} or "
+                           f"{_method(family)} (its grids: {', '.join(grids) or 'none'}): give its rate in lr_chosen")
+    records = Path("records") / Path(config).stem / "cells"
+    losses, missing = {}, []
+    for lr in grids[mine]:
+        point = f"finetune/grid/{mine}/{lr:g}"
+        path = records / point.replace("/", "--") / "run" / grid_rel(mine, lr) / GRID_JSON
+        if path.is_file():
+            losses[lr] = float(read_json(path)["validation_loss"])
+        else:
+            missing.append(point)
+    return RateFrom(config, mine, losses, missing)
+
+
 def variant_lr(cfg: RunSettings, run: RunFolder, variant: str) -> float:
     """The learning rate `variant` trains at: its rate family's grid choice, else its rate in finetune.lr_chosen,
-    else finetune.lr."""
-    rates = rate_grid(cfg, rate_family(variant))
+    else the rate finetune.lr_from's study chose, else finetune.lr."""
+    family = rate_family(variant)
+    rates = rate_grid(cfg, family)
     if rates:
-        return chosen_lr(run, rate_family(variant), rates)[0]
-    given = given_lr(cfg, rate_family(variant))
-    return given if given is not None else cfg.finetune.lr
+        return chosen_lr(run, family, rates)[0]
+    given = given_lr(cfg, family)
+    if given is not None:
+        return given
+    if cfg.finetune.lr_from:
+        chosen = rate_from(cfg.finetune.lr_from, family)
+        if chosen.lr is None:
+            raise SettingError(f"variant {variant} trains at the rate {cfg.finetune.lr_from} chooses for "
+                               f"{chosen.family}, whose grid is not complete: run its cells first "
+                               f"({', '.join(chosen.missing)})")
+        return chosen.lr
+    return cfg.finetune.lr
 
 
 def training_examples(cfg: RunSettings) -> tuple[list, list]:

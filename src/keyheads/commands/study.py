@@ -1,6 +1,6 @@
 """`keyheads study`: a config's run as cells, each committed as its own record (keyheads.study).
 
-    keyheads study status CONFIG                 # every cell: done, stale (why) or pending, with its time
+    keyheads study status CONFIG                 # every cell: done, stale (why), pending or waiting, with its time
     keyheads study run CONFIG --cell knockout    # run cells here, each writing its record when it finishes
     keyheads study run CONFIG --next 4 --executor slurm --slurm partition=gpu,gpus_per_node=1,timeout_min=240
     keyheads study merge CONFIG --out DIR        # every record in one run folder (findings, report)
@@ -35,15 +35,15 @@ def _minutes(seconds: float | None) -> str:
 
 
 def cmd_status(args) -> int:
-    from ..study.cells import status  # noqa: PLC0415
+    from ..study.cells import STATES, status  # noqa: PLC0415
 
     cfg, _, _ = _config(args)
     states = status(cfg, _records(args, args.config))
     width = max(len(s.cell.name) for s in states)
     for s in states:
-        measured = "measured" if s.state != "pending" else "estimated"
+        measured = "estimated" if s.state in ("pending", "waiting") else "measured"
         print(f"{s.cell.name:<{width}}  {s.state:<7}  {_minutes(s.seconds):>9} ({measured})  {s.why}")
-    counts = {k: sum(s.state == k for s in states) for k in ("done", "stale", "pending")}
+    counts = {k: sum(s.state == k for s in states) for k in STATES}
     print(", ".join(f"{v} {k}" for k, v in counts.items()))
     return 0
 
@@ -69,7 +69,7 @@ def cmd_run(args) -> int:
     if args.cell:
         names = args.cell
     else:
-        names = [s.cell.name for s in states if s.state != "done"][:args.next]
+        names = [s.cell.name for s in states if s.state in ("stale", "pending")][:args.next]  # not waiting
     if not names:
         print("every cell is done")
         return 0

@@ -138,9 +138,16 @@ class FinetuneSection(TrainingRecipe):
         {}, description="learning rates chosen elsewhere (for example on a smaller model's lr_grid), per rate family "
         "as lr_grid names them: a variant of a listed family (or of a listed method) trains at it, without a grid")
 
+    lr_from: str | None = Field(
+        None, description="a study config (for example a smaller model's) whose committed grid cells choose the "
+        "rates: a variant of a family that has no lr_grid or lr_chosen entry here trains at the rate that study "
+        "chose for the same family, else for its method (precise@10 takes 'precise'), reading its records "
+        "(records/CONFIG-NAME/cells); a variant whose rate that study has not chosen yet waits for it",
+        json_schema_extra={"metavar": "CONFIG"})
+
     # the settings that choose a variant's rate and data, not how it trains: a variant's stage takes its family's
     # grid or chosen rate and, with a grid, the validation size; a grid point its fraction (keyheads.pipeline)
-    RATE_CHOICE: ClassVar[tuple[str, ...]] = ("lr_grid", "grid_fraction", "validation", "lr_chosen")
+    RATE_CHOICE: ClassVar[tuple[str, ...]] = ("lr_grid", "grid_fraction", "validation", "lr_chosen", "lr_from")
 
     @model_validator(mode="after")
     def _one_choice(self):
@@ -154,6 +161,14 @@ class FinetuneSection(TrainingRecipe):
     @classmethod
     def _train(cls, v):
         return check_train(v)
+
+    @field_validator("lr_from")
+    @classmethod
+    def _lr_from(cls, v):
+        if v is not None and not Path(v).is_file():
+            raise SettingError("finetune.lr_from", v, "is not a file: name the study config whose grid chose the "
+                               "rates (its cell records are read from records/CONFIG-NAME/cells)")
+        return v
 
     def recipe(self, method: Literal["precise", "full", "lora"], seed: int) -> FinetuneSettings:
         return FinetuneSettings.model_validate({**{name: getattr(self, name) for name in TrainingRecipe.model_fields},

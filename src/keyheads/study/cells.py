@@ -48,7 +48,7 @@ from .records import copy_kept, small_outputs
 ROW_FOLDER = "eval-rows"
 # settings that say where, not what: a cell made with the data folder at another path is the same cell
 WHERE = ("data_dir", "out")
-STATES = ("done", "stale", "pending")
+STATES = ("done", "stale", "pending", "waiting")
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Cell:
 @dataclass(frozen=True)
 class CellState:
     cell: Cell
-    state: str           # done | stale | pending
+    state: str           # done | stale | pending | waiting (on another study: finetune.lr_from)
     why: str             # what is stale, or where the record is
     seconds: float | None  # its time: measured (done, stale) or estimated from the study's other cells
 
@@ -130,7 +130,8 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
     for cell in cells:
         recs = made[cell.name]
         if not recs:
-            out.append(CellState(cell, "pending", "no record", None))
+            waits = _waits_for(stages, cell)
+            out.append(CellState(cell, "waiting" if waits else "pending", waits or "no record", None))
             continue
         why = []
         for name in cell.stages:
@@ -156,6 +157,15 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
         out.append(CellState(cell, "stale" if why else "done", "; ".join(why) or where, seconds))
     elsewhere = cache(lambda kind: _elsewhere(cfg, records, kind))  # the other studies' records, read once a kind
     return [_estimated(s, out, elsewhere) for s in out]
+
+
+def _waits_for(stages: dict, cell: Cell) -> str | None:
+    """What a cell with no record waits for outside its study: another study's grid that chooses its rate (lr_from)."""
+    for name in cell.stages:
+        rate = stages[name].settings.get("lr_from")
+        if rate is not None and stages[name].settings.get("lr") is None:
+            return f"waits for the rate {rate['config']} chooses for {rate['family']} (its grid is not complete)"
+    return None
 
 
 def _kind(name: str) -> str:
