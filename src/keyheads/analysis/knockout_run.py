@@ -56,17 +56,13 @@ class _Call:
     progress: bool
 
     def record(self) -> dict:
-        """knockout.json's "config": the files and settings of the call, as earlier releases wrote them."""
-        s = self.settings
-        return {"data": self.data, "out": self.out, "selection": self.heads.record(), "k": s.k, "seeds": s.seeds,
-                "seed": s.seed, "n_samples": s.limit, "batch_size": self.batch_size, "mean": s.mean,
-                "transfer": s.transfer, "transfer_data": self.transfer_data, "transfer_by": s.transfer_by,
-                "data_dir": self.data_dir, "transfer_n": s.transfer_n, "transfer_control": s.transfer_control,
-                "transfer_draws": s.transfer_draws, "progress": self.progress}
+        """knockout.json's "config": the settings whole, with the call's files, heads and batch size."""
+        return {**self.settings.to_json(), "data": self.data, "out": self.out, "selection": self.heads.record(),
+                "transfer_data": self.transfer_data, "data_dir": self.data_dir, "batch_size": self.batch_size}
 
     def key_record(self) -> dict:
-        """What a checkpoint's results depend on: record() less where it is written and whether bars show."""
-        return {k: v for k, v in self.record().items() if k not in ("progress", "out")}
+        """What a checkpoint's results depend on: record() less where it is written."""
+        return {k: v for k, v in self.record().items() if k != "out"}
 
 
 def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: HeadChoice,

@@ -4,6 +4,8 @@ the method modules; the settings load without torch, so that keyheads.config.run
 validate a config without a model library."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, field_validator
 
 from ..components import Threshold, TopK
@@ -43,6 +45,14 @@ class IdentifySettings(Section):
     first_token: bool = Field(default=False, description="accept multi-token answers and measure their first token")
     top_k: TopK = None
     threshold: Threshold = None
+
+    # the settings that act after the per-sample arrays (which samples count, which heads are key): the sweep's
+    # checkpoint holds the arrays, so it is keyed by every other setting
+    AFTER_THE_ARRAYS: ClassVar[frozenset[str]] = frozenset({"min_abs_logit", "top_k", "threshold"})
+
+    def checkpoint_key(self) -> dict:
+        """The settings the per-sample arrays depend on: the settings whole, less those that act after them."""
+        return {k: v for k, v in self.to_json().items() if k not in self.AFTER_THE_ARRAYS}
 
     @field_validator("method")
     @classmethod

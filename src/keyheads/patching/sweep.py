@@ -53,10 +53,9 @@ def run_sweep(model: HookedModel, data: str | Path, config: IdentifySettings, ou
     check_metric(config.metric)
     samples = load_patch_samples(model, data, limit=config.limit, first_token_only=config.first_token)
     n, L, H = len(samples), model.n_layers, model.n_heads
-    # what the per-sample arrays depend on (min_abs_logit and the key-head choice act after them)
+    # what the per-sample arrays depend on: the model, the data, the batching and the settings that act before them
     signature = {"model": model.source, "data_sha256": file_sha256(data), "dtype": str(model.dtype),
-                 "method": config.method, "metric": config.metric, "batch_size": batch_size, "limit": config.limit,
-                 "first_token": config.first_token}
+                 "batch_size": batch_size, **config.checkpoint_key()}
     state = _resume(out, signature, n, L, H)
     fn = PATCH_METHODS[config.method]
     # Whole batches are shared out, not samples: each batch is then exactly the one a single
