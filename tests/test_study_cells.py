@@ -14,7 +14,7 @@ from keyheads.report.findings import findings
 from keyheads.study.cells import cells_of, merge, run_cell, status
 from keyheads.testing import tiny_model
 
-from tests.helpers import load_script, write_tiny_benchmarks
+from tests.helpers import write_tiny_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,8 +123,8 @@ def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(s
     assert [f.to_json() for f in findings(merged)] == whole
     assert json.loads((merged.root / "eval" / "results.json").read_text())["variants"][0]["label"].endswith("(base)")
     # a study kept as cells is a column of the findings table and has its page, as a whole run's record has
-    table = load_script(ROOT / "studies" / "findings.py", "studies_findings_cells")
-    pages = load_script(ROOT / "studies" / "pages.py", "studies_pages_cells")
+    from studies import findings as table
+    from studies import pages
     assert table.column(str(records), root=Path("/")) == {str(f.row): table.cell(f) for f in findings(merged)}
     page = pages.page({"title": "Tiny", "record": str(records)}, root=Path("/"))
     assert "| finetune/precise | `" in page and "## Tables 1 and 2" in page
@@ -165,8 +165,9 @@ def test_each_family_trains_at_its_grid_s_rate_of_lowest_validation_loss(study, 
     for variant in ("precise", "random"):
         info = json.loads((merged.root / "finetune" / variant / "finetune.json").read_text())
         assert info["config"]["lr"] == best, variant
-    page = load_script(ROOT / "studies" / "pages.py", "studies_pages_grid").page(
-        {"title": "Grid", "record": str(records)}, root=Path("/"))
+    from studies import pages
+
+    page = pages.page({"title": "Grid", "record": str(records)}, root=Path("/"))
     assert "## Learning rates" in page and f"| precise | {best:g} |" in page
     # the fraction of the schedule is a grid point's setting; the validation size every variant's
     fraction = cfg_of(study, out=str(tmp_path / "work"), variants=["precise", "random", "full"],
@@ -178,7 +179,8 @@ def test_each_family_trains_at_its_grid_s_rate_of_lowest_validation_loss(study, 
 
 def test_a_cell_made_by_other_code_is_stale_and_says_which_module(study, tmp_path, monkeypatch):
     """The record keeps a hash of each module its stages compute with; a changed statement in one makes the cell
-    stale, while a changed docstring or comment does not (the hash is of the syntax tree without docstrings)."""
+    stale, while a changed docstring or comment does not (the hash is of the syntax tree without docstrings); a cell
+    run again does not take the outputs other code left in its work folder."""
     from keyheads.study import code
 
     cfg = cfg_of(study)
@@ -200,6 +202,13 @@ def test_a_cell_made_by_other_code_is_stale_and_says_which_module(study, tmp_pat
     [knock] = [s for s in status(cfg, records) if s.cell.name == "knockout"]
     assert knock.state == "stale" and knock.why == "code changed: knockout.py"
     assert states(cfg, records)["identify"] == "done"  # identify computes with other code
+    # run again, the work folder's outputs were made by the other code: they are not reused as this code's record
+    said: list[str] = []
+    run_cell(cfg, records, "knockout", progress=False, say=said.append)
+    assert any("made by other code" in s for s in said) and states(cfg, records)["knockout"] == "done"
+    again: list[str] = []
+    run_cell(cfg, records, "knockout", progress=False, say=again.append)  # same code: its work folder is kept
+    assert not any("made by other code" in s for s in again)
     code._files.cache_clear()
 
 

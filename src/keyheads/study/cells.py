@@ -212,6 +212,9 @@ def _elsewhere(cfg: RunSettings, records: Path, kind: str) -> float | None:
     return statistics.median(scaled) if scaled else None
 
 
+CODE_JSON = "cell-code.json"  # in a cell's work folder: the code signature its outputs and checkpoints were made with
+
+
 def _restore(records: Path, cell_names: list[str], work: Path) -> None:
     """Copy the named cells' recorded files into `work`, each checked against the hash its stage record gives."""
     for name in cell_names:
@@ -243,7 +246,14 @@ def run_cell(cfg: RunSettings, records: Path, name: str, say: Callable[[str], No
         raise SettingError(f"cell {name} reads what {', '.join(missing)} write, which is not done here: run it first "
                            f"(keyheads study run CONFIG --cell {missing[0]})")
     work = Path(cfg.out) / "cells" / cell.slug
+    signature = code.signature(cell.stages)
+    made_by = work / CODE_JSON
+    if work.exists() and (not made_by.is_file() or read_json(made_by) != signature):
+        # outputs and checkpoints that other code computed (or code not known) must not become a record of this code
+        say(f"{work} was made by other code than this checkout's: cell {name} starts again there")
+        shutil.rmtree(work)
     _restore(records, list(cell.after), work)
+    write_json(made_by, signature)
     cfg = cfg.model_copy(update={"out": str(work)})
     write_json(work / "config.json", cfg.to_json())
 
@@ -281,12 +291,17 @@ def _write_record(cfg: RunSettings, records: Path, cell: Cell, work: Path, comma
     copy_kept(work, rels, tmp / "run")
     write_json(tmp / "record.json", {"cell": cell.name, "model": cfg.model, "command": command,
                                      "commit": versions().get("commit"), "stages": list(cell.stages),
-                                     "code": code.signature(cell.stages),
+                                     "code": _made_with(work, cell),
                                      **(spent or {})})
     if dest.exists():  # a stale record: replaced whole
         shutil.rmtree(dest)
     tmp.rename(dest)
     return dest
+
+
+def _made_with(work: Path, cell: Cell) -> dict[str, str]:
+    """The code signature the cell's work folder was made with (the checkout's when it says none)."""
+    return read_json(work / CODE_JSON) if (work / CODE_JSON).is_file() else code.signature(cell.stages)
 
 
 def is_cells(folder: Path) -> bool:
