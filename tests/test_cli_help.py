@@ -126,11 +126,14 @@ def test_descriptions_name_settings_as_flags(monkeypatch, capsys):
     assert "draw the few-shot examples" in run  # prose, not a flag
 
 
-def test_run_shows_the_run_defaults_of_its_sections(monkeypatch, capsys):
+def test_run_shows_the_defaults_of_its_sections_which_are_the_commands(monkeypatch, capsys):
     entries = _entries(_help("run", monkeypatch, capsys))
     starts = {k.split()[0]: k for k in entries}
-    assert starts["--data.n"].startswith("--data.n N") and "(default: 300)" in entries[starts["--data.n"]]
-    assert "(default: 10)" in entries[starts["--identify.top-k"]]
+    data = _entries(_help("data", monkeypatch, capsys))
+    [n] = [k for k in data if k.startswith("-n, --n N")]
+    assert starts["--data.n"].startswith("--data.n N") and "(default: 100)" in entries[starts["--data.n"]]
+    assert "(default: 100)" in data[n]  # one default, the command's and the run's
+    assert "(default: 1000)" in entries[starts["--attention.limit"]]
     assert starts["--finetune.lr"].startswith("--finetune.lr LR")
     assert "(default: on)" in entries[starts["--[no-]knockout.transfer-control"]]
 

@@ -38,15 +38,22 @@ def test_a_run_s_defaults_are_on_its_section_types_and_what_follows_is_a_validat
     from other sections are set by RunSettings' validator, and a value given is kept."""
     import pytest
 
-    from keyheads.config.run import RunAttention, RunPairs
+    from keyheads.analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
+    from keyheads.data.settings import PairSettings
     from keyheads.errors import SettingError
+    from keyheads.evaluation.settings import EvalSettings
+    from keyheads.patching.settings import IdentifySettings
 
     def make(**values):
         return RunSettings.make(eval={"benchmarks": ["arith-add"], **values.pop("eval", {})}, **values)
 
     cfg = make(data={"n": 40}, attention={"seed": 0}, seed=0)
-    assert cfg.data.n == 40 and cfg.data.keep_correct is RunPairs.model_fields["keep_correct"].default is True
-    assert cfg.attention.limit == RunAttention.model_fields["limit"].default == 300
+    # one default per setting: a run's section is its step's settings type itself, the command's defaults and all
+    sections = {"data": PairSettings, "identify": IdentifySettings, "knockout": KnockoutSettings,
+                "attention": AttentionSettings, "mlp": MLPSettings, "eval": EvalSettings}
+    assert {name: type(getattr(cfg, name)) for name in sections} == sections
+    assert cfg.data.n == 40 and cfg.data.keep_correct is PairSettings.model_fields["keep_correct"].default
+    assert cfg.attention.limit == AttentionSettings.model_fields["limit"].default
     assert make(seed=3).knockout.seed == 3 and make(seed=3).data.seed == 3
     with pytest.raises(SettingError, match="a run has one seed"):
         make(seed=3, knockout={"seed": 4})

@@ -16,7 +16,7 @@ from .log import logger
 DEMO = dict(
     out="runs/demo", batch_size=16, variants=["precise"],
     data=dict(task="addition", templates=["add-eq-1", "add-eq-2", "add-stmt-1", "add-qa-2"], n=96, few_shot=3,
-              shared_prefix=True, single_token_answer=True),
+              shared_prefix=True, single_token_answer=True, keep_correct=True),
     identify=dict(top_k=8),
     knockout=dict(k=12, seeds=5, limit=None, transfer_n=50),
     attention=dict(limit=None),

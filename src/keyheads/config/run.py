@@ -15,7 +15,6 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
-from ..components import TopK
 from ..data.benchmarks import data_dir_from
 from ..data.settings import WORD_PROBLEMS, PairSettings, check_template_ids
 from ..data.templates import TASKS, load_templates
@@ -35,38 +34,6 @@ ALSO_IDENTIFY = (*TASKS, WORD_PROBLEMS)
 # variant's -seedN draws its heads with seed N instead of the run's (several seeds: the control's band)
 VARIANT = re.compile(r"(?P<kind>precise|random)(?:@(?P<k>[1-9]\d*))?(?P<mlp>\+mlp(?P<m>[1-9]\d*)?)?"
                      r"(?:-seed(?P<seed>\d+))?|full|lora")
-
-
-class RunPairs(PairSettings):
-    """A run's data: the paper's (its appendix A): zero-shot, answers scored by their first token (A and B in 1..9,
-    so C spans one or two digits), only the pairs the model answers correctly."""
-
-    n: int = Field(default=300, ge=1, description=PairSettings.model_fields["n"].description)
-    keep_correct: bool = Field(default=True, description=PairSettings.model_fields["keep_correct"].description)
-
-
-class RunIdentify(IdentifySettings):
-    """A run's patching: the top 10 heads are the key heads (the paper's figure 3 knocks out ten)."""
-
-    top_k: TopK = 10
-
-
-class RunAttention(AttentionSettings):
-    """A run's attention stage, on a CPU-sized subset of the pairs."""
-
-    limit: int | None = Field(default=300, ge=1, description=AttentionSettings.model_fields["limit"].description)
-
-
-class RunMLP(MLPSettings):
-    """A run's MLP stage, on a CPU-sized subset of the pairs."""
-
-    limit: int | None = Field(default=300, ge=1, description=MLPSettings.model_fields["limit"].description)
-
-
-class RunEval(EvalSettings):
-    """A run's evaluation table, on the first 50 items of each benchmark."""
-
-    limit: int | None = Field(default=50, ge=1, description=EvalSettings.model_fields["limit"].description)
 
 
 class RunSettings(Batched, DataFolder, DeviceSettings):
@@ -92,18 +59,18 @@ class RunSettings(Batched, DataFolder, DeviceSettings):
         "(its in_graph heads are the key heads) or an effects.json (identify.top_k / identify.threshold choose); the "
         "identify stage writes its effects and key heads from it, and every later stage works on them"),
         json_schema_extra={"metavar": "FILE"})
-    data: RunPairs = Field(default_factory=RunPairs, description="the prompt pairs (`keyheads data`): by default "
-                           "the paper's, zero-shot, each answer scored by its first token")
-    identify: RunIdentify = Field(default_factory=RunIdentify, description="patching and the key heads "
+    data: PairSettings = Field(default_factory=PairSettings, description="the prompt pairs (`keyheads data`); "
+                               "by default zero-shot, each answer scored by its first token")
+    identify: IdentifySettings = Field(default_factory=IdentifySettings, description="patching and the key heads "
                                   "(`keyheads identify`); first_token follows the data unless given: on, unless "
                                   "data.single_token_answer")
     knockout: KnockoutSettings = Field(default_factory=KnockoutSettings, description="knockout curves and transfer "
                                                                                      "(`keyheads knockout`)")
-    attention: RunAttention = Field(default_factory=RunAttention, description="`keyheads attention`")
-    mlp: RunMLP = Field(default_factory=RunMLP, description="`keyheads mlp`")
+    attention: AttentionSettings = Field(default_factory=AttentionSettings, description="`keyheads attention`")
+    mlp: MLPSettings = Field(default_factory=MLPSettings, description="`keyheads mlp`")
     finetune: FinetuneSection = Field(default_factory=FinetuneSection, description="the training recipe of every "
                                       "variant (`keyheads finetune`)")
-    eval: RunEval = Field(default_factory=RunEval, description=(
+    eval: EvalSettings = Field(default_factory=EvalSettings, description=(
         "the evaluation table (`keyheads eval`; empty benchmarks: skip the stage). split: by default heldout "
         "when the run trains on 'trainset' (its held-out split is the training set's own), else full"))
 
