@@ -49,11 +49,11 @@ lint: $(STAMP)
 	exit $$status
 
 bench: $(STAMP)
-	$(PY) bench/patching.py
+	$(PY) -m bench.patching
 
 # Every generated page of the studies, from the committed records (studies/pages.py)
 pages: $(STAMP)
-	$(PY) studies/pages.py
+	$(PY) -m studies.pages
 
 clean-venv:
 	rm -rf $(VENV)

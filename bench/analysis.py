@@ -11,38 +11,38 @@ below a set's lowest knocked-out layer once; each set's prefix and prompts from 
 since knocking a head out changes the prefix's keys and values there too; logits at END only),
 at this machine's matrix-multiply rate. Writes the figures into bench/RESULTS.md.
 
-    python bench/analysis.py [--k 12] [--seeds 5] [--effects effects.json] [--cases demo,shared-prefix]
+    python -m bench.analysis [--k 12] [--seeds 5] [--effects effects.json] [--cases demo,shared-prefix]
+    python -m bench.analysis --tiny     # a check in seconds: a tiny random model, 8 candidate pairs a case, k 2
 
 With --gpu it times the curves of a 7B-shaped random model on a GPU instead (bench/analysis_gpu.py):
 
-    python bench/analysis.py --gpu [--prompts 256] [--k 32] [--seeds 5]
+    python -m bench.analysis --gpu [--prompts 256] [--k 32] [--seeds 5]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import machine, matmul_rate, provenance, write_section  # noqa: E402
-
-from keyheads.analysis.common import all_heads, load_samples  # noqa: E402
-from keyheads.analysis.knockout_curves import CurveSettings, curve_sets, knockout_curves  # noqa: E402
-from keyheads.analysis.passes import EndPasses  # noqa: E402
-from keyheads.cli import main as cli  # noqa: E402
-from keyheads.demo import demo_config  # noqa: E402
-from keyheads.effects import Effects  # noqa: E402
-from keyheads.knockout import compute_means  # noqa: E402
-from keyheads.models import load_model  # noqa: E402
-from keyheads.models.prompt_set import PromptSet  # noqa: E402
-from keyheads.runfolder import RunFolder  # noqa: E402
-from keyheads.testing.oracles import Batches, direct_curves  # noqa: E402
+from bench import tiny
+from bench.floors import knockout_flops, matmul_rate
+from bench.results import machine, provenance, write_section
+from keyheads.analysis.common import all_heads, load_samples
+from keyheads.analysis.knockout_curves import CurveSettings, curve_sets, knockout_curves
+from keyheads.analysis.passes import EndPasses
+from keyheads.cli import main as cli
+from keyheads.demo import demo_config
+from keyheads.effects import Effects
+from keyheads.knockout import compute_means
+from keyheads.models import load_model
+from keyheads.models.prompt_set import PromptSet
+from keyheads.runfolder import RunFolder
+from keyheads.testing.oracles import Batches, direct_curves
 
 CASES = {
     # name: (what RESULTS says about the data, overrides of the demo's data settings)
@@ -50,15 +50,19 @@ CASES = {
     "shared-prefix": ("one template (add-eq-1) behind one three-example prefix, the prompts' own tokens a few each",
                       {"templates": ["add-eq-1"], "n": 64}),
 }
+# --tiny: a few candidate pairs of any answer (a random model gets none right), short curves, one random order, one
+# thread
+TINY = {"k": 2, "seeds": 1, "batch_size": 4, "pairs": 8, "keep_correct": False, "threads": 1}
 
 
-def make_data(folder: Path, overrides: dict) -> Path:
+def make_data(folder: Path, overrides: dict, model: str = "smollm2-135m", keep_correct: bool = True) -> Path:
     """The pairs the demo makes (same templates, n, few-shot prefix, seed) with `overrides` on top."""
-    cfg = demo_config({"model": "smollm2-135m", "out": str(folder), "device": "cpu", "dtype": "float32",
+    cfg = demo_config({"model": model, "out": str(folder), "device": "cpu", "dtype": "float32",
                        "data": overrides})
     data = RunFolder(folder).pairs
-    args = ["data", "--task", cfg.data.task, "-n", str(cfg.data.n), "--few-shot", str(cfg.data.few_shot),
-            "--keep-correct", "--single-token-answer", "--seed", str(cfg.seed), "--out", str(data), "--quiet"]
+    args = ["data", "--model", model, "--task", cfg.data.task, "-n", str(cfg.data.n), "--few-shot",
+            str(cfg.data.few_shot), *(["--keep-correct"] if keep_correct else []), "--single-token-answer",
+            "--seed", str(cfg.seed), "--out", str(data), "--quiet"]
     args += ["--shared-prefix"] if cfg.data.shared_prefix else []
     if cfg.data.templates:
         args += ["--templates", ",".join(cfg.data.templates)]
@@ -67,22 +71,15 @@ def make_data(folder: Path, overrides: dict) -> Path:
     return data
 
 
-def flops(model, work) -> float:
-    """FLOPs of the token-layers, attention pairs and END unembeddings the passes computed."""
-    cfg = model.config
-    d, q, kv = model.d_model, model.n_heads * model.head_dim, model.n_kv_heads * model.head_dim
-    per_token_layer = 2 * d * (q + 2 * kv) + 2 * q * d + 2 * 3 * d * cfg.intermediate_size
-    return work.token_layers * per_token_layer + work.attention_pairs * 4 * q + work.end_rows * 2 * d * cfg.vocab_size
-
-
 def run_case(name: str, args, model) -> list[str]:
     """Both methods on one case's data; the lines RESULTS gets."""
     described, overrides = CASES[name]
     folder = Path(tempfile.mkdtemp())
-    data = make_data(folder, overrides)
+    overrides = {**overrides, "n": args.pairs} if args.pairs else overrides
+    data = make_data(folder, overrides, model.name, args.keep_correct)
     effects_path = args.effects if name == "demo" else None
     if effects_path is None:
-        if cli(["identify", "--model", "smollm2-135m", "--data", str(data), "--first-token", "--top-k", "8",
+        if cli(["identify", "--model", model.name, "--data", str(data), "--first-token", "--top-k", "8",
                 "--out", str(RunFolder(folder).identify), "--quiet"]):
             raise SystemExit("path patching failed")
         effects_path = RunFolder(folder).effects
@@ -114,7 +111,7 @@ def run_case(name: str, args, model) -> list[str]:
     points = lambda c: c.effect + sum(c.random, [])  # noqa: E731
     diff = max(abs(round(a * n) - round(b * n)) for a, b in zip(points(fast), points(slow)))
     rate = max(rates + [matmul_rate(model.d_model, model.config.intermediate_size)])
-    need = flops(model, engine.work)
+    need = knockout_flops(model, engine.work)
     floor = need / rate
     direct_tokens = sum(len(model.tokens(p, add_special_tokens=True)) for p in refs) * len(points(fast))
     sizes = sorted(len(g.index) for g in prompts.groups)
@@ -145,26 +142,32 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     ap.add_argument("--gpu", action="store_true", help="a random 7B-shaped model on a GPU (bench/analysis_gpu.py)")
     ap.add_argument("--prompts", type=int, default=256, help="with --gpu: how many prompts")
-    args = ap.parse_args()
+    ap.add_argument("--model", help="bundled name or model folder (default: smollm2-135m; with --tiny, a tiny "
+                    "random Llama)")
+    tiny.add_flags(ap)
+    ap.set_defaults(pairs=None, keep_correct=True)  # the demo's own number of candidates, the pairs it gets right
+    args = tiny.parse(ap, TINY)
     torch.set_num_threads(args.threads)
     if args.gpu:
-        import analysis_gpu
+        from bench import analysis_gpu
 
         text = "\n".join([provenance("bench/analysis.py --gpu", machine(analysis_gpu.DEVICE)),
                           *analysis_gpu.main(args)])
         print(text)
         if not args.no_write:
-            write_section("Knockout curves at 7B scale on one GPU (bench/analysis.py --gpu)", text)
+            write_section("Knockout curves at 7B scale on one GPU (bench/analysis.py --gpu)", text,
+                          tiny.results_file(args))
         return
     cases = args.cases.split(",")
     if unknown := [c for c in cases if c not in CASES]:
         raise SystemExit(f"unknown case(s) {', '.join(unknown)}: choose from {', '.join(CASES)}")
-    model = load_model("smollm2-135m", device="cpu", dtype="float32")
+    name = args.model or (str(tiny.model_folder()) if args.tiny else "smollm2-135m")
+    model = load_model(name, device="cpu", dtype="float32")
     lines = [
         provenance("bench/analysis.py", machine(threads=args.threads)),
-        f"- date: {datetime.date.today()}; command: `python bench/analysis.py --k {args.k} --seeds {args.seeds}"
-        f"{' --effects ...' if args.effects else ''}`",
-        f"- model: smollm2-135m (fp32, CPU, {args.threads} threads, {platform.machine()}); "
+        f"- date: {datetime.date.today()}; command: `python -m bench.analysis --k {args.k} --seeds {args.seeds}"
+        f"{' --effects ...' if args.effects else ''}{' --tiny' if args.tiny else ''}`",
+        f"- model: {model.name} (fp32, CPU, {args.threads} threads, {platform.machine()}); "
         f"{1 + args.k + args.seeds * args.k} knockout sets per case: none, effect-rank k = 1..{args.k}, "
         f"{args.seeds} random orders k = 1..{args.k}",
     ]
@@ -173,7 +176,8 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        write_section("Knockout curves: direct vs batched END-only passes (bench/analysis.py)", text)
+        write_section("Knockout curves: direct vs batched END-only passes (bench/analysis.py)", text,
+                      tiny.results_file(args))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Knockout curves at 7B scale on one GPU (`python bench/analysis.py --gpu`): time and peak memory
+"""Knockout curves at 7B scale on one GPU (`python -m bench.analysis --gpu`): time and peak memory
 against the FLOP floor.
 
 A randomly initialised model of LLaMA-2-7B's shape in bf16 (timing needs no weights) with a
@@ -6,8 +6,8 @@ character tokenizer. 256 prompts shaped like the study's data: four templates, e
 own three-example prefix ("12+34=46\\n..."), 64 prompts per template whose own tokens are a
 two-operand sum; as many counterfactual prompts for the means. The curves go to k = 32 with 5
 random orders (1 + 32 + 160 knockout sets), heads ranked at random (a ranking changes which
-heads, not how much work). The floor is the work the batched passes must do (bench/analysis.py's
-count) at the GPU's measured bf16 matrix-multiply rate.
+heads, not how much work). The floor is the work the batched passes must do (bench/floors.py's
+count, as bench/analysis.py takes it) at the GPU's measured bf16 matrix-multiply rate.
 """
 from __future__ import annotations
 
@@ -33,10 +33,9 @@ def prompts(n: int, seed: int) -> list[str]:
 
 def main(args) -> list[str]:
     import transformers as tf
-    from analysis import flops
-    from finetune import SHAPES
-    from patching_scale import gpu_matmul_rate
 
+    from bench.finetune import SHAPES
+    from bench.floors import gpu_matmul_rate, knockout_flops
     from keyheads.analysis.common import all_heads
     from keyheads.analysis.knockout_curves import CurveSettings, curve_sets, knockout_curves
     from keyheads.analysis.passes import EndPasses
@@ -69,11 +68,11 @@ def main(args) -> list[str]:
         peak = torch.cuda.max_memory_allocated()
         engine = EndPasses(model, set_, full)  # the same passes, counting their work
         engine.logits(curve_sets(ranked, heads, cfg)[0], lambda *_: None)
-    need = flops(model, engine.work)
+    need = knockout_flops(model, engine.work)
     floor = need / rate
     sizes = sorted(len(g.index) for g in set_.groups)
     return [
-        f"- date: {datetime.date.today()}; command: `python bench/analysis.py --gpu --prompts {args.prompts} "
+        f"- date: {datetime.date.today()}; command: `python -m bench.analysis --gpu --prompts {args.prompts} "
         f"--k {args.k} --seeds {args.seeds}`; {torch.cuda.get_device_name()}; torch {torch.__version__}",
         f"- model: randomly initialised llama2-7b shape, bf16, character tokenizer; {len(refs)} prompts of "
         f"{len(TEMPLATES)} templates in {len(set_.groups)} groups (members {sizes}); "

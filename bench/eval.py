@@ -18,11 +18,13 @@ Useful tokens are the tokens a row needs until its stop fires (the end-of-sequen
 when it ends that way); tokens/s = useful tokens / wall time. The final texts must be identical.
 The CPU time other processes took meanwhile is reported with the figures: time it on an idle machine.
 
-    python bench/eval.py [--n 64] [--batch-size 16] [--threads 2] [--data-dir BENCHMARKS] [--no-write]
+    python -m bench.eval [--n 64] [--batch-size 16] [--threads 2] [--data-dir BENCHMARKS] [--no-write]
+    python -m bench.eval --tiny [--data-dir BENCHMARKS]    # a check in seconds: a tiny random model, 2 prompts,
+                                                           # one exemplar, 16 new tokens
 
 With --gpu it times a 7B-shaped random model on a GPU instead (bench/eval_gpu.py says how):
 
-    python bench/eval.py --gpu [--n 64] [--shape llama2-7b]
+    python -m bench.eval --gpu [--n 64] [--shape llama2-7b]
 """
 from __future__ import annotations
 
@@ -31,26 +33,26 @@ import datetime
 import os
 import platform
 import resource
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from bench import tiny
+from bench.results import machine, provenance, write_section
+from keyheads.data.benchmarks import data_dir_from
+from keyheads.evaluation.engine import PrefixKV, common_prefix_len, eos_ids
+from keyheads.evaluation.prompts import STOPS, cut_at_stop
+from keyheads.evaluation.runner import batches
+from keyheads.evaluation.settings import EvalSettings
+from keyheads.evaluation.tasks import make_task, prompt_ids
+from keyheads.models import load_model
+from keyheads.testing.oracles import greedy_generate
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import machine, provenance, write_section  # noqa: E402
-
-from keyheads.data.benchmarks import data_dir_from  # noqa: E402
-from keyheads.evaluation.engine import PrefixKV, common_prefix_len, eos_ids  # noqa: E402
-from keyheads.evaluation.prompts import STOPS, cut_at_stop  # noqa: E402
-from keyheads.evaluation.runner import batches  # noqa: E402
-from keyheads.evaluation.settings import EvalSettings  # noqa: E402
-from keyheads.evaluation.tasks import make_task, prompt_ids  # noqa: E402
-from keyheads.models import load_model  # noqa: E402
-from keyheads.testing.oracles import greedy_generate  # noqa: E402
-
 BENCH = "gsm8k"
+# --tiny: one exemplar, so that GSM8K's prompts spelt character by character stay short, a small budget, one thread
+TINY = {"n": 2, "batch_size": 2, "few_shot": 1, "new_tokens": 16, "threads": 1}
 
 
 def finish_row(tok, generated: list[int], eos: set[int], budget: int) -> tuple[str, str, int]:
@@ -174,22 +176,28 @@ def main() -> None:
     ap.add_argument("--no-harness", action="store_true", help="leave lm-evaluation-harness out")
     ap.add_argument("--gpu", action="store_true", help="the GPU mode: a random model of --shape, bf16")
     ap.add_argument("--shape", default="llama2-7b", help="with --gpu: a shape of bench/finetune.py's SHAPES")
-    args = ap.parse_args()
+    ap.add_argument("--model", help="bundled name or model folder (default: smollm2-135m; with --tiny, a tiny "
+                    "random Llama)")
+    tiny.add_flags(ap)
+    ap.set_defaults(few_shot=None, new_tokens=None)  # the evaluation's own: 4 exemplars, 256 new tokens
+    args = tiny.parse(ap, TINY)
     torch.set_num_threads(args.threads)
     if args.gpu:
-        import eval_gpu
+        from bench import eval_gpu
 
         lines = [provenance("bench/eval.py --gpu", machine(eval_gpu.DEVICE)), *eval_gpu.main(args)]
         print("\n".join(lines))
         if not args.no_write:
-            write_section("Evaluation throughput on a GPU (bench/eval.py --gpu)", "\n".join(lines))
+            write_section("Evaluation throughput on a GPU (bench/eval.py --gpu)", "\n".join(lines),
+                          tiny.results_file(args))
         return
 
     data_dir = data_dir_from(args.data_dir)
     if data_dir is None and (ROOT.parent / "shared" / "data" / "benchmarks").is_dir():
         data_dir = ROOT.parent / "shared" / "data" / "benchmarks"
-    cfg = EvalSettings(benchmarks=(BENCH,), limit=args.n)
-    model = load_model("smollm2-135m", device="cpu", dtype="float32")
+    cfg = EvalSettings(benchmarks=(BENCH,), limit=args.n, few_shot=args.few_shot, max_new_tokens=args.new_tokens)
+    model = load_model(args.model or (str(tiny.model_folder()) if args.tiny else "smollm2-135m"), device="cpu",
+                       dtype="float32")
     model.hf.eval()
     task = make_task(BENCH, cfg, str(data_dir) if data_dir else None)
     budget = cfg.new_tokens(BENCH)
@@ -221,15 +229,16 @@ def main() -> None:
     finishes = {w: sum(why == w for _, why in engine_out) for w in ("stop", "eos", "length")}
     rate_engine, rate_hf = engine_tokens / t_engine, hf_tokens / t_hf
     ratio = rate_engine / rate_hf
-    command = f"python bench/eval.py --n {args.n} --batch-size {args.batch_size} --threads {args.threads}"
+    command = f"python -m bench.eval --n {args.n} --batch-size {args.batch_size} --threads {args.threads}" + (
+        " --tiny" if args.tiny else "")
     lines = [
         provenance("bench/eval.py", machine(threads=torch.get_num_threads())),
         f"- date: {datetime.date.today().isoformat()}; command: `{command}`",
-        f"- model: smollm2-135m (fp32, CPU, {torch.get_num_threads()} threads, {platform.machine()}); "
+        f"- model: {model.name} (fp32, CPU, {torch.get_num_threads()} threads, {platform.machine()}); "
         f"torch {torch.__version__}, transformers {__import__('transformers').__version__}",
-        f"- {len(items)} GSM8K test prompts as `keyheads eval` builds them (4-shot chain of thought, exemplars "
-        f"{', '.join(e.id for e in task.exemplars)}), {len(runs)} batches of <= {args.batch_size} in the runner's "
-        f"order; prompt lengths {min(lengths)}-{max(lengths)} tokens, {shared} shared by all; greedy, at most "
+        f"- {len(items)} GSM8K test prompts as `keyheads eval` builds them ({cfg.shots(BENCH)}-shot chain of thought, "
+        f"exemplars {', '.join(e.id for e in task.exemplars)}), {len(runs)} batches of <= {args.batch_size} in the "
+        f"runner's order; prompt lengths {min(lengths)}-{max(lengths)} tokens, {shared} shared by all; greedy, at most "
         f"{budget} new tokens, each row stopped by `cut_at_stop` ({finishes['stop']} stop, {finishes['eos']} EOS, "
         f"{finishes['length']} at the budget)",
         "- transformers: `model.generate(do_sample=False)`, left-padded batches, the same stop function as a "
@@ -275,7 +284,7 @@ def main() -> None:
     print("targets met" if ok else "TARGETS NOT MET")
     if not args.no_write:
         write_section("Evaluation throughput: keyheads engine vs transformers generate (bench/eval.py)",
-                      "\n".join(lines))
+                      "\n".join(lines), tiny.results_file(args))
 
 
 if __name__ == "__main__":

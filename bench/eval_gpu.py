@@ -1,4 +1,4 @@
-"""Evaluation throughput on a GPU (`python bench/eval.py --gpu`): the keyheads engine, transformers
+"""Evaluation throughput on a GPU (`python -m bench.eval --gpu`): the keyheads engine, transformers
 `generate` at its default and best settings, and the decode floor, side by side in one run.
 
 A randomly initialised model of LLaMA-2-7B's shape in bf16 (timing needs no weights, and the
@@ -49,8 +49,8 @@ class IdTokenizer:
 
 def random_model(shape: str):
     import transformers as tf
-    from finetune import SHAPES
 
+    from bench.finetune import SHAPES
     from keyheads.models.model import HookedModel
 
     torch.manual_seed(0)
@@ -177,7 +177,7 @@ def main(args) -> list[str]:
     engine_s = results["keyheads engine (greedy_generate, shared prefix, continuous batching)"]
     same = {k: sum(a == b for a, b in zip(outputs["engine"], outputs[k])) for k in ("dynamic", "static")}
     lines = [
-        f"- date: {datetime.date.today()}; command: `python bench/eval.py --gpu --n {args.n}`; "
+        f"- date: {datetime.date.today()}; command: `python -m bench.eval --gpu --n {args.n}`; "
         f"{torch.cuda.get_device_name() if DEVICE == 'cuda' else DEVICE}; torch {torch.__version__}, transformers "
         f"{__import__('transformers').__version__}",
         f"- model: randomly initialised {args.shape} shape, bf16, no EOS; {len(rows)} prompts: a shared "

@@ -5,8 +5,10 @@ loss on the completion) in its own subprocess, one after the other, so that each
 own. The floor is the forward pass plus the backward pass through the layers at and above the lowest
 trained layer, with no weight gradient at all: what precise SFT cannot go below.
 
-    python bench/finetune.py --effects runs/identify/effects.json        # SmolLM2 on CPU, top-32 key heads
-    python bench/finetune.py --random-init tinyllama-1.1b --device cuda --dtype bfloat16 --from-layer 11
+    python -m bench.finetune --effects runs/identify/effects.json        # SmolLM2 on CPU, top-32 key heads
+    python -m bench.finetune --random-init tinyllama-1.1b --device cuda --dtype bfloat16 --from-layer 11
+    python -m bench.finetune --tiny      # a check in seconds: a tiny random model, the floor and precise SFT,
+                                         # 2 samples of 12 tokens, one step after one warm-up step
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench import tiny
 
 CASES = ("floor", "precise", "precise+3mlp", "full", "lora")
+# --tiny: the floor and precise SFT (the ratio between them), 4 of the tiny model's 12 heads and its 3 MLPs
+TINY = {"cases": "floor,precise", "heads": 4, "steps": 1, "warmup": 1, "optimizer_batch_size": 2,
+        "micro_batch_size": 1, "prompt_len": 8, "completion_len": 4}
 SHAPES = {  # Llama-shaped random models for timing (no weights needed)
     "tinyllama-1.1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                            num_key_value_heads=4, vocab_size=32000),
@@ -144,7 +147,8 @@ def run_one(args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--model", help="bundled name or model folder (default: smollm2-135m; with --tiny, a tiny "
+                   "random Llama)")
     p.add_argument("--random-init", choices=sorted(SHAPES), help="time a randomly initialised model of this shape")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default=None)
@@ -162,13 +166,18 @@ def main() -> None:
     p.add_argument("--no-write", action="store_true", help="print only; do not update bench/RESULTS.md")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--scratch", default="/tmp/keyheads-bench-finetune", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    tiny.add_flags(p)
+    args = tiny.parse(p, TINY)
     if args.one:
         print("RESULT " + json.dumps(run_one(args)), flush=True)
         return
+    if not args.random_init:  # every case's process loads the same model
+        args.model = args.model or (str(tiny.model_folder()) if args.tiny else "smollm2-135m")
     rows = {}
     for case in args.cases.split(","):
-        cmd = [sys.executable, __file__, "--one", case] + [a for a in sys.argv[1:]]
+        # each case in a process of its own, so that its peak memory is its own
+        cmd = [sys.executable, "-m", "bench.finetune", "--one", case, *sys.argv[1:]]
+        cmd += ["--model", args.model] if args.model else []
         proc = subprocess.run(cmd, capture_output=True, text=True)
         line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
         if proc.returncode or line is None:  # out of memory, say: recorded, and the other cases still run
@@ -185,7 +194,7 @@ def main() -> None:
 
 
 def report(args, rows: dict) -> None:
-    from results import machine, provenance, write_section
+    from bench.results import machine, provenance, write_section
 
     failed = {c: r["failed"] for c, r in rows.items() if "failed" in r}
     rows = {c: r for c, r in rows.items() if "failed" not in r}
@@ -226,12 +235,13 @@ def report(args, rows: dict) -> None:
         ratios.append(f"speed precise+3 MLPs / precise: {rows['precise']['step'] / rows['precise+3mlp']['step']:.2f}x")
     lines += [f"| {case} | failed: {why} | | | |" for case, why in failed.items()]
     lines += [""] + [f"- {r}" for r in ratios]
-    lines += ["", "Command: `python bench/finetune.py " + " ".join(sys.argv[1:]) + "`"]
+    lines += ["", "Command: `python -m bench.finetune " + " ".join(sys.argv[1:]) + "`"]
     body = "\n".join(lines)
     print(body)
     if not args.no_write:
         write_section(
-            f"Fine-tuning speed and memory: {what} on {'GPU' if args.device.startswith('cuda') else 'CPU'}", body
+            f"Fine-tuning speed and memory: {what} on {'GPU' if args.device.startswith('cuda') else 'CPU'}", body,
+            tiny.results_file(args),
         )
 
 

@@ -3,12 +3,14 @@
 Every case is its own launch (torch.distributed.run for 2 processes), so each peak memory is its own.
 On the CPU the processes share the machine's cores: 1 process gets 2 threads, 2 processes 1 each.
 
-    python bench/fsdp.py cpu            # each method x {DDP, FSDP2} x {1, 2} processes, SmolLM2-135M
-    python bench/fsdp.py resume         # full SFT of SmolLM2 on 2 FSDP2 processes, killed at step 3 and
+    python -m bench.fsdp cpu            # each method x {DDP, FSDP2} x {1, 2} processes, SmolLM2-135M
+    python -m bench.fsdp resume         # full SFT of SmolLM2 on 2 FSDP2 processes, killed at step 3 and
                                         # resumed; the model/ it writes against one plain process
-    python bench/fsdp.py gpu-offload    # full SFT of a random LLaMA-2-7B shape on one GPU, FSDP2 + offload
-    python bench/fsdp.py gpu-overhead   # precise SFT on one GPU: FSDP2 (one process) against DDP
-    python bench/fsdp.py gpu-split      # patching a model split between cuda:0 and cpu, against cuda:0
+    python -m bench.fsdp gpu-offload    # full SFT of a random LLaMA-2-7B shape on one GPU, FSDP2 + offload
+    python -m bench.fsdp gpu-overhead   # precise SFT on one GPU: FSDP2 (one process) against DDP
+    python -m bench.fsdp gpu-split      # patching a model split between cuda:0 and cpu, against cuda:0
+    python -m bench.fsdp cpu --tiny     # a check in seconds: a tiny random model, full SFT on 2 processes under
+                                        # DDP and under FSDP2, 3 steps (resume --tiny: 3 steps, killed at step 2)
 
 The GPU cases need no file from outside the repository: their models are randomly initialised in the
 shapes of LLaMA-2-7B and of the bundled SmolLM2-135M, with a character tokenizer (bench/gpu_wheels.sh
@@ -26,19 +28,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import tiny
+from bench.results import machine, provenance, write_section
+from keyheads.effects import Effects
+from keyheads.results.finetune import FinetuneResult
+from keyheads.runfolder import EFFECTS_JSON, FINETUNE_JSON, read_result
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from results import machine, provenance, write_section  # noqa: E402
-
-from keyheads.effects import Effects  # noqa: E402
-from keyheads.results.finetune import FinetuneResult  # noqa: E402
-from keyheads.runfolder import EFFECTS_JSON, FINETUNE_JSON, read_result  # noqa: E402
-
-WORKER = ROOT / "bench" / "fsdp_worker.py"
+WORKER = "bench.fsdp_worker"  # run as a module, alone or under torch.distributed.run
 KEYHEADS = [sys.executable, "-m", "keyheads.cli"]
 MODEL = "smollm2-135m"
 TRAIN = "arith:multidigit:96"
@@ -51,6 +51,27 @@ CASES = {"precise (32 heads)": ("precise", {"heads": HEADS, "mlps": [], "source"
 RECIPE = dict(max_steps=6, save_every=0, optimizer_batch_size=16, micro_batch_size=4, lr=1e-4)
 
 
+@dataclass(frozen=True)
+class Job:
+    """What the CPU parts train: the model, the training set, the cases, the process counts and the recipe."""
+
+    model: str = MODEL
+    train: str = TRAIN
+    cases: tuple[str, ...] = tuple(CASES)
+    processes: tuple[int, ...] = (1, 2)
+    recipe: dict = field(default_factory=lambda: dict(RECIPE))
+    resume_steps: int = 4  # resume: the steps trained, and the step the last process dies in (after the
+    kill_at: int = 3       # checkpoint of the step before)
+
+
+def tiny_job() -> Job:
+    """--tiny: full SFT of a tiny random model on 2 processes (the figures the text compares), 3 steps (the
+    workers time the steps between the first and the last)."""
+    return Job(model=str(tiny.model_folder()), train="arith:multidigit:8", cases=("full",), processes=(2,),
+               recipe=dict(RECIPE, max_steps=3, optimizer_batch_size=4, micro_batch_size=2), resume_steps=3,
+               kill_at=2)
+
+
 def launch(spec: dict, folder: Path, processes: int, check: bool = True) -> subprocess.CompletedProcess:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.json").write_text(json.dumps(spec))
@@ -58,7 +79,7 @@ def launch(spec: dict, folder: Path, processes: int, check: bool = True) -> subp
            if processes > 1 else [sys.executable])
     env = {**os.environ, "PYTHONPATH": python_path(), "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": str(spec.get("threads", 1))}
-    proc = subprocess.run(cmd + [str(WORKER), str(folder / "spec.json"), str(folder / "results")], env=env,
+    proc = subprocess.run(cmd + ["-m", WORKER, str(folder / "spec.json"), str(folder / "results")], env=env,
                           capture_output=True, text=True)
     if check and proc.returncode:
         raise SystemExit(f"{folder}: the launch failed\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -82,18 +103,19 @@ def ranks(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((folder / "results").glob("rank*.json"))]
 
 
-def cpu(root: Path) -> str:
+def cpu(root: Path, job: Job) -> str:
     rows = ["| method | parallel | processes | peak RSS per process (MiB) | of which before training (MiB) | "
             "frozen weights per process (MiB) | trained weights + grads + optimizer state per process (MiB) | "
             "s/step (median) | final loss |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     seen: dict[tuple[str, str, int], tuple[float, float]] = {}
     finals: dict[str, list[float]] = {}
-    for name, (method, components) in CASES.items():
+    for name in job.cases:
+        method, components = CASES[name]
         for parallel in ("ddp", "fsdp"):
-            for processes in (1, 2):
+            for processes in job.processes:
                 folder = root / f"{method}-{len(components['mlps']) if components else 0}-{parallel}-{processes}"
-                config = {"method": method, "parallel": parallel, **RECIPE}
-                launch({"model": MODEL, "train": TRAIN, "config": config, "components": components,
+                config = {"method": method, "parallel": parallel, **job.recipe}
+                launch({"model": job.model, "train": job.train, "config": config, "components": components,
                         "threads": 2 // processes, "out": str(folder / "out")}, folder, processes)
                 got = ranks(folder)
                 step = statistics.median(s for r in got for s in r["step_seconds"])
@@ -105,10 +127,11 @@ def cpu(root: Path) -> str:
                             f"{state:,.1f} | {step:.2f} | {got[0]['losses'][-1]:.4f} |")
                 print(rows[-1], flush=True)
     full = {k[1:]: v for k, v in seen.items() if k[0] == "full"}
+    r = job.recipe
     return "\n".join(rows) + f"""
 
-SmolLM2-135M in fp32, {RECIPE['max_steps']} steps of {RECIPE['optimizer_batch_size']} samples in micro-batches of
-{RECIPE['micro_batch_size']} ({TRAIN}); one process runs 2 threads, each of two processes 1. Peak RSS counts
+SmolLM2-135M in fp32, {r['max_steps']} steps of {r['optimizer_batch_size']} samples in micro-batches of
+{r['micro_batch_size']} ({job.train}); one process runs 2 threads, each of two processes 1. Peak RSS counts
 the whole model each process loads before sharding it ("before training"), the Python and torch runtime,
 and the logits over a 49k vocabulary; the two columns after it count tensors. Full SFT's trained state per
 process: DDP {full['ddp', 2][0]:,.0f} MiB on each of 2 processes, FSDP2 {full['fsdp', 2][0]:,.0f} MiB
@@ -126,15 +149,18 @@ here the root is the tied 49k x 576 embedding, 21% of SmolLM2's parameters (2% o
 pays where weights and optimizer state dominate, which is at 7B and up on GPUs (the planner's table above)."""
 
 
-def resume(root: Path) -> str:
-    """Full SFT on two FSDP2 processes, killed after the checkpoint of step 2, resumed; against one process."""
+def resume(root: Path, job: Job) -> str:
+    """Full SFT on two FSDP2 processes, killed after the checkpoint of the step before job.kill_at, resumed;
+    against one process."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    config = {"method": "full", "parallel": "fsdp", **dict(RECIPE, max_steps=4, save_every=2)}
-    spec = {"model": MODEL, "train": TRAIN, "config": config, "threads": 1, "out": str(root / "fsdp" / "out")}
-    killed = launch({**spec, "crash_at": 3}, root / "fsdp", 2, check=False)
-    assert killed.returncode != 0 and "simulated kill at step 3" in killed.stderr + killed.stdout, killed.stderr[-3000:]
+    kill, recipe = job.kill_at, dict(job.recipe, max_steps=job.resume_steps, save_every=job.kill_at - 1)
+    config = {"method": "full", "parallel": "fsdp", **recipe}
+    spec = {"model": job.model, "train": job.train, "config": config, "threads": 1, "out": str(root / "fsdp" / "out")}
+    killed = launch({**spec, "crash_at": kill}, root / "fsdp", 2, check=False)
+    assert killed.returncode != 0 and f"simulated kill at step {kill}" in killed.stderr + killed.stdout, \
+        killed.stderr[-3000:]
     shards = sorted(p.name for p in (root / "fsdp" / "out" / "checkpoint" / "shards").iterdir())
     t0 = time.perf_counter()
     resumed = launch(spec, root / "fsdp", 2)
@@ -144,27 +170,29 @@ def resume(root: Path) -> str:
     launch(single, root / "one", 1)
     a = AutoModelForCausalLM.from_pretrained(root / "fsdp" / "out" / "model")
     b = AutoModelForCausalLM.from_pretrained(root / "one" / "out" / "model")
-    base = AutoModelForCausalLM.from_pretrained(str(_cache_folder()))
+    base = AutoModelForCausalLM.from_pretrained(str(_model_folder(job.model)))
     pb, pbase = dict(b.named_parameters()), dict(base.named_parameters())
     worst = max((p - pb[n]).abs().max().item() for n, p in a.named_parameters())
     moved = max((p - pbase[n]).abs().max().item() for n, p in b.named_parameters())
     losses = [finetuned(root / d / "out").train.losses for d in ("fsdp", "one")]
     dtypes = sorted({str(p.dtype) for p in a.parameters()})
     return "\n".join([
-        f"- Killed at step 3 on two FSDP2 processes, after the checkpoint of step 2 ({', '.join(shards)}); the "
-        f"same command again: `{note.strip()}`, finished in {resumed_seconds:.0f} s.",
+        f"- Killed at step {kill} on two FSDP2 processes, after the checkpoint of step {kill - 1} "
+        f"({', '.join(shards)}); the same command again: `{note.strip()}`, finished in {resumed_seconds:.0f} s.",
         f"- `model/` loads with plain `AutoModelForCausalLM.from_pretrained` ({', '.join(dtypes)}); largest "
         f"difference from one plain process trained without a kill: **{worst:.2e}** (the training moved weights "
         f"by up to {moved:.2e}).",
         f"- Losses, two FSDP2 processes with the kill: {', '.join(f'{x:.5f}' for x in losses[0])}; one process: "
         f"{', '.join(f'{x:.5f}' for x in losses[1])}.",
-        f"- {torch.__version__}, full SFT, AdamW, batch 16 in micro-batches of 4, 4 steps."])
+        f"- {torch.__version__}, full SFT, AdamW, batch {recipe['optimizer_batch_size']} in micro-batches of "
+        f"{recipe['micro_batch_size']}, {recipe['max_steps']} steps."])
 
 
-def _cache_folder() -> Path:
+def _model_folder(model: str) -> Path:
+    """The folder a model loads from: itself, or a bundled model's converted cache."""
     from keyheads.models.loading import ensure_converted
 
-    return ensure_converted(MODEL)
+    return Path(model) if Path(model).is_dir() else ensure_converted(model)
 
 
 def gpu_offload(root: Path) -> str:
@@ -200,8 +228,8 @@ def split_inputs(root: Path) -> None:
 
     import torch
     import transformers as tf
-    from finetune import SHAPES
 
+    from bench.finetune import SHAPES
     from keyheads.testing import char_tokenizer
 
     torch.manual_seed(0)
@@ -236,18 +264,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=("cpu", "resume", "gpu-offload", "gpu-overhead", "gpu-split"))
     parser.add_argument("--keep", help="work folder to keep (default: a temporary one)")
+    tiny.add_flags(parser)
     args = parser.parse_args()
+    if args.tiny and args.part.startswith("gpu"):
+        raise SystemExit("--tiny checks the CPU parts (cpu, resume); the GPU parts need a GPU")
     root = Path(args.keep or tempfile.mkdtemp(prefix="keyheads-fsdp-"))
-    body = {"cpu": cpu, "resume": resume, "gpu-offload": gpu_offload, "gpu-overhead": gpu_overhead,
-            "gpu-split": gpu_split}[args.part](root)
+    job = tiny_job() if args.tiny else Job()
+    parts = {"cpu": lambda: cpu(root, job), "resume": lambda: resume(root, job),
+             "gpu-offload": lambda: gpu_offload(root), "gpu-overhead": lambda: gpu_overhead(root),
+             "gpu-split": lambda: gpu_split(root)}
+    body = parts[args.part]()
     when = datetime.date.today().isoformat()
     titles = {"cpu": "Past one process on the CPU: DDP and FSDP2, 1 and 2 processes (bench/fsdp.py cpu)",
               "resume": "FSDP2: a killed full SFT resumed (bench/fsdp.py resume)"}
     title = titles.get(args.part, f"FSDP2 on a GPU (bench/fsdp.py {args.part})")
     where = machine("cuda") if args.part.startswith("gpu") else \
         f"{machine()}; 2 threads in all: one process of 2, or two processes of 1 each"
+    command = f"python -m bench.fsdp {args.part}" + (" --tiny" if args.tiny else "")
     write_section(title, f"{provenance(f'bench/fsdp.py {args.part}', where)}\n\n{body}\n\n"
-                         f"Measured {when} with `python bench/fsdp.py {args.part}`.")
+                         f"Measured {when} with `{command}`.", tiny.results_file(args))
     print(body)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)

@@ -2,7 +2,8 @@
 (keyheads.models.sharded, what `keyheads finetune --parallel fsdp` does) against the same job with the model
 loaded whole by every process first (the way before it).
 
-    python bench/fsdp_memory.py --model qwen2.5-coder-1.5b --dtype bfloat16    # writes its RESULTS section
+    python -m bench.fsdp_memory --model qwen2.5-coder-1.5b --dtype bfloat16    # writes its RESULTS section
+    python -m bench.fsdp_memory --tiny      # a check in seconds: a tiny random model in float32, 3 heads
 
 Each way is one `torch.distributed.run` of two processes. A process samples its anonymous resident memory
 (RssAnon: what it allocated, not the weights files' pages it maps, which are page cache shared by the
@@ -22,13 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from keyheads.testing.memory import AnonymousPeak, status  # noqa: E402
+from bench import tiny
+from keyheads.testing.memory import AnonymousPeak, status
 
 HEADS = "19.11,23.9,22.0,17.4,18.11,16.7,22.3,16.8,15.4,20.8"  # the Qwen study's top 10 (any heads would do)
+TINY = {"dtype": "float32", "heads": "0.0,1.1,2.2"}  # heads the tiny model has
 TITLE = "FSDP2 on two CPU processes: peak host memory per process, model read shard by shard or loaded whole " \
         "(bench/fsdp_memory.py)"
 
@@ -58,7 +57,7 @@ def worker(args) -> None:
     cfg = FinetuneSettings(method="precise", parallel="fsdp", max_steps=1, optimizer_batch_size=2,
                            micro_batch_size=1, save_every=0)
     examples = [Example(prompt=f"{a} + {b} = ", completion=str(a + b)) for a in range(2) for b in range(2)]
-    heads = Components.explicit(HEADS)
+    heads = Components.explicit(args.heads)
     finetune(model, examples, cfg, Path(args.out) / ("whole" if args.whole else "shards"), heads, progress=False,
              device=where.run_on)
     rank = dist.get_rank()
@@ -71,8 +70,9 @@ def worker(args) -> None:
 
 def launch(args, whole: bool) -> list[dict]:
     shutil.rmtree(Path(args.out) / ("whole" if whole else "shards"), ignore_errors=True)  # train, not resume
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
-           "--worker", "--model", args.model, "--dtype", args.dtype, "--out", args.out] + (["--whole"] if whole else [])
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+           "bench.fsdp_memory", "--worker", "--model", args.model, "--dtype", args.dtype, "--heads", args.heads,
+           "--out", args.out] + (["--whole"] if whole else [])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", "TOKENIZERS_PARALLELISM": "false"}
     subprocess.run(cmd, env=env, check=True)
     name = "whole" if whole else "shards"
@@ -81,24 +81,29 @@ def launch(args, whole: bool) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--model", help="bundled name or model folder (default: qwen2.5-coder-1.5b; with --tiny, a "
+                        "tiny random Llama)")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--heads", default=HEADS, help="the heads precise SFT trains, LAYER.HEAD,...")
     parser.add_argument("--out", default="/tmp/keyheads-fsdp-memory")
     parser.add_argument("--whole", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
-    args = parser.parse_args()
+    tiny.add_flags(parser)
+    args = tiny.parse(parser, TINY)
     if args.worker:
         worker(args)
         return
+    args.model = args.model or (str(tiny.model_folder()) if args.tiny else "qwen2.5-coder-1.5b")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     runs = {"read shard by shard (now)": launch(args, whole=False), "loaded whole first (before)": launch(args, True)}
     gib = 2 ** 30
     model_bytes = runs["read shard by shard (now)"][0]["model_bytes"]
-    lines = [f"- date: {datetime.date.today()}; command: `python bench/fsdp_memory.py --model {args.model} "
-             f"--dtype {args.dtype}`",
+    lines = [f"- date: {datetime.date.today()}; command: `python -m bench.fsdp_memory --model {args.model} "
+             f"--dtype {args.dtype}{' --tiny' if args.tiny else ''}`",
              f"- model: {args.model}, {model_bytes / gib:.2f} GiB of weights in {args.dtype} (read from float32 "
-             "safetensors); precise SFT of 10 heads, one optimizer step of 2 samples; 2 processes, gloo, CPU",
+             f"safetensors); precise SFT of {len(args.heads.split(','))} heads, one optimizer step of 2 samples; "
+             "2 processes, gloo, CPU",
              "", "| loading | process | peak anonymous memory above the runtime | as a share of the model | "
              "peak resident (VmHWM) | seconds |", "|---|---|---|---|---|---|"]
     for name, ranks in runs.items():
@@ -117,10 +122,10 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        from results import machine, provenance, write_section
+        from bench.results import machine, provenance, write_section
 
         write_section(TITLE, provenance("bench/fsdp_memory.py", f"{machine()}; 2 processes of 1 thread each, gloo")
-                      + "\n" + text)
+                      + "\n" + text, tiny.results_file(args))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """One process of bench/fsdp.py (alone, or one of several under torch.distributed.run).
 
-    python bench/fsdp_worker.py SPEC.json RESULT_FOLDER
+    python -m bench.fsdp_worker SPEC.json RESULT_FOLDER
 
 Trains one case through keyheads.finetune.finetune and writes RESULT_FOLDER/rank{r}.json: peak resident
 memory of this process, the frozen-parameter bytes it holds, seconds per optimizer step after the first,
@@ -15,14 +15,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/finetune.py's shapes
-
 
 def random_model(shape: str, device: str, dtype: str):
     """A randomly initialised Llama of a named shape (bench/finetune.py's SHAPES): no weights needed."""
     import transformers as tf
-    from finetune import SHAPES
 
+    from bench.finetune import SHAPES
     from keyheads.models.model import HookedModel
     from keyheads.testing import char_tokenizer
 

@@ -2,7 +2,7 @@
 # The Python packages keyheads needs that a prepared GPU machine without network access may lack or hold in
 # another version, as wheels for its Python 3.12 (x86-64), into .whl/ (git-ignored). On that machine:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-#   export PYTHONPATH=/tmp/site && python3 bench/fsdp.py gpu-offload
+#   export PYTHONPATH=/tmp/site:src && python3 -m bench.fsdp gpu-offload
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .whl && mkdir .whl

@@ -1,7 +1,9 @@
 """Precise SFT through TRL's SFTTrainer (keyheads.finetune.attach) against `keyheads finetune`, on one job.
 
-    python bench/integration.py                 # SmolLM2-135M on the CPU, 8 heads, batch 8, 5 steps
-    python bench/integration.py --rounds 2      # each side twice, in the order A B B A
+    python -m bench.integration                 # SmolLM2-135M on the CPU, 8 heads, batch 8, 5 steps
+    python -m bench.integration --rounds 2      # each side twice, in the order A B B A
+    python -m bench.integration --tiny --json OUT.json   # a check in seconds: a tiny random model, 4 heads,
+                                                         # batch 2, 2 steps; the summary also written to OUT.json
 
 Both sides train the same 8 heads of the bundled SmolLM2-135M (float32) with the same recipe (AdamW,
 lr 2e-5, decay 0.1, clipping 1.0, warm-up ratio 0.02, linear decay) on the same 40 arithmetic examples in
@@ -26,20 +28,31 @@ import difflib
 import json
 import re
 import statistics
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from bench import tiny
 
+ROOT = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m"
-HEADS = [(10, 0), (12, 4), (14, 8), (16, 2), (19, 5), (21, 1), (23, 7), (25, 3)]
-N, BATCH, STEPS = 40, 8, 5
 RECIPE = dict(lr=2e-5, weight_decay=0.1, max_grad_norm=1.0, warmup_ratio=0.02, seed=0)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What both sides train: the heads, on how many examples, in which batches, for how many steps."""
+
+    heads: tuple[tuple[int, int], ...] = ((10, 0), (12, 4), (14, 8), (16, 2), (19, 5), (21, 1), (23, 7), (25, 3))
+    n: int = 40
+    batch: int = 8
+    steps: int = 5
+
+
+TINY = Job(heads=((0, 0), (1, 1), (2, 2), (2, 3)), n=4, batch=2, steps=2)  # heads of the tiny model's 3 x 4
 
 # The README example's script as a user has it before precise SFT: the same, less the keyheads lines.
 PLAIN = '''import os
@@ -78,25 +91,25 @@ def lines_changed() -> dict:
     return {"added": len(added), "removed": len(removed), "added_lines": added, "removed_lines": removed}
 
 
-def examples():
+def examples(job: Job):
     from keyheads.finetune.data import arithmetic_examples
     from keyheads.finetune.train import batch_indices
 
-    rows = arithmetic_examples("multidigit", N)
-    order = [i for step in range(STEPS) for i in batch_indices(step, N, BATCH, RECIPE["seed"])]
+    rows = arithmetic_examples("multidigit", job.n)
+    order = [i for step in range(job.steps) for i in batch_indices(step, job.n, job.batch, RECIPE["seed"])]
     return rows, [rows[i] for i in order]
 
 
-def keyheads_side(location: str, key_heads: Path, out: Path) -> dict:
+def keyheads_side(location: str, key_heads: Path, out: Path, job: Job) -> dict:
     from keyheads.components import Components
     from keyheads.finetune import FinetuneSettings, finetune, run
     from keyheads.finetune.train import train
     from keyheads.models.loading import load_model
 
     model = load_model(location, device="cpu", dtype="float32")
-    rows, _ = examples()
-    cfg = FinetuneSettings(**RECIPE, optimizer_batch_size=BATCH, micro_batch_size=BATCH, max_steps=STEPS, save_every=0,
-                           save_minutes=0)
+    rows, _ = examples(job)
+    cfg = FinetuneSettings(**RECIPE, optimizer_batch_size=job.batch, micro_batch_size=job.batch, max_steps=job.steps,
+                           save_every=0, save_minutes=0)
     # finetune.json keeps the sum of the step times; the loop's own TrainResult has each one
     results = []
 
@@ -116,7 +129,7 @@ def keyheads_side(location: str, key_heads: Path, out: Path) -> dict:
             "model": model.hf}
 
 
-def trainer_side(location: str, key_heads: Path, out: Path, hooks: bool = True) -> dict:
+def trainer_side(location: str, key_heads: Path, out: Path, job: Job, hooks: bool = True) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
@@ -134,11 +147,11 @@ def trainer_side(location: str, key_heads: Path, out: Path, hooks: bool = True) 
 
     model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(location)
-    _, ordered = examples()
+    _, ordered = examples(job)
     steps = Steps()
     t0 = time.perf_counter()
     sft = attach(model, key_heads, rescale=hooks)
-    args = SFTConfig(output_dir=str(out / "trainer"), per_device_train_batch_size=BATCH, max_steps=STEPS,
+    args = SFTConfig(output_dir=str(out / "trainer"), per_device_train_batch_size=job.batch, max_steps=job.steps,
                      learning_rate=RECIPE["lr"], weight_decay=RECIPE["weight_decay"],
                      max_grad_norm=RECIPE["max_grad_norm"], warmup_steps=RECIPE["warmup_ratio"],
                      lr_scheduler_type="linear", seed=RECIPE["seed"], train_sampling_strategy="sequential",
@@ -164,24 +177,29 @@ def deltas(module) -> dict[str, torch.Tensor]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=1, help="runs of each side (order A B B A ...)")
+    parser.add_argument("--tiny", action="store_true", help="check the script end to end in seconds: a tiny random "
+                        "model, 4 heads, batch 2, 2 steps")
+    parser.add_argument("--json", type=Path, help="also write the summary printed last to this file")
     args = parser.parse_args()
     from keyheads.io import write_json
     from keyheads.models.loading import load_model
 
-    location = load_model(MODEL, device="cpu").source  # the converted folder a user would load
+    job = TINY if args.tiny else Job()
+    model = str(tiny.model_folder()) if args.tiny else MODEL
+    location = load_model(model, device="cpu").source  # the converted folder a user would load
     sides = {"keyheads finetune": keyheads_side, "SFTTrainer + attach": trainer_side,
              "SFTTrainer + attach, no rescale/decay hooks": lambda *a: trainer_side(*a, hooks=False)}
     results: dict[str, list[dict]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         key_heads = root / "key_heads.json"
-        write_json(key_heads, {"heads": [{"layer": layer, "head": head} for layer, head in HEADS]})
+        write_json(key_heads, {"heads": [{"layer": layer, "head": head} for layer, head in job.heads]})
         order = []
         for r in range(args.rounds):
             order += list(sides)[:: 1 if r % 2 == 0 else -1]
         trained = {}
         for i, side in enumerate(order):
-            result = sides[side](location, key_heads, root / f"run{i}")
+            result = sides[side](location, key_heads, root / f"run{i}", job)
             trained[side] = deltas(result.pop("model"))
             results[side].append(result)
             print(side, json.dumps(result), flush=True)
@@ -191,11 +209,14 @@ def main() -> None:
                       "median_step_s": round(statistics.mean(r["median_step_s"] for r in rs), 4),
                       "wall_s": round(statistics.mean(r["wall_s"] for r in rs), 3)} for side, rs in results.items()}
     k = summary["keyheads finetune"]["mean_step_s"]
-    print(json.dumps({"summary": summary,
-                      "per_step_vs_keyheads": {side: f"{100 * (v['mean_step_s'] / k - 1):+.1f}%"
-                                               for side, v in summary.items()},
-                      "deltas_max_relative_difference": relative, "threads": torch.get_num_threads(),
-                      "user_lines": lines_changed()}, indent=2))
+    report = {"summary": summary,
+              "per_step_vs_keyheads": {side: f"{100 * (v['mean_step_s'] / k - 1):+.1f}%"
+                                       for side, v in summary.items()},
+              "deltas_max_relative_difference": relative, "threads": torch.get_num_threads(),
+              "user_lines": lines_changed()}
+    print(json.dumps(report, indent=2))
+    if args.json:
+        write_json(args.json, report)
 
 
 if __name__ == "__main__":

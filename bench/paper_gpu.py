@@ -7,10 +7,10 @@ SmolLM2's (LLaMA-2's is not at hand offline), so the vocabulary is 49,152 rows i
 parameters instead of 6.74B). A random model answers nothing correctly, so the data stage keeps every pair
 (--no-data.keep-correct); only sizes are cut (flags in SIZES), every setting of the protocol is the config's.
 
-    python bench/paper_gpu.py prepare              # here: tokenizer, benchmark files, wheels into .gpu/
-    python bench/paper_gpu.py run --out DIR        # on the GPU machine (carry .gpu): writes DIR/*.json*
-    python bench/paper_gpu.py report DIR           # here: the RESULTS section from DIR
-    python bench/paper_gpu.py report-records       # here: README's cost paragraph and RESULTS' phase C section,
+    python -m bench.paper_gpu prepare              # here: tokenizer, benchmark files, wheels into .gpu/
+    python -m bench.paper_gpu run --out DIR        # on the GPU machine (carry .gpu): writes DIR/*.json*
+    python -m bench.paper_gpu report DIR           # here: the RESULTS section from DIR (--results FILE: into FILE)
+    python -m bench.paper_gpu report-records       # here: README's cost paragraph and RESULTS' phase C section,
                                                    # from the committed records (--check: only compare)
 
 `run` goes in phases, each a `keyheads run` of the same run folder under torchrun (one process, FSDP2 as the
@@ -31,19 +31,15 @@ import threading
 import time
 from pathlib import Path
 
+from bench.paper_gpu_setup import CONFIG, EVAL_ITEMS, SHAPES, default_data_dir
+from bench.results import RESULTS, write_section
+
 ROOT = Path(__file__).resolve().parents[1]
 PREPARED = ROOT / ".gpu"
-CONFIG = ROOT / "configs" / "paper-llama2-7b.yaml"
 # the section `report DIR` writes lies between these: its figures are DIR's, not typed (tests/test_one_value.py)
 RUN_BEGIN = ("<!-- gpu run: written by `python bench/paper_gpu.py report DIR` from the folder DIR of "
              "`python bench/paper_gpu.py run` -->")
 RUN_END = "<!-- end of gpu run -->"
-SHAPES = {  # LlamaConfig fields; vocab_size is the tokenizer's
-    "llama-2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-                       num_key_value_heads=32),
-    "tiny": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=16,
-                 num_key_value_heads=16),  # the same script on a CPU, to check it before GPU time is spent
-}
 BENCHMARK_FILES = ["gsm8k/train.jsonl", "gsm8k/test.jsonl", "addsub/AddSub.json", "singleeq/questions.json",
                    "svamp/SVAMP.json", "mmlu", "csqa/dev_rand_split.jsonl",
                    "csqa/train_rand_split.jsonl"]
@@ -61,7 +57,6 @@ SIZES = ["--data.n", "64", "--no-data.keep-correct", "--knockout.seeds", "3", "-
 # sets (C2-train: C2 without its evaluation). D runs the also_identify sets, measured nowhere yet. A random
 # model never stops early, so every generation runs to --eval.max-new-tokens: the eval times are upper bounds
 # at that cap.
-EVAL_ITEMS = 32
 C_STAGES = ["--stages", "data,identify,finetune,eval,report"]
 C_EVAL = ["--eval.limit", str(EVAL_ITEMS)]
 PHASES = [
@@ -77,12 +72,6 @@ PHASES = [
     ("C2-eval", "precise@8,precise@64", C_STAGES, C_EVAL, 300, False),
     ("K", "precise@32", ["--stages", "data,identify,knockout,attention,mlp"], [], 60, False),
 ]
-
-
-def default_data_dir() -> Path:
-    """$KEYHEADS_DATA, else the shared benchmark folder beside the checkout."""
-    env = os.environ.get("KEYHEADS_DATA")
-    return Path(env) if env else ROOT.parent / "shared" / "data" / "benchmarks"
 
 
 def prepare() -> None:
@@ -193,8 +182,8 @@ def run(out: Path, shape: str, device: str, budget: float, phases: list[str] | N
     shutil.rmtree(model, ignore_errors=True)
     shutil.rmtree("/tmp/paper-gpu-run", ignore_errors=True)  # phases of one call share it; calls do not
     # built in a process of its own, so that this one holds no CUDA context or cached blocks beside the stages
-    built = subprocess.run([sys.executable, __file__, "build", str(model), shape, device], capture_output=True,
-                           text=True)
+    built = subprocess.run([sys.executable, "-m", "bench.paper_gpu", "build", str(model), shape, device],
+                           capture_output=True, text=True)
     if built.returncode != 0:
         raise SystemExit(f"building the model failed:\n{built.stderr[-4000:]}")
     meta = {"shape": shape, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -217,7 +206,7 @@ def run(out: Path, shape: str, device: str, budget: float, phases: list[str] | N
             print(f"phase {phase}: {meta['phases'][phase]}", flush=True)
             continue
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
-               str(Path(__file__).resolve()), "worker", str(out), phase, "--",
+               "-m", "bench.paper_gpu", "worker", str(out), phase, "--",
                "run", str(CONFIG if also else no_also), "--model", str(model), "--out", "/tmp/paper-gpu-run",
                "--data-dir", str(PREPARED / "benchmarks"), "--device", device, "--dtype", "bfloat16",
                "--variants", variants, *SIZES, *extra, *(stages or []),
@@ -280,11 +269,7 @@ def replanned(plan: dict) -> dict:
     return to_json(make_plan(ModelShape(**plan["shape"]), Machine(**plan["machine"]), Workload(**plan["workload"])))
 
 
-def report(folder: Path) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    sys.path.insert(0, str(ROOT / "src"))
-    from results import write_section
-
+def report(folder: Path, results: Path = RESULTS) -> None:
     meta = json.loads((folder / "meta.json").read_text())
     rows = [json.loads(line) for line in (folder / "stages.jsonl").read_text().splitlines() if line.strip()]
     try:
@@ -330,10 +315,10 @@ assume prompts of 256 tokens, its training figures samples of 512.
 
 {chr(10).join(table)}
 
-Command: `python bench/paper_gpu.py prepare` here, then on the GPU machine (carrying `.gpu`)
-`python bench/paper_gpu.py run --out DIR`, then `python bench/paper_gpu.py report DIR`.
+Command: `python -m bench.paper_gpu prepare` here, then on the GPU machine (carrying `.gpu`)
+`python -m bench.paper_gpu run --out DIR`, then `python -m bench.paper_gpu report DIR`.
 {RUN_END}"""
-    write_section("The paper config end to end on one GPU (bench/paper_gpu.py)", body)
+    write_section("The paper config end to end on one GPU (bench/paper_gpu.py)", body, results)
     print("\n".join(table))
 
 
@@ -344,7 +329,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv[:1] == ["worker"]:  # under torchrun: worker OUT PHASE -- keyheads args
         out, phase, rest = Path(argv[1]), argv[2], argv[4:]
-        sys.path.insert(0, str(ROOT / "src"))
         return worker(out, phase, rest)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -357,12 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--phases", help="comma-separated phases to run, in their order (default: all)")
     p = sub.add_parser("report")
     p.add_argument("folder", type=Path)
+    p.add_argument("--results", type=Path, default=RESULTS, help="the RESULTS file the section goes to")
     sub.add_parser("report-records", add_help=False,
                    help="README's cost paragraph and RESULTS' phase C section from the committed records "
                         "(bench/paper_gpu_records.py; its flags follow)")
     if argv[:1] == ["report-records"]:  # the records' report: its own module, with its own flags
-        sys.path.insert(0, str(ROOT / "bench"))
-        from paper_gpu_records import main as report_records
+        from bench.paper_gpu_records import main as report_records
 
         return report_records(argv[1:])
     a = ap.parse_args(argv)
@@ -371,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.what == "run":
         run(a.out, a.shape, a.device, a.budget, a.phases.split(",") if a.phases else None)
     else:
-        report(a.folder)
+        report(a.folder, a.results)
     return 0
 
 

@@ -1,7 +1,8 @@
 """README's GPU cost paragraph and bench/RESULTS.md's phase C section, from the committed records of
 bench/paper_gpu.py's runs (records/paper-llama2-7b-gpu): the figures gathered as data, then written as text.
 
-    python bench/paper_gpu_records.py [--check] [--data-dir DATA]   (also: python bench/paper_gpu.py report-records)
+    python -m bench.paper_gpu_records [--check] [--data-dir DATA]   (also: python -m bench.paper_gpu report-records)
+    python -m bench.paper_gpu_records --readme FILE --results FILE     # write copies instead of the repository's
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from paper_gpu import CONFIG, EVAL_ITEMS, ROOT, SHAPES, default_data_dir
+from bench.paper_gpu_setup import CONFIG, EVAL_ITEMS, ROOT, SHAPES, default_data_dir
+from bench.results import read_section, write_section
 
 if TYPE_CHECKING:
     from keyheads.planning.planner import Plan
@@ -24,7 +26,8 @@ RECORDS = ROOT / "records" / "paper-llama2-7b-gpu"
 PHASE_C_TITLE = "The paper config's phase C and also_identify sets on one GPU (bench/paper_gpu.py)"
 README = ROOT / "README.md"
 RESULTS_MD = ROOT / "bench" / "RESULTS.md"
-# README's cost paragraph lies between these markers, written from the records (tests/test_gpu_cost_figures.py)
+# README's cost paragraph lies between these markers, written from the records (tests/test_gpu_cost_figures.py). A
+# marker names the script's file, which tests/test_one_value.py checks exists; it runs as `python -m bench.paper_gpu`.
 README_BEGIN = ("<!-- gpu cost: written by `python bench/paper_gpu.py report-records` from records/paper-llama2-7b-gpu "
                 "-->")
 README_END = "<!-- end of gpu cost -->"
@@ -353,7 +356,7 @@ an estimate, not a measurement. MMLU and CSQA score choices, with no generation.
 
 {chr(10).join(ext)}
 
-Command: `python bench/paper_gpu.py report-records` (here, from the committed records).
+Command: `python -m bench.paper_gpu report-records` (here, from the committed records).
 {RESULTS_END}"""
 
 
@@ -517,28 +520,26 @@ def written(text: str) -> str | None:
     return text[start:end + len(README_END)] if start >= 0 and end > start else None
 
 
-def update_records(data_dir: Path, check: bool = False) -> int:
+def update_records(data_dir: Path, check: bool = False, readme: Path | None = None,
+                   results: Path | None = None) -> int:
     """Write README's cost block and RESULTS' phase C section from the records (check: only compare; 1 when
-    either differs)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    sys.path.insert(0, str(ROOT / "src"))
-    from results import read_section, write_section
-
+    either differs). `readme` and `results` are the pages (default: the repository's)."""
     from keyheads.io import atomic_write_text
 
+    readme, results = readme or README, results or RESULTS_MD
     fig = gather(record_folders(), data_dir)
     body, block = results_body(fig), readme_block(fig)
-    text = README.read_text()
+    text = readme.read_text()
     have = written(text)
     if have is None:
-        print(f"{shown(README)}: no gpu cost markers ({README_BEGIN!r} ... {README_END!r})", file=sys.stderr)
+        print(f"{shown(readme)}: no gpu cost markers ({README_BEGIN!r} ... {README_END!r})", file=sys.stderr)
         return 1
-    stale = [page for page, ok in ((RESULTS_MD, read_section(PHASE_C_TITLE, RESULTS_MD) == body.strip()),
-                                   (README, have == block)) if not ok]
+    stale = [page for page, ok in ((results, read_section(PHASE_C_TITLE, results) == body.strip()),
+                                   (readme, have == block)) if not ok]
     if not check:
-        write_section(PHASE_C_TITLE, body, RESULTS_MD)
+        write_section(PHASE_C_TITLE, body, results)
         if have != block:
-            atomic_write_text(README, text.replace(have, block))
+            atomic_write_text(readme, text.replace(have, block))
         print(body + "\n\n" + block)
     for page in stale:
         print(f"{shown(page)}: " + ("differs from the records" if check else "rewritten"))
@@ -551,8 +552,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the benchmark folder, for the whole sets' sizes (default: $KEYHEADS_DATA, else "
                          "../shared/data/benchmarks beside the checkout)")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when README or RESULTS differs")
+    ap.add_argument("--readme", type=Path, help="the page with the cost paragraph (default: README.md)")
+    ap.add_argument("--results", type=Path,
+                    help="the RESULTS file with the phase C section (default: bench/RESULTS.md)")
     a = ap.parse_args(argv)
-    return update_records(a.data_dir or default_data_dir(), a.check)
+    return update_records(a.data_dir or default_data_dir(), a.check, a.readme, a.results)
 
 
 if __name__ == "__main__":

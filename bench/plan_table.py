@@ -1,26 +1,23 @@
 """The "what fits where" table: LLaMA-2 7B, 13B and 70B shapes on 1, 2, 4 and 8 GPUs of 80 GiB, as
 `keyheads plan` computes it from each config alone (written to a folder as config.json, no weights).
 
-    python bench/plan_table.py            # prints the tables and writes their section of bench/RESULTS.md
+    python -m bench.plan_table            # prints the tables and writes their section of bench/RESULTS.md
+    python -m bench.plan_table --tiny     # the same into a temporary RESULTS file (it loads no model: the
+                                          # planner's arithmetic takes a second at any size)
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import sys
 import tempfile
 from pathlib import Path
 
 import transformers
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from results import provenance, write_section  # noqa: E402
-
-from keyheads.commands.plan import plan_from  # noqa: E402
-from keyheads.config.commands import PlanCommand  # noqa: E402
+from bench import tiny
+from bench.results import provenance, write_section
+from keyheads.commands.plan import plan_from
+from keyheads.config.commands import PlanCommand
 
 SHAPES = {
     "7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
@@ -61,6 +58,7 @@ def table(folder: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="print only")
+    tiny.add_flags(parser)
     args = parser.parse_args()
     parts = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,11 +93,11 @@ through every layer), the whole vocabulary row of the logits for every position.
 
 {chr(10).join(parts[2:])}
 
-Command: `python bench/plan_table.py` (for one model: `keyheads plan --model FOLDER --gpus 8 --gpu-memory 80GiB`).
+Command: `python -m bench.plan_table` (for one model: `keyheads plan --model FOLDER --gpus 8 --gpu-memory 80GiB`).
 """
     print(body)
     if not args.no_write:
-        write_section(TITLE, body)
+        write_section(TITLE, body, tiny.results_file(args))
 
 
 if __name__ == "__main__":

@@ -11,12 +11,11 @@ import os
 import platform
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+from keyheads.io import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from keyheads.io import atomic_write_text  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 HEADER = """# Benchmark results
@@ -111,19 +110,3 @@ def machine(device: str = "cpu", threads: int | None = None) -> str:
     what = ", ".join(x for x in (platform.machine(), model, f"{os.cpu_count()} cores") if x)
     return f"CPU ({what})" + (f", {threads} threads" if threads else "")
 
-
-def matmul_rate(d: int, d_ff: int, rows: int = 4096, repeats: int = 10) -> float:
-    """Best-of-`repeats` FLOP/s of a [rows, d] x [d, d_ff] matrix product (the floor's unit of work)."""
-    import time
-
-    import torch
-
-    a, w = torch.randn(rows, d), torch.randn(d, d_ff)
-    for _ in range(3):
-        a @ w
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a @ w
-        best = min(best, time.perf_counter() - t)
-    return 2 * rows * d * d_ff / best

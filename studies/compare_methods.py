@@ -1,11 +1,11 @@
 """Which method finds the circuit? Path patching, activation patching, attribution patching and its integrated-
 gradients variant, on circuits known in advance and on real models' tasks, into one record and one page:
 
-    python studies/compare_methods.py measure compiled            # the 5 compiled programs (seconds)
-    python studies/compare_methods.py measure smollm2-135m        # arithmetic and IOI on a bundled model
-    python studies/compare_methods.py measure qwen2.5-coder-0.5b \
+    python -m studies.compare_methods measure compiled            # the 5 compiled programs (seconds)
+    python -m studies.compare_methods measure smollm2-135m        # arithmetic and IOI on a bundled model
+    python -m studies.compare_methods measure qwen2.5-coder-0.5b \
         --arithmetic records/table1-qwen0.5b/cells/identify/run/pairs.jsonl
-    python studies/compare_methods.py page                        # record -> studies/compare_methods.md
+    python -m studies.compare_methods page                        # record -> studies/compare_methods.md
 
 Each part is written into records/compare-methods/record.json as it finishes (the other parts are kept), with the
 commit and command that made it; the page is generated from the record alone.
@@ -131,6 +131,7 @@ def pct(x) -> str:
 
 def page(record: dict) -> str:
     parts = record["parts"]
+    # the page names the script's file, as the committed page says it
     lines = ["# Which method finds the circuit?", "",
              "Written by `python studies/compare_methods.py page` from `records/compare-methods/record.json`, which "
              "`python studies/compare_methods.py measure PART` computes (its docstring says how); nothing below is "

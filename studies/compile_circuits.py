@@ -13,7 +13,7 @@ writes, for each, tests/fixtures/compiled/<name>/:
 
 It runs only here, in a venv of its own (requirements/tracr.txt, Python 3.11):
 
-    .venv-tracr/bin/python studies/compile_circuits.py [--out tests/fixtures/compiled]
+    .venv-tracr/bin/python -m studies.compile_circuits [--out tests/fixtures/compiled]
 
 The embedding into GPT-2, and why it is exact
 ---------------------------------------------

@@ -4,8 +4,8 @@ Each folder of tests/fixtures/compiled (written by studies/compile_circuits.py) 
 RASP program, with the heads the compiler placed for each step and which of them the output depends on. This
 script measures, per program, what keyheads finds there, into a record, and writes the page from the record:
 
-    python studies/compiled_circuits.py measure   # -> records/compiled-circuits/record.json (about a minute)
-    python studies/compiled_circuits.py page      # record.json -> studies/compiled_circuits.md
+    python -m studies.compiled_circuits measure   # -> records/compiled-circuits/record.json (about a minute)
+    python -m studies.compiled_circuits page      # record.json -> studies/compiled_circuits.md
 
 Measured: path patching over the program's pairs (the top-k heads, k the number of heads on the output's path,
 and the paper's -5% key heads; precision and recall of each against the compiled on-path heads), activation
@@ -20,24 +20,21 @@ import collections
 import itertools
 import json
 import random
-import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
+from keyheads.components import Components
+from keyheads.data.pairs import read_pairs
+from keyheads.finetune import Example, FinetuneSettings, finetune
+from keyheads.heads import Head
+from keyheads.io import write_json
+from keyheads.knockout import compute_means
+from keyheads.models import load_model
+from keyheads.patching import IdentifySettings, run_sweep
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-import torch  # noqa: E402
-
-from keyheads.components import Components  # noqa: E402
-from keyheads.data.pairs import read_pairs  # noqa: E402
-from keyheads.finetune import Example, FinetuneSettings, finetune  # noqa: E402
-from keyheads.heads import Head  # noqa: E402
-from keyheads.io import write_json  # noqa: E402
-from keyheads.knockout import compute_means  # noqa: E402
-from keyheads.models import load_model  # noqa: E402
-from keyheads.patching import IdentifySettings, run_sweep  # noqa: E402
-
 FIXTURES = ROOT / "tests" / "fixtures" / "compiled"
 RECORD = ROOT / "records" / "compiled-circuits" / "record.json"
 PAGE = ROOT / "studies" / "compiled_circuits.md"
@@ -163,7 +160,7 @@ def pct(x) -> str:
 
 def page() -> str:
     record = json.loads(RECORD.read_text())
-    lines = [
+    lines = [  # the page names the script's file, as the committed page says it
         "# Circuits known in advance",
         "",
         "Written by `python studies/compiled_circuits.py page` from `records/compiled-circuits/record.json`, which",

@@ -2,7 +2,7 @@
 
 Each model's cells are the verdicts of `keyheads.report.findings` (the one place a verdict is decided) on the
 run folder its study's record holds, with the rule's key numbers; the paper's column quotes the paper. The
-columns and the studies are listed in studies/studies.json. `python studies/pages.py` writes the table, between
+columns and the studies are listed in studies/studies.json. `python -m studies.pages` writes the table, between
 its markers, into README.md and studies/RESULTS.md; tests/test_findings_table.py checks that both say what the
 records give.
 """
@@ -19,6 +19,7 @@ from keyheads.study.cells import is_cells, merge
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "studies" / "studies.json"
+# The markers name the script's file, as the committed pages carry them (tests/test_one_value.py checks it exists).
 BEGIN = "<!-- findings table: written by `python studies/pages.py` from the records in studies/studies.json -->"
 END = "<!-- end of findings table -->"
 RULES_BEGIN = "<!-- verdict rules: written by `python studies/pages.py` from keyheads/report/rules.py -->"

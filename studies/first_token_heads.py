@@ -15,7 +15,7 @@ each set's knockout curves (top-k by its own effects against random orders) side
 studies/pages.py writes the part into the page of a study whose entry in studies/studies.json names the study it
 is `against`. For two run folders not yet recorded:
 
-    python studies/first_token_heads.py FIRST_TOKEN_RUN SINGLE_TOKEN_RUN
+    python -m studies.first_token_heads FIRST_TOKEN_RUN SINGLE_TOKEN_RUN
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Each row of an eval folder against its first row, item by item: for every benchmark the items gained and
 lost, the change with its 95% Newcombe interval, and McNemar's p, Holm-adjusted over the row's benchmarks.
 
-    python studies/paired_rows.py RUN/eval/full       # prints a markdown table
+    python -m studies.paired_rows RUN/eval/full       # prints a markdown table
 """
 from __future__ import annotations
 
@@ -9,12 +9,9 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from keyheads.report.stats import fmt_p, paired_sets, with_holm  # noqa: E402
-from keyheads.results.evaluation import BenchmarkSummary, EvalResults  # noqa: E402
-from keyheads.runfolder import RESULTS_JSON, read_result, variant_slug  # noqa: E402
+from keyheads.report.stats import fmt_p, paired_sets, with_holm
+from keyheads.results.evaluation import BenchmarkSummary, EvalResults
+from keyheads.runfolder import RESULTS_JSON, read_result, variant_slug
 
 
 def wrong_ids(folder: Path, benchmark: str) -> set[str]:
@@ -57,7 +54,7 @@ def compare(eval_dir: Path) -> str:
 
 def main() -> None:
     if len(sys.argv) != 2:
-        sys.exit("usage: python studies/paired_rows.py EVAL_FOLDER")
+        sys.exit("usage: python -m studies.paired_rows EVAL_FOLDER")
     print(compare(Path(sys.argv[1])))
 
 

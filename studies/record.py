@@ -1,6 +1,6 @@
 """Commit a study's run folder as a record: its small outputs, the commit and the command that made it.
 
-    python studies/record.py RUN_FOLDER records/STUDY/TAG --command "keyheads run ..." [--commit SHA] \
+    python -m studies.record RUN_FOLDER records/STUDY/TAG --command "keyheads run ..." [--commit SHA] \
         [--machine "2-core x86-64 CPU"] [--note "..."]
 
 Each stage record names the commit of the keyheads checkout that ran it (`versions.commit`). The record's commit is

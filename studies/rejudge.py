@@ -7,8 +7,8 @@ studies/verdict_changes.json with the changed rule's reason, and rewrites verdic
 the same rules version is refused: either the rules changed without a new version, or a record changed, which is
 not a rule change (a new record path is judged afresh and logged as such).
 
-    python studies/rejudge.py            # re-judge, log, rewrite
-    python studies/rejudge.py --check    # exit 1 when verdicts.json is not what the rules give now
+    python -m studies.rejudge            # re-judge, log, rewrite
+    python -m studies.rejudge --check    # exit 1 when verdicts.json is not what the rules give now
 """
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import findings as table  # noqa: E402
-
-from keyheads.io import file_sha256, write_json  # noqa: E402
-from keyheads.report.findings import findings  # noqa: E402
-from keyheads.report.rules import RULE, RULES_VERSION  # noqa: E402
+from keyheads.io import file_sha256, write_json
+from keyheads.report.findings import findings
+from keyheads.report.rules import RULE, RULES_VERSION
+from studies import findings as table
 
 ROOT = table.ROOT
 VERDICTS = ROOT / "studies" / "verdicts.json"
@@ -77,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     current = before["rules_version"] == RULES_VERSION and before["studies"] == now
     if check:
         if not current:
-            print(f"{VERDICTS.name} is not what rules v{RULES_VERSION} give: run python studies/rejudge.py",
+            print(f"{VERDICTS.name} is not what rules v{RULES_VERSION} give: run python -m studies.rejudge",
                   file=sys.stderr)
         return 0 if current else 1
     if changes and before["rules_version"] == RULES_VERSION:

@@ -5,8 +5,8 @@ evaluation settings, then compares every per-item result (generation or choice s
 one the run's own evaluation cached under the same key (the key hashes the adapter's weights, the
 prompt and the settings, so equal keys mean the same question asked of the same weights).
 
-    python studies/reproduce_row.py runs/study-qwen1.5b --variant precise@10 --limit 20
-    python studies/reproduce_row.py --adapter RUN/full --eval RUN/eval/full   # a `keyheads eval --adapter` folder
+    python -m studies.reproduce_row runs/study-qwen1.5b --variant precise@10 --limit 20
+    python -m studies.reproduce_row --adapter RUN/full --eval RUN/eval/full   # a `keyheads eval --adapter` folder
 
 generic-kl is left out by default: it compares against the base row, which --no-base skips.
 """
@@ -21,14 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from study_results import show_section  # noqa: E402
-
-from keyheads.config.run import RunSettings  # noqa: E402
-from keyheads.evaluation.cache import ResultCache  # noqa: E402
-from keyheads.results.evaluation import BenchmarkSummary, EvalResults  # noqa: E402
-from keyheads.results.finetune import FinetuneResult  # noqa: E402
-from keyheads.runfolder import FINETUNE_JSON, RESULTS_JSON, RunFolder, read_result  # noqa: E402
+from keyheads.config.run import RunSettings
+from keyheads.evaluation.cache import ResultCache
+from keyheads.results.evaluation import BenchmarkSummary, EvalResults
+from keyheads.results.finetune import FinetuneResult
+from keyheads.runfolder import FINETUNE_JSON, RESULTS_JSON, RunFolder, read_result
+from studies.study_results import show_section
 
 IGNORED = ("key", "variant")  # the row label may differ; the key is what is matched on
 
@@ -129,7 +127,7 @@ def main() -> None:
     differ = {b: c["differ"] for b, c in found.items() if c["differ"]}
     shown = shlex.join(cmd).replace(tmp, "EMPTY_DIR")  # the temporary folder's name means nothing later
     source = f"{args.run} --variant {args.variant}" if args.run else f"--adapter {args.adapter} --eval {args.eval}"
-    again = f"python studies/reproduce_row.py {source} --limit {limit}" + (
+    again = f"python -m studies.reproduce_row {source} --limit {limit}" + (
         f" --benchmarks {args.benchmarks}" if args.benchmarks else "")
     body = "\n".join([
         f"- date: {datetime.date.today()}; `{shown}` ({seconds:.0f} s), compared by `{again}`",

@@ -6,7 +6,7 @@ Each FOLDER is a `keyheads eval` output whose first row is the base model and wh
 of the control (a knockout of random heads, or an adapter trained on random heads). Every seed is read from
 its folder: a seed whose folder is gone is re-run, never typed in from a page.
 
-    python studies/seed_band.py --title TITLE "seed 0=RUN/seed0" "seed 1=RUN/seed1" "seed 2=RUN/seed2"
+    python -m studies.seed_band --title TITLE "seed 0=RUN/seed0" "seed 1=RUN/seed1" "seed 2=RUN/seed2"
 """
 from __future__ import annotations
 
@@ -14,15 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "studies"))
-
-from paired_rows import eval_labels, summaries, wrong_ids  # noqa: E402
-from study_results import show_section  # noqa: E402
-
-from keyheads.report.stats import band, fmt_p, paired_sets, with_holm  # noqa: E402
-from keyheads.runfolder import variant_slug  # noqa: E402
+from keyheads.report.stats import band, fmt_p, paired_sets, with_holm
+from keyheads.runfolder import variant_slug
+from studies.paired_rows import eval_labels, summaries, wrong_ids
+from studies.study_results import show_section
 
 KL = "generic-kl"
 

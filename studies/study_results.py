@@ -1,7 +1,7 @@
 """How a study script shows what it computed: a markdown section on stdout.
 
 The repository's study results are not written by these scripts: they are the committed records under records/,
-and `python studies/pages.py` renders every page from them. A script's section is for reading a run folder."""
+and `python -m studies.pages` renders every page from them. A script's section is for reading a run folder."""
 from __future__ import annotations
 
 

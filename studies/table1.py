@@ -5,21 +5,17 @@ all of them); this script only reads what it wrote, prints tables 1 and 2 as a m
 studies/figures/table1-<model>.png. The repository's tables are rendered from committed records by
 studies/pages.py, which reuses this script's tables.
 
-    python studies/table1.py runs/table1-smollm2
+    python -m studies.table1 runs/table1-smollm2
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from study_results import show_section  # noqa: E402
-
-from keyheads.mean import run_mean  # noqa: E402
-from keyheads.plotting import new_figure, save_figure  # noqa: E402
-from keyheads.report.rundata import (  # noqa: E402
+from keyheads.mean import run_mean
+from keyheads.plotting import new_figure, save_figure
+from keyheads.report.rundata import (
     DRIFT,
     EvalRow,
     EvalTable,
@@ -29,9 +25,10 @@ from keyheads.report.rundata import (  # noqa: E402
     paired_family,
     seed_sets,
 )
-from keyheads.results.evaluation import BenchmarkSummary  # noqa: E402
-from keyheads.results.finetune import FinetuneResult  # noqa: E402
-from keyheads.runfolder import RunFolder, read_result  # noqa: E402
+from keyheads.results.evaluation import BenchmarkSummary
+from keyheads.results.finetune import FinetuneResult
+from keyheads.runfolder import RunFolder, read_result
+from studies.study_results import show_section
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 
@@ -169,7 +166,7 @@ def main() -> None:
     n_train = next((info.data.n for info in runs.values()), "?")
     lines = [f"- date: {datetime.date.today().isoformat()}; commands: `keyheads run configs/{run.name}.yaml` (with "
              f"the flags its header gives; the effective settings are in {run.name}/config.json), then "
-             f"`python studies/table1.py {run}{' --partial' if missing else ''}`",
+             f"`python -m studies.table1 {run}{' --partial' if missing else ''}`",
              f"- training data `{ft['train']}` ({n_train} examples), {ft['epochs']} epoch(s), lr "
              f"{ft['lr']}, batch {ft['optimizer_batch_size']}, optimizer {ft.get('optimizer') or 'adamw'}, "
              f"{config.get('dtype') or 'default dtype'}; "

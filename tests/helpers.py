@@ -22,7 +22,8 @@ from keyheads.models.model import HookedModel
 
 
 def load_script(path: Path, name: str) -> types.ModuleType:
-    """A script of the repository (studies/, tools/) imported as module `name`, as its tests need it."""
+    """A script of tools/ (not a package) imported as module `name`, as its tests need it; bench/ and studies/
+    are packages, imported as bench.NAME and studies.NAME."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

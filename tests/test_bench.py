@@ -1,5 +1,6 @@
 """The scripts of bench/ (speed and memory) and studies/ (findings) still import and set up against today's API
-(they are run by hand, not by CI)."""
+(they are run by hand, not by CI), as modules of the packages bench and studies, with no import circle in bench/."""
+import ast
 import datetime
 import importlib
 import itertools
@@ -10,34 +11,75 @@ from pathlib import Path
 
 import pytest
 
+from bench import analysis, results
+from studies import first_token_heads, reproduce_row, seed_band, study_results, table1
+
 pytestmark = pytest.mark.slow  # runs the bench and study scripts, one about 25 s
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = (ROOT / "bench", ROOT / "studies")
-SCRIPTS = sorted(p.stem for folder in FOLDERS for p in folder.glob("*.py"))
-HELPERS = ("results", "study_results", "findings")  # what the scripts share: a section of a RESULTS file, a table
+MODULES = sorted(f"{folder.name}.{p.stem}" for folder in FOLDERS for p in folder.glob("*.py") if p.stem != "__init__")
+# what the scripts share and run nothing themselves: a section of a RESULTS file, the floors, the tiny mode, the
+# paper config's setup, a table
+HELPERS = ("bench.results", "bench.floors", "bench.tiny", "bench.paper_gpu_setup", "studies.study_results",
+           "studies.findings")
 
 
-@pytest.fixture(autouse=True)
-def scripts_on_path(monkeypatch):
-    for folder in FOLDERS:
-        monkeypatch.syspath_prepend(str(folder))
-
-
-def test_script_names_are_unique_over_both_folders():
-    """A script is imported by its name alone (as the scripts import each other), so no name may be in both."""
-    assert len(SCRIPTS) == len(set(SCRIPTS))
-
-
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", MODULES)
 def test_script_imports(name):
     module = importlib.import_module(name)
     if name not in HELPERS:
         assert callable(module.main)
 
 
+def bench_imports(path: Path) -> list[tuple[str, str | None]]:
+    """(module, name) of every `from bench.X import Y` and `import bench.X` in a file, in functions too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "bench":
+            found += [(f"bench.{a.name}", None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bench."):
+            found += [(node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(a.name, None) for a in node.names if a.name.startswith("bench.")]
+    return found
+
+
+def test_the_scripts_run_as_modules_of_two_packages_and_change_no_import_path():
+    for folder in FOLDERS:
+        assert (folder / "__init__.py").read_text().startswith('"""'), folder
+        for path in folder.glob("*.py"):
+            assert "sys.path" not in path.read_text(), f"{path.name}: import as a package, not through sys.path"
+
+
+def test_every_bench_import_names_what_its_module_has_even_inside_a_function():
+    """The GPU parts import inside functions, where no CPU run reaches: each name must still exist."""
+    for path in (ROOT / "bench").glob("*.py"):
+        for module, name in bench_imports(path):
+            assert name is None or hasattr(importlib.import_module(module), name), f"{path.name}: {module}.{name}"
+
+
+def circles(graph: dict[str, set[str]]) -> list[str]:
+    """The modules of `graph` (module -> the modules it imports) that reach themselves."""
+    def reached(start: str) -> set[str]:
+        seen, todo = set(), list(graph.get(start, ()))
+        while todo:
+            if (m := todo.pop()) not in seen:
+                seen.add(m)
+                todo += graph.get(m, ())
+        return seen
+
+    return sorted(m for m in graph if m in reached(m))
+
+
+def test_bench_has_no_import_circle():
+    graph = {f"bench.{p.stem}": {m for m, _ in bench_imports(p)} for p in (ROOT / "bench").glob("*.py")}
+    assert circles(graph) == []
+    # the check sees one: results imported back by a module that imports it
+    assert {"bench.patching", "bench.results"} <= set(circles({**graph, "bench.results": {"bench.patching"}}))
+
+
 def test_write_section_replaces_or_adds_one_section_and_keeps_the_index_in_step(tmp_path):
-    results = importlib.import_module("results")
     path = tmp_path / "RESULTS.md"
     results.write_section("Speed: a (bench/a.py)", "first", path)
     results.write_section("Memory, b", "second", path)
@@ -49,13 +91,11 @@ def test_write_section_replaces_or_adds_one_section_and_keeps_the_index_in_step(
 
 
 def test_bench_results_indexes_its_sections():
-    results = importlib.import_module("results")
     text = results.RESULTS.read_text()
     assert results.with_index(text) == text
 
 
 def test_provenance_names_the_checkouts_commit_and_marks_uncommitted_changes(tmp_path):
-    results = importlib.import_module("results")
     repo, plain = tmp_path / "repo", tmp_path / "plain"
     (repo / "bench").mkdir(parents=True)
     plain.mkdir()
@@ -95,7 +135,7 @@ def test_provenance_names_the_checkouts_commit_and_marks_uncommitted_changes(tmp
 
 
 def test_every_bench_results_section_opens_with_its_provenance_line():
-    text = importlib.import_module("results").RESULTS.read_text()
+    text = results.RESULTS.read_text()
     sections = re.split(r"^## .+$", text, flags=re.M)[1:]
     titles = re.findall(r"^## (.+)$", text, flags=re.M)
     for title, body in zip(titles, sections):
@@ -109,12 +149,11 @@ def test_every_bench_results_section_opens_with_its_provenance_line():
 
 def test_a_study_script_prints_its_section_and_writes_no_file(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    importlib.import_module("study_results").show_section("A finding", "body")
+    study_results.show_section("A finding", "body")
     assert capsys.readouterr().out == "## A finding\n\nbody\n" and list(tmp_path.iterdir()) == []
 
 
 def test_analysis_bench_makes_the_demos_pairs_and_one_template_behind_one_prefix(tmp_path):
-    analysis = importlib.import_module("analysis")
     demo = analysis.make_data(tmp_path / "demo", analysis.CASES["demo"][1])
     lines = demo.read_text().splitlines()
     assert len(lines) > 24  # the demo keeps about half of its 96 candidates
@@ -126,7 +165,7 @@ def test_analysis_bench_makes_the_demos_pairs_and_one_template_behind_one_prefix
 def test_reproduce_row_matches_rows_by_key_and_names_the_items_that_differ(tmp_path):
     from keyheads.evaluation.cache import ResultCache
 
-    reproduce = importlib.import_module("reproduce_row")
+    reproduce = reproduce_row
     compare, latest = reproduce.compare, reproduce.latest_by_key
     run, fresh = ResultCache(tmp_path / "run.sqlite"), ResultCache(tmp_path / "fresh.sqlite")
     run.add([{"key": "a", "variant": "run label", "id": "q/0", "output": " 12"},
@@ -141,7 +180,7 @@ def test_reproduce_row_matches_rows_by_key_and_names_the_items_that_differ(tmp_p
 
 
 def test_reproduce_row_from_an_eval_folder_repeats_its_settings(tmp_path):
-    reproduce = importlib.import_module("reproduce_row")
+    reproduce = reproduce_row
     adapter, evaluated = tmp_path / "full", tmp_path / "eval"
     adapter.mkdir()
     evaluated.mkdir()
@@ -169,7 +208,6 @@ def test_table1_tests_every_row_against_the_base_item_by_item_with_holm_over_the
 
     from tests.report.test_stats import fake_eval
 
-    table1 = importlib.import_module("table1")
     run = RunFolder(fake_eval(tmp_path))
     lines, family = table1.paired_table(run, eval_table(run))
     assert family == 8 and lines[0] == "| Variant | GSM8K | MMLU |"
@@ -188,7 +226,6 @@ def test_first_token_heads_compares_two_effects_files_as_a_direct_computation(tm
     import numpy as np
     from scipy.stats import spearmanr
 
-    first_token_heads = importlib.import_module("first_token_heads")
     rng = np.random.default_rng(0)
     a = -rng.random((3, 4)) / 10
     b = a + rng.normal(0, 0.02, (3, 4))
@@ -213,7 +250,6 @@ def test_first_token_heads_compares_two_effects_files_as_a_direct_computation(tm
 def test_first_token_heads_tabulates_both_sets_knockout_curves():
     from keyheads.results.knockout import KnockoutCurves
 
-    first_token_heads = importlib.import_module("first_token_heads")
     k = list(range(0, 21))
     curves = {way: KnockoutCurves(k=k, effect_rank=[0.9 - 0.01 * i * (1 + j) for i in k], random_rank=[],
                                   random_mean=[0.9 - 0.002 * i for i in k], random_std=[0.001 * i for i in k],
@@ -256,7 +292,7 @@ def seed_folder(root, control_wrong: dict, n: int = 50, kl: float = 0.05):
 def test_seed_band_is_the_mean_and_range_over_seeds_with_each_measured_seed_tested_against_the_base(tmp_path):
     from keyheads.report.stats import holm, mcnemar_p
 
-    band = importlib.import_module("seed_band")
+    band = seed_band
     one = seed_folder(tmp_path / "s1", {"gsm8k": range(0, 36), "mmlu": range(0, 20)}, kl=0.04)  # gsm8k -20 points
     two = seed_folder(tmp_path / "s2", {"gsm8k": range(4, 26), "mmlu": range(0, 24)}, kl=0.06)  # +8, -8
     zero = seed_folder(tmp_path / "s0", {"gsm8k": range(0, 25), "mmlu": range(0, 20)}, kl=0.05)  # +2 points
@@ -278,7 +314,6 @@ def test_seed_band_is_the_mean_and_range_over_seeds_with_each_measured_seed_test
 def test_first_token_heads_says_when_a_top_k_curve_never_drops_below_its_band():
     from keyheads.results.knockout import KnockoutCurves
 
-    first_token_heads = importlib.import_module("first_token_heads")
     k = list(range(0, 7))  # curves that stop short of k = 10 are read at their last k
     flat = KnockoutCurves(k=k, effect_rank=[0.9] * 7, random_rank=[], random_mean=[0.9] * 7, random_std=[0.01] * 7,
                           effect_order=[])

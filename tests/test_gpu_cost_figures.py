@@ -4,64 +4,55 @@ which no record measured, from the planner as `keyheads plan` calls it); a chang
 the paragraph; and `report-records --check` finds a stale page."""
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import load_script
+from bench import paper_gpu_records as gpu_records
+from bench.results import read_section
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def script():
-    sys.path.insert(0, str(ROOT / "bench"))  # it imports paper_gpu, its runner, by name
-    try:
-        return load_script(ROOT / "bench" / "paper_gpu_records.py", "bench_paper_gpu_records")
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+def figures(shared_data):
+    return gpu_records.gather(gpu_records.record_folders(), shared_data)
 
 
-@pytest.fixture(scope="module")
-def figures(script, shared_data):
-    return script.gather(script.record_folders(), shared_data)
+def test_readme_and_results_carry_what_the_records_give(figures):
+    assert gpu_records.written((ROOT / "README.md").read_text()) == gpu_records.readme_block(figures), \
+        "README.md: run python -m bench.paper_gpu report-records"
+    section = read_section(gpu_records.PHASE_C_TITLE, ROOT / "bench" / "RESULTS.md")
+    assert section == gpu_records.results_body(figures).strip(), \
+        "bench/RESULTS.md: run python -m bench.paper_gpu report-records"
 
 
-def test_readme_and_results_carry_what_the_records_give(script, figures):
-    read_section = load_script(ROOT / "bench" / "results.py", "bench_results").read_section
-    assert script.written((ROOT / "README.md").read_text()) == script.readme_block(figures), \
-        "README.md: run python bench/paper_gpu.py report-records"
-    assert read_section(script.PHASE_C_TITLE, ROOT / "bench" / "RESULTS.md") == script.results_body(figures).strip(), \
-        "bench/RESULTS.md: run python bench/paper_gpu.py report-records"
-
-
-def test_the_figures_are_the_records_fields(script, figures):
+def test_the_figures_are_the_records_fields(figures):
     """Each figure's source: finetune.json's speed, stages.jsonl's peak, the eval summaries' times."""
     from keyheads.results.finetune import FinetuneResult
 
     [full] = [t for t in figures.trained if t.variant == "full"]
-    info = FinetuneResult.from_json(json.loads((script.RECORDS / full.record / "run" / "finetune" / "full" /
+    info = FinetuneResult.from_json(json.loads((gpu_records.RECORDS / full.record / "run" / "finetune" / "full" /
                                                 "finetune.json").read_text()))
     assert full.samples_per_second == info.train.samples_per_second and full.parallel == "fsdp" == figures.parallel
     assert full.run_samples == info.data.n * info.config["epochs"]
-    rows = [json.loads(x) for x in (script.RECORDS / full.record / "stages.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (gpu_records.RECORDS / full.record / "stages.jsonl").read_text().splitlines()]
     assert full.allocated_peak == next(r["allocated_peak"] for r in rows if r["stage"] == "finetune/full")
     assert full.first  # the only variant its run trained: its step holds the run's warm-up
     for e in figures.evals:  # the totals are the sums of RESULTS' rows, over the config's table
         assert e.rows == 2 + len(figures.variants)
         assert e.hours_at_cap == pytest.approx(sum(b.at_cap for b in e.benchmarks) / 3600)
     # the rows no record evaluated, and the variants no record trained, are named as unmeasured
-    text = " ".join(script.readme_text(figures).split())
-    assert f"The evaluation rows of {script.joined(figures.unevaluated)} are unmeasured" in text
+    text = " ".join(gpu_records.readme_text(figures).split())
+    assert f"The evaluation rows of {gpu_records.joined(figures.unevaluated)} are unmeasured" in text
     assert "precise@8" not in figures.unevaluated and "full" not in figures.untrained
 
 
-def test_a_changed_number_in_a_record_changes_the_paragraph(script, shared_data, tmp_path):
+def test_a_changed_number_in_a_record_changes_the_paragraph(shared_data, tmp_path):
     records = tmp_path / "records"
-    shutil.copytree(script.RECORDS, records)
-    unchanged = script.gather(script.record_folders(records), shared_data)
-    before = script.readme_text(unchanged)
+    shutil.copytree(gpu_records.RECORDS, records)
+    unchanged = gpu_records.gather(gpu_records.record_folders(records), shared_data)
+    before = gpu_records.readme_text(unchanged)
     # an eval time of the H200's record: its GPU-hours change, the H100's do not
     summary = records / "2026-11-27-c1-d" / "run" / "eval" / "tmp_paper-gpu-model_base" / "mmlu.json"
     data = json.loads(summary.read_text())
@@ -78,8 +69,8 @@ def test_a_changed_number_in_a_record_changes_the_paragraph(script, shared_data,
         if r["stage"] == "finetune/full":
             r["allocated_peak"] = 100 * 2**30
     stages.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    fig = script.gather(script.record_folders(records), shared_data)
-    after = script.readme_text(fig)
+    fig = gpu_records.gather(gpu_records.record_folders(records), shared_data)
+    after = gpu_records.readme_text(fig)
     assert after != before
     flat = " ".join(after.split())
     assert "full SFT allocated 100.0 GiB" in flat and "full SFT 2.0 samples/s (first)" in flat
@@ -89,25 +80,25 @@ def test_a_changed_number_in_a_record_changes_the_paragraph(script, shared_data,
     assert h100 == h100_before
 
 
-def test_a_stale_readme_is_found_and_rewritten(script, shared_data, tmp_path, monkeypatch):
+def test_a_stale_readme_is_found_and_rewritten(shared_data, tmp_path, monkeypatch):
     readme, results = tmp_path / "README.md", tmp_path / "RESULTS.md"
     shutil.copy(ROOT / "README.md", readme)
     shutil.copy(ROOT / "bench" / "RESULTS.md", results)
-    monkeypatch.setattr(script, "README", readme)
-    monkeypatch.setattr(script, "RESULTS_MD", results)
+    monkeypatch.setattr(gpu_records, "README", readme)
+    monkeypatch.setattr(gpu_records, "RESULTS_MD", results)
     check = ["--check", "--data-dir", str(shared_data)]
-    assert script.main(check) == 0
-    block = script.written(readme.read_text())
+    assert gpu_records.main(check) == 0
+    block = gpu_records.written(readme.read_text())
     readme.write_text(readme.read_text().replace(block, block.replace("GPU-hours", "GPU-hours (retyped: 6.5)", 1)))
-    assert script.main(check) == 1
-    assert script.main(check[1:]) == 0 and script.main(check) == 0
+    assert gpu_records.main(check) == 1
+    assert gpu_records.main(check[1:]) == 0 and gpu_records.main(check) == 0
     assert readme.read_text() == (ROOT / "README.md").read_text()
-    readme.write_text(readme.read_text().replace(script.README_BEGIN, ""))  # no markers: an error, not a pass
-    assert script.main(check) == 1
+    readme.write_text(readme.read_text().replace(gpu_records.README_BEGIN, ""))  # no markers: an error, not a pass
+    assert gpu_records.main(check) == 1
 
 
-def test_the_data_folder_is_keyheads_data_when_set(script, monkeypatch, tmp_path):
+def test_the_data_folder_is_keyheads_data_when_set(monkeypatch, tmp_path):
     monkeypatch.setenv("KEYHEADS_DATA", str(tmp_path))
-    assert script.default_data_dir() == tmp_path
+    assert gpu_records.default_data_dir() == tmp_path
     monkeypatch.delenv("KEYHEADS_DATA")
-    assert script.default_data_dir() == ROOT.parent / "shared" / "data" / "benchmarks"
+    assert gpu_records.default_data_dir() == ROOT.parent / "shared" / "data" / "benchmarks"

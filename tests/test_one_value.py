@@ -40,8 +40,6 @@ import pytest
 
 from keyheads.report.findings import VERDICTS
 
-from tests.helpers import load_script
-
 ROOT = Path(__file__).resolve().parents[1]
 # studies/pages/*.md (a subfolder) and these pages of studies/ are written by scripts from records, whole
 GENERATED_PAGES = {ROOT / "studies" / "compiled_circuits.md", ROOT / "studies" / "compare_methods.md"}
@@ -308,7 +306,7 @@ def test_a_block_s_figures_and_verdicts_are_its_own():
 
 
 def test_each_study_page_states_its_findings_as_the_table_does():
-    findings = load_script(ROOT / "studies" / "findings.py", "studies_findings_one_value")
+    from studies import findings
     manifest = findings.load_manifest()
     for model in manifest["models"]:
         study = findings.study(manifest, model["study"])

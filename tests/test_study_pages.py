@@ -1,5 +1,5 @@
 """The study pages are rendered from the committed records, and only from them: the pages in the repository are
-what `python studies/pages.py` gives now; a changed number in a record makes them stale, and rewriting them puts
+what `python -m studies.pages` gives now; a changed number in a record makes them stale, and rewriting them puts
 the new number in; every committed study record has its page; a record with an evaluation gets tables 1 and 2
 whose accuracies are the record's."""
 import json
@@ -10,25 +10,20 @@ import pytest
 
 from keyheads.io import write_json
 from keyheads.runfolder import RunFolder
+from studies import pages
 
 from .report.handmade import make_run
-from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_RECORDS = ("paper-llama2-7b-gpu",)  # GPU speed and memory records: bench/RESULTS.md renders them
 
 
-@pytest.fixture(scope="module")
-def pages():
-    return load_script(ROOT / "studies" / "pages.py", "studies_pages")
-
-
-def test_the_committed_pages_are_what_the_records_give(pages):
+def test_the_committed_pages_are_what_the_records_give():
     stale = pages.stale_pages()
-    assert stale == [], f"run python studies/pages.py: {[str(p.relative_to(ROOT)) for p in stale]}"
+    assert stale == [], f"run python -m studies.pages: {[str(p.relative_to(ROOT)) for p in stale]}"
 
 
-def test_every_committed_study_record_is_listed_and_every_listed_record_is_committed(pages):
+def test_every_committed_study_record_is_listed_and_every_listed_record_is_committed():
     manifest = json.loads((ROOT / "studies" / "studies.json").read_text())
     listed = {s["record"] for s in manifest["studies"] if s["record"] is not None}
     committed = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "records").glob("*/*/record.json")
@@ -51,7 +46,7 @@ def _copy_tree(tmp: Path) -> Path:
     return tmp
 
 
-def test_a_changed_number_in_a_record_makes_the_pages_stale_and_rewriting_puts_it_in(pages, tmp_path):
+def test_a_changed_number_in_a_record_makes_the_pages_stale_and_rewriting_puts_it_in(tmp_path):
     root = _copy_tree(tmp_path)
     assert pages.main(["--check"], root=root) == 0
     [record] = (root / "records" / "demo-smollm2-135m").iterdir()
@@ -70,14 +65,14 @@ def test_a_changed_number_in_a_record_makes_the_pages_stale_and_rewriting_puts_i
         assert f"{100 * before:.1f}% → 50.0%" in (root / rel).read_text()
 
 
-def test_a_page_of_no_study_is_stale_and_removed(pages, tmp_path):
+def test_a_page_of_no_study_is_stale_and_removed(tmp_path):
     root = _copy_tree(tmp_path)
     (root / "studies" / "pages" / "gone.md").write_text("# a study that left the manifest\n")
     assert pages.main(["--check"], root=root) == 1
     assert pages.main([], root=root) == 0 and not (root / "studies" / "pages" / "gone.md").exists()
 
 
-def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(pages, tmp_path):
+def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(tmp_path):
     run = make_run(tmp_path / "rec" / "run", True)
     write_json(tmp_path / "rec" / "record.json", {"study": "hand-made", "commit": "0" * 40, "command": "made by hand"})
     text = pages.page({"title": "Hand-made", "record": "rec"}, root=tmp_path)
@@ -102,7 +97,7 @@ def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(pag
             assert f"{100 * summary.accuracy:.1f} [" in text, (variant.label, bench)
 
 
-def test_a_listed_record_that_is_not_there_is_a_clear_error(pages, tmp_path):
+def test_a_listed_record_that_is_not_there_is_a_clear_error(tmp_path):
     root = _copy_tree(tmp_path)
     manifest = json.loads((root / "studies" / "studies.json").read_text())
     manifest["studies"][0]["record"] = "records/gone/2026-01-01"
@@ -111,7 +106,7 @@ def test_a_listed_record_that_is_not_there_is_a_clear_error(pages, tmp_path):
         pages.main(["--check"], root=root)
 
 
-def test_a_first_token_study_compares_its_key_heads_with_the_study_it_is_against(pages, tmp_path):
+def test_a_first_token_study_compares_its_key_heads_with_the_study_it_is_against(tmp_path):
     import numpy as np
     from scipy.stats import spearmanr
 

@@ -6,18 +6,13 @@ import pytest
 
 from keyheads.report.findings import findings
 from keyheads.study.records import ITEM_KEYS
-
-from tests.helpers import load_script
+from studies import pages
+from studies import record as record_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def record_script():
-    return load_script(ROOT / "studies" / "record.py", "studies_record")
-
-
-def test_a_record_keeps_the_small_outputs_and_reads_as_the_run(record_script, run_folder, tmp_path):
+def test_a_record_keeps_the_small_outputs_and_reads_as_the_run(run_folder, tmp_path):
     dest = tmp_path / "records" / "tiny" / "t1"
     assert record_script.main([str(run_folder), str(dest), "--commit", "abc", "--command", "keyheads run x"]) == 0
     kept = {p.relative_to(dest / "run").as_posix() for p in (dest / "run").rglob("*") if p.is_file()}
@@ -38,7 +33,7 @@ def test_a_record_keeps_the_small_outputs_and_reads_as_the_run(record_script, ru
     assert [f.to_json() for f in findings(dest / "run")] == [f.to_json() for f in findings(run_folder)]
 
 
-def test_a_record_is_written_once_and_a_damaged_run_is_refused(record_script, run_folder, tmp_path):
+def test_a_record_is_written_once_and_a_damaged_run_is_refused(run_folder, tmp_path):
     import shutil
 
     dest = tmp_path / "t1"
@@ -55,7 +50,7 @@ def test_a_record_is_written_once_and_a_damaged_run_is_refused(record_script, ru
     assert not (tmp_path / "t2").exists() and not (tmp_path / "t2.partial").exists()
 
 
-def test_a_run_still_going_is_recorded_up_to_its_finished_stages(record_script, run_folder, tmp_path):
+def test_a_run_still_going_is_recorded_up_to_its_finished_stages(run_folder, tmp_path):
     """A stage started and not finished (its .started marker, no record) leaves its folder out, partial files and
     all; record.json lists the finished stages."""
     import shutil
@@ -73,7 +68,7 @@ def test_a_run_still_going_is_recorded_up_to_its_finished_stages(record_script, 
     assert verdicts[3] == "not measured" and verdicts[1] == {f.row: f.verdict for f in findings(run_folder)}[1]
 
 
-def test_a_record_names_each_stage_s_commit_when_it_differs(record_script, run_folder, tmp_path):
+def test_a_record_names_each_stage_s_commit_when_it_differs(run_folder, tmp_path):
     """Stage records name the commit that ran them: without --commit the record takes the one they share; a stage
     under another commit is listed in stage_commits (and on the page); stages that name none need --commit."""
     import shutil
@@ -99,7 +94,6 @@ def test_a_record_names_each_stage_s_commit_when_it_differs(record_script, run_f
     assert record_script.main([str(run), str(tmp_path / "r2"), "--command", "c", "--commit", "a" * 40]) == 0
     meta = json.loads((tmp_path / "r2" / "record.json").read_text())
     assert meta["commit"] == "a" * 40 and meta["stage_commits"] == {"knockout": "b" * 40}
-    pages = load_script(ROOT / "studies" / "pages.py", "studies_pages")
     assert f"- stage knockout ran on commit {'b' * 40}" in pages.provenance(tmp_path / "r2", "r2")
     name(lambda stage: None if stage == "data" else "a" * 40)
     with pytest.raises(SystemExit, match="give --commit: stage\\(s\\) data name no commit"):

@@ -1,0 +1,1 @@
+"""Speed and memory benchmarks of keyheads' steps, each run from the repository's root as `python -m bench.NAME`."""
