@@ -21,6 +21,7 @@ from pathlib import Path
 from keyheads.report.findings import findings
 from keyheads.report.rundata import eval_table
 from keyheads.runfolder import RunFolder
+from keyheads.study.cells import cell_record
 from studies import findings as table
 from studies.first_token_heads import comparison_part
 from studies.table1 import markdown_table, paired_table
@@ -49,13 +50,10 @@ def cells_provenance(record: Path, rel: str) -> list[str]:
              "record keeps them, its CPU minutes (every thread counted).", "",
              "| cell | made by | commit | wall min | CPU min |", "|---|---|---|---|---|"]
     for folder in sorted(record.glob("*/record.json")):
-        meta = json.loads(folder.read_text())
-        wall = meta.get("wall_seconds")
-        if wall is None:
-            wall = sum(json.loads(p.read_text()).get("seconds") or 0.0
-                       for p in (folder.parent / "run" / "stages").glob("*.json"))
-        cpu = meta.get("cpu_seconds")
-        lines.append(f"| {meta['cell']} | `{md(meta.get('command') or '-')}` | {meta.get('commit') or '-'} | "
+        meta = cell_record(folder.parent)
+        wall = meta.seconds_or(RunFolder(folder.parent / "run").stage_records)
+        cpu = meta.cpu_seconds
+        lines.append(f"| {meta.cell} | `{md(meta.command or '-')}` | {meta.commit or '-'} | "
                      f"{wall / 60:.1f} | {'-' if cpu is None else f'{cpu / 60:.1f}'} |")
     return lines
 

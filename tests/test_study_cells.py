@@ -269,7 +269,8 @@ def test_a_new_study_s_cells_are_estimated_from_other_studies_scaled_by_model_si
     root = tmp_path / "records"
     for name, model, seconds in (("a", "small", 60.0), ("b", "twice", 60.0), ("c", "half", 600.0)):
         write_json(root / name / "cells" / "identify" / "record.json",
-                   {"cell": "identify", "model": model, "wall_seconds": seconds})
+                   {"cell": "identify", "model": model, "command": "keyheads study run", "commit": None,
+                    "stages": ["data", "identify"], "wall_seconds": seconds})
     cfg = cfg_of(study, model="small")
     [identify] = [s for s in status(cfg, root / "new" / "cells") if s.cell.name == "identify"]
     assert identify.state == "pending"

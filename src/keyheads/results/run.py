@@ -32,3 +32,23 @@ class StageRecord(Result):
     seconds: float
     machine: dict[str, Any]
     finished: str
+
+
+class CellRecord(Result):
+    """A study cell's record.json (keyheads.study.cells): which cell, made by what command at which commit, with the
+    code signature it computed with and the time it took."""
+
+    cell: str
+    model: str
+    command: str
+    commit: str | None
+    stages: list[str]
+    code: dict[str, str] | None = None  # None: recorded before cells were signed
+    wall_seconds: float | None = None  # None: recorded before cells kept it (its stage records keep each stage's)
+    cpu_seconds: float | None = None  # every thread of the process and its children
+    adopted_from: str | None = None  # a whole-run record it was made from (tools/adopt_run_record.py)
+    recovered: str | None = None  # how a record written after the fact was made
+
+    def seconds_or(self, stages: dict[str, StageRecord]) -> float:
+        """Its wall seconds, else the sum of its stage records' seconds."""
+        return self.wall_seconds if self.wall_seconds is not None else sum(r.seconds for r in stages.values())

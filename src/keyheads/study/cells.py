@@ -39,8 +39,8 @@ from ..io import file_sha256, read_json, write_json
 from ..log import logger
 from ..pipeline import ROWS, build_stages, evaluate_rows, load_run_model, rate_family, write_model_info
 from ..provenance import changed_settings, versions
-from ..results.run import StageRecord
-from ..runfolder import RunFolder, variant_slug
+from ..results.run import CellRecord, StageRecord
+from ..runfolder import RunFolder, read_result, variant_slug
 from ..stages import Runner, Stage
 from . import code
 from .records import copy_kept, small_outputs
@@ -112,9 +112,9 @@ def _settings(stage: Stage) -> dict:
     return json.loads(json.dumps(stage.settings))  # as a stage record holds them
 
 
-def _meta(folder: Path) -> dict:
-    """A cell record's record.json ({} when it has none)."""
-    return read_json(folder / "record.json") if (folder / "record.json").is_file() else {}
+def cell_record(folder: Path) -> CellRecord | None:
+    """A cell record's record.json, as its type (None when it has none)."""
+    return read_result(folder / "record.json", CellRecord.from_json)
 
 
 def _record_stages(folder: Path) -> dict[str, StageRecord]:
@@ -145,9 +145,9 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
                 if held and sha not in held:
                     why.append(f"input {rel} changed")
         where = str(records / cell.slug)
-        signed = _meta(records / cell.slug).get("code")
-        if isinstance(signed, dict):
-            moved = code.changed(signed, code.signature(cell.stages))
+        meta = cell_record(records / cell.slug)
+        if meta is not None and meta.code is not None:
+            moved = code.changed(meta.code, code.signature(cell.stages))
             if moved:
                 why.append(f"code changed: {', '.join(moved[:3])}" + (f" and {len(moved) - 3} more" if len(moved) > 3
                                                                       else ""))
@@ -202,11 +202,11 @@ def _elsewhere(cfg: RunSettings, records: Path, kind: str) -> float | None:
         return None
     scaled = []
     for folder in sorted(records.parent.parent.glob("*/cells/*/record.json")):
-        meta = read_json(folder)
-        if folder.parent.parent == records or _kind(str(meta.get("cell", ""))) != kind:
+        meta = cell_record(folder.parent)
+        if meta is None or folder.parent.parent == records or _kind(meta.cell) != kind:
             continue
-        theirs = _params(str(meta.get("model", "")))
-        seconds = meta.get("wall_seconds") or sum(r.seconds for r in _record_stages(folder.parent).values())
+        theirs = _params(meta.model)
+        seconds = meta.seconds_or(_record_stages(folder.parent))
         if theirs and seconds:
             scaled.append(seconds * mine / theirs)
     return statistics.median(scaled) if scaled else None
@@ -289,10 +289,9 @@ def _write_record(cfg: RunSettings, records: Path, cell: Cell, work: Path, comma
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     copy_kept(work, rels, tmp / "run")
-    write_json(tmp / "record.json", {"cell": cell.name, "model": cfg.model, "command": command,
-                                     "commit": versions().get("commit"), "stages": list(cell.stages),
-                                     "code": _made_with(work, cell),
-                                     **(spent or {})})
+    write_json(tmp / "record.json", CellRecord(cell=cell.name, model=cfg.model, command=command,
+                                               commit=versions().get("commit"), stages=list(cell.stages),
+                                               code=_made_with(work, cell), **(spent or {})).to_json())
     if dest.exists():  # a stale record: replaced whole
         shutil.rmtree(dest)
     tmp.rename(dest)
