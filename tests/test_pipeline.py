@@ -262,12 +262,23 @@ def test_invalid_settings_are_named_before_anything_runs(values, named, tmp_path
     assert "ArgsKwargs" not in str(err.value) and "pydantic" not in str(err.value)
 
 
-def test_a_section_given_in_part_keeps_the_run_defaults(tmp_path):
+def test_a_section_given_in_part_keeps_its_type_s_defaults(tmp_path):
+    """A run's section is its step's settings type: the settings not given are that type's defaults, the command's."""
+    from keyheads.analysis.settings import AttentionSettings, KnockoutSettings, MLPSettings
+    from keyheads.data.settings import PairSettings
+    from keyheads.evaluation.settings import EvalSettings
+    from keyheads.patching.settings import IdentifySettings
+
     cfg = RunSettings.make(out=str(tmp_path / "r"), eval={"benchmarks": []}, data={"task": "all"})
-    assert (cfg.data.task, cfg.data.n, cfg.data.few_shot) == ("all", 300, 0)
-    assert (cfg.data.single_token_answer, cfg.data.keep_correct, cfg.identify.first_token) == (False, True, True)
-    assert cfg.identify.top_k == 10 and cfg.knockout.limit == cfg.attention.limit == cfg.mlp.limit == 300
-    assert cfg.eval.limit == 50 and cfg.eval.split == "full"  # no variant trains on trainset
+    assert (cfg.data.task, cfg.data.few_shot) == ("all", 0)
+    for section, kind in (("data", PairSettings), ("identify", IdentifySettings), ("knockout", KnockoutSettings),
+                          ("attention", AttentionSettings), ("mlp", MLPSettings), ("eval", EvalSettings)):
+        given = getattr(cfg, section)
+        for name in ("n", "keep_correct", "top_k", "threshold", "limit"):
+            if name in kind.model_fields:
+                assert getattr(given, name) == kind.model_fields[name].default, (section, name)
+    assert cfg.identify.first_token is True  # what follows from the data: its answers are scored by first token
+    assert cfg.eval.split == "full"  # no variant trains on trainset
 
 
 def test_out_that_cannot_be_written_and_missing_config_are_named(tmp_path):
@@ -329,7 +340,7 @@ def test_cli_run_flags_reach_the_sections(tmp_path, monkeypatch):
     monkeypatch.setattr("keyheads.pipeline.run_pipeline", lambda cfg, **kw: seen.update(cfg=cfg, **kw))
     assert main(["run", "--out", str(tmp_path / "r"), "--eval.benchmarks", "arith-add,arith-sub",
                  "--finetune.optimizer-batch-size", "32", "--knockout.limit", "null", "--knockout.k",
-                 "7", "--variants", "precise,random@2", "--quiet"]) == 0
+                 "7", "--variants", "precise,random@2", "--identify.top-k", "4", "--quiet"]) == 0
     cfg = seen["cfg"]
     assert cfg.eval.benchmarks == ("arith-add", "arith-sub") and cfg.finetune.optimizer_batch_size == 32
     assert cfg.knockout.limit is None and cfg.knockout.k == 7 and cfg.variants == ["precise", "random@2"]
