@@ -11,8 +11,6 @@ fails is left as it is and named. Needs the repository's history (a full clone).
 """
 from __future__ import annotations
 
-import ast
-import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +24,7 @@ PACKAGE = "src/keyheads"
 
 def hash_before_messages_were_blanked(text: str) -> str:
     """The hashing of cells signed before 2026-11-29: the syntax tree less docstrings, error messages counted."""
-    tree = ast.parse(text)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
-    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()[:16]
+    return code.source_hash(text, blank_errors=False)
 
 
 def _git(*args: str) -> str:

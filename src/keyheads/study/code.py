@@ -35,15 +35,16 @@ def kind(stage: str) -> str:
     return "identify" if head == "data" else head
 
 
-def source_hash(text: str) -> str:
-    """The hash of one module's source: its syntax tree less docstrings and the words of the errors it raises."""
+def source_hash(text: str, blank_errors: bool = True) -> str:
+    """The hash of one module's source: its syntax tree less docstrings and the words of the errors it raises
+    (`blank_errors` False: the words counted, as cells signed before 2026-11-29 were hashed)."""
     tree = ast.parse(text)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
             node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
-        if isinstance(node, ast.Raise):  # what an error says computes no number
+        if blank_errors and isinstance(node, ast.Raise):  # what an error says computes no number
             for part in ast.walk(node):
                 if isinstance(part, ast.Constant) and isinstance(part.value, str):
                     part.value = ""
