@@ -100,7 +100,7 @@ def measure_task(model: HookedModel, pairs: Path, n: int, batch_size: int, work:
     mine.write_text("".join(r + "\n" for r in rows))
     forward_seconds(model, mine, batch_size)  # warm-up
     base = forward_seconds(model, mine, batch_size)
-    out = {"pairs": str(pairs), "pairs_sha256": file_sha256(pairs), "n": len(rows), "forward_seconds": base,
+    out = {"pairs": relative(pairs), "pairs_sha256": file_sha256(pairs), "n": len(rows), "forward_seconds": base,
            "methods": {}}
     for method in METHODS:
         effects, seconds = timed_effects(model, mine, method, batch_size)
@@ -118,9 +118,16 @@ def measure_task(model: HookedModel, pairs: Path, n: int, batch_size: int, work:
     return out
 
 
+def relative(path: Path) -> str:
+    """A path as the record keeps it: relative to the repository when inside it, so that no machine's folder is
+    written into a committed record."""
+    path = path.resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
 def save(part: str, result: dict) -> None:
     record = read_json(RECORD) if RECORD.is_file() else {"parts": {}}
-    record["parts"][part] = {"commit": versions().get("commit"), "command": "python " + " ".join(sys.argv),
+    record["parts"][part] = {"commit": versions().get("commit"), "command": "python -m studies.compare_methods " + " ".join(sys.argv[1:]),
                              "threads": torch.get_num_threads(), **result}
     write_json(RECORD, record)
 
@@ -131,10 +138,9 @@ def pct(x) -> str:
 
 def page(record: dict) -> str:
     parts = record["parts"]
-    # the page names the script's file, as the committed page says it
     lines = ["# Which method finds the circuit?", "",
-             "Written by `python studies/compare_methods.py page` from `records/compare-methods/record.json`, which "
-             "`python studies/compare_methods.py measure PART` computes (its docstring says how); nothing below is "
+             "Written by `python -m studies.compare_methods page` from `records/compare-methods/record.json`, which "
+             "`python -m studies.compare_methods measure PART` computes (its docstring says how); nothing below is "
              "typed by hand. Methods: exact path patching (the paper's Algorithm 1, receivers the logits), activation "
              "patching (total effect), attribution patching (one gradient) and attribution-ig (its integrated-"
              "gradients variant, 5 steps: EAP-IG's idea at node level).", ""]
