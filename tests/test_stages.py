@@ -163,3 +163,15 @@ def test_per_process_resume_state_is_not_hashed_so_any_process_count_is_up_to_da
     rec["outputs"]["a/ckpt.rank0of1.npz"] = "0" * 64
     (tmp_path / "stages" / "a.json").write_text(json.dumps(rec))
     assert not runner(Stage("a", {"v": 2}, [], ["a"], go, resume=resume))
+
+
+def test_a_stage_record_of_another_shape_reruns_its_stage_and_says_why(tmp_path):
+    s = {"n": 1, "k": 1, "m": 1}
+    run_all(tmp_path, s)
+    record = tmp_path / "stages" / "b.json"
+    data = json.loads(record.read_text())
+    del data["outputs"]  # a damaged record, or another release's: it cannot vouch for b's outputs
+    record.write_text(json.dumps(data))
+    calls, log = run_all(tmp_path, s)
+    assert calls == ["b"]  # c's input came back with the same bytes
+    assert any("[b] running (its record b.json is not one this version reads" in line for line in log)

@@ -115,6 +115,11 @@ def _changes(old: dict, new: dict) -> list[str]:
             for key, a, b in changed_settings(old, new, missing="<unset>")]
 
 
+def _differing(a: dict, b: dict) -> list[str]:
+    """The keys whose values differ, or that only one of the two has, sorted."""
+    return sorted(k for k in a.keys() | b.keys() if k not in a or k not in b or a[k] != b[k])
+
+
 class Runner:
     """Runs stages in order into one run folder, skipping the ones that are up to date.
 
@@ -136,17 +141,19 @@ class Runner:
         path = self.record_path(stage.name)
         if not path.is_file():
             return "not run yet"
-        rec = read_json(path)
-        if rec.get("signature") != sig:
-            changed = _changes(rec.get("settings", {}), stage.settings)
-            changed += [f"input {k} changed" for k in sorted(set(inputs) | set(rec.get("inputs", {})))
-                        if inputs.get(k) != rec.get("inputs", {}).get(k)]
+        try:
+            rec = StageRecord.from_json(read_json(path))
+        except ValueError as err:  # another release's record, or a damaged one: it cannot vouch for the outputs
+            return f"its record {path.name} is not one this version reads ({type(err).__name__})"
+        if rec.signature != sig:
+            changed = _changes(rec.settings, stage.settings)
+            changed += [f"input {k} changed" for k in _differing(inputs, rec.inputs)]
             return "; ".join(changed) or "signature changed"
         outputs = hash_tree(self.run, stage.owns, stage.keep, stage.resume)
         # a record written before `resume` was declared lists the resume state too
-        recorded = {k: v for k, v in rec.get("outputs", {}).items() if not _skipped(k, stage.resume)}
+        recorded = {k: v for k, v in rec.outputs.items() if not _skipped(k, stage.resume)}
         if outputs != recorded:
-            bad = sorted(k for k in set(outputs) | set(recorded) if outputs.get(k) != recorded.get(k))
+            bad = _differing(outputs, recorded)
             return "output(s) missing or modified: " + ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
         return None
 
@@ -197,7 +204,7 @@ class Runner:
         """Keep partial work made with this signature (resume); clear anything else the stage owns.
         -> the time it starts (perf_counter)."""
         started = self.record_path(stage.name).with_suffix(".started")
-        if started.is_file() and read_json(started).get("signature") == sig and not self.force:
+        if started.is_file() and read_json(started) == {"signature": sig} and not self.force:
             self.say(f"[{stage.name}] resuming the interrupted run")
             return time.perf_counter()
         self.record_path(stage.name).unlink(missing_ok=True)
