@@ -1,4 +1,5 @@
-"""Re-sign committed cell records after the way code is hashed changed, from the sources that made them.
+"""Re-sign committed cell records after the way code is hashed changed, from the sources that made them; or after a
+refactor, on a witness's word that it changed no number.
 
 A cell record keeps `commit` (the keyheads commit it ran at) and `code` (a hash per module it computed with,
 keyheads.study.code). When the hashing itself changes (error messages blanked, for one), every signed cell would read
@@ -8,18 +9,29 @@ module sources *at the record's commit* (git show), after checking that the hash
 fails is left as it is and named. Needs the repository's history (a full clone).
 
     python tools/resign_cells.py records/STUDY/cells [...]
+
+`--witness OLD` re-signs the cells whose signature is commit OLD's sources with the checkout's (HEAD, with no
+uncommitted change in src/keyheads), when keyheads.study.witness holds: a tiny study of every kind of cell, on a
+random model of each family the studies use, writes the same outputs with OLD's sources as with today's, and every
+changed statement of the signed modules ran in it. Each record gets a `resigned` entry; nothing is written when the
+witness does not hold, and the tool says which outputs differ or which changed lines it did not reach.
+
+    python tools/resign_cells.py --witness OLD records/STUDY/cells [...]
 """
 from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from keyheads.io import read_json, write_json
-from keyheads.study import code
+from keyheads.results.run import CellRecord, Resigned
+from keyheads.study import code, witness
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "src/keyheads"
+FAMILIES = ["llama", "qwen2", "gemma3"]  # SmolLM2, Qwen2.5-Coder, Gemma-3: the studies' models
 
 
 def hash_before_messages_were_blanked(text: str) -> str:
@@ -56,19 +68,81 @@ def resign(folder: Path) -> str:
     return "re-signed"
 
 
-def main(argv: list[str]) -> int:
-    if not argv or any(a.startswith("-") for a in argv):
-        print(__doc__.strip().splitlines()[0] + "\nusage: python tools/resign_cells.py records/STUDY/cells [...]",
+def signed_with(folder: Path, commit: str) -> CellRecord | None:
+    """The cell's record when its signature is `commit`'s sources (today's hashing), else None."""
+    meta = CellRecord.from_json(read_json(folder / "record.json"))
+    if meta.code is None:
+        return None
+    then = {m: code.source_hash(t) for m, t in sources_at(commit, meta.stages).items()}
+    return meta if {m: h for m, h in meta.code.items() if code.counted(Path(m).name)} == then else None
+
+
+def resign_by_witness(old: str, folders: list[Path], work: Path) -> int:
+    """Re-sign the cells signed with `old`'s sources, when the witness holds -> exit status."""
+    old = _git("rev-parse", old).strip()
+    head = _git("rev-parse", "HEAD").strip()
+    if _git("status", "--porcelain", "--", PACKAGE).strip():
+        print(f"{PACKAGE} has uncommitted changes: commit them first (a record names the commit it is signed at)",
               file=sys.stderr)
         return 2
+    todo: dict[Path, CellRecord] = {}
+    for folder in folders:
+        meta = signed_with(folder, old)
+        if meta is None:
+            print(f"{folder}: its signature is not {old[:10]}'s sources, left")
+        elif code.changed(meta.code or {}, code.signature(meta.stages)):
+            todo[folder] = meta
+        else:
+            print(f"{folder}: signed with today's code already")
+    if not todo:
+        return 0
+    modules = sorted({m for meta in todo.values() for m in code.changed(meta.code or {}, code.signature(meta.stages))})
+    print(f"{len(todo)} cell(s) to re-sign; changed modules: {', '.join(modules)}", flush=True)
+    tree = work / "old"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-f", "--detach", str(tree), old], check=True,
+                   capture_output=True)
+    try:
+        changed = witness.changed_lines(ROOT, old, modules)
+        outcome = witness.witness(tree / "src", ROOT / "src", work / "runs", FAMILIES, changed)
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    if not outcome.holds:
+        print(f"the witness does not hold ({outcome.compared} outputs compared): nothing re-signed", file=sys.stderr)
+        for what, items in (("differs", outcome.differ), ("changed and not reached", outcome.unreached)):
+            for item in items[:20]:
+                print(f"  {what}: {item}", file=sys.stderr)
+        return 1
+    entry = Resigned(was=old, now=head, families=FAMILIES, compared=outcome.compared)
+    for folder, meta in todo.items():
+        again = meta.model_copy(update={"code": code.signature(meta.stages),
+                                        "resigned": [*(meta.resigned or []), entry]})
+        write_json(folder / "record.json", again.to_json() | {"code": again.code,
+                                                               "resigned": [r.to_json() for r in again.resigned]})
+        print(f"{folder}: re-signed at {head[:10]} ({outcome.compared} outputs equal)")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    old = None
+    if argv[:1] == ["--witness"] and len(argv) > 2:
+        old, argv = argv[1], argv[2:]
+    if not argv or any(a.startswith("-") for a in argv):
+        print(__doc__.strip().splitlines()[0] + "\nusage: python tools/resign_cells.py [--witness OLD] "
+              "records/STUDY/cells [...]", file=sys.stderr)
+        return 2
+    folders = []
     for name in argv:
         cells = Path(name)
         records = sorted(cells.glob("*/record.json"))
         if not records:
             print(f"{cells}: no cell records (record.json in its folders)", file=sys.stderr)
             return 2
-        for record in records:
-            print(f"{record.parent}: {resign(record.parent)}")
+        folders += [r.parent for r in records]
+    if old is not None:
+        with tempfile.TemporaryDirectory(prefix="witness-") as work:
+            return resign_by_witness(old, folders, Path(work))
+    for folder in folders:
+        print(f"{folder}: {resign(folder)}")
     return 0
 
 

@@ -34,6 +34,17 @@ class StageRecord(Result):
     finished: str
 
 
+class Resigned(Result):
+    """A cell re-signed after a refactor (tools/resign_cells.py --witness): its code signature was `was`'s sources
+    and is now `now`'s, because the witness study (keyheads.study.witness) gave equal outputs with both and ran
+    every changed statement."""
+
+    was: str  # the commit whose sources the cell's signature was
+    now: str  # the commit it was re-signed at
+    families: list[str]  # the tiny models the witness ran
+    compared: int  # output files compared equal
+
+
 class CellRecord(Result):
     """A study cell's record.json (keyheads.study.cells): which cell, made by what command at which commit, with the
     code signature it computed with and the time it took."""
@@ -48,6 +59,7 @@ class CellRecord(Result):
     cpu_seconds: float | None = None  # every thread of the process and its children
     adopted_from: str | None = None  # a whole-run record it was made from (tools/adopt_run_record.py)
     recovered: str | None = None  # how a record written after the fact was made
+    resigned: list[Resigned] | None = None  # refactors it was carried over by, oldest first
 
     def seconds_or(self, stages: dict[str, StageRecord]) -> float:
         """Its wall seconds, else the sum of its stage records' seconds."""

@@ -151,6 +151,8 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
             if moved:
                 why.append(f"code changed: {', '.join(moved[:3])}" + (f" and {len(moved) - 3} more" if len(moved) > 3
                                                                       else ""))
+            elif meta.resigned:
+                where += f" (re-signed at {meta.resigned[-1].now[:7]} by a witness)"
         else:
             where += " (no code signature: recorded before cells kept one)"
         seconds = sum(r.seconds for r in recs.values())

@@ -1,0 +1,244 @@
+"""A witness that a change of code left a study's numbers as they were, so that committed cells can be re-signed
+after a refactor instead of re-run (tools/resign_cells.py --witness OLD).
+
+A cell's code signature (keyheads.study.code) makes it stale when any statement of a module it computed with
+changes, though a refactor (a typed result read where a dict was) leaves every number as it was. Re-running the
+cells takes hours; the witness takes minutes, and it proves only what it reaches:
+1. A tiny study with every kind of cell (pairs, identify, knockout, attention, MLPs, the eval rows, a rate grid and
+   precise, precise+MLP, random, LoRA and full fine-tunes) runs on a random tiny model of each family asked for:
+   once with the old sources and twice with today's, each in the same folder.
+2. What today's two runs disagree on is a time or a machine's detail, not a number, and is left out: a whole file,
+   or in a JSON file the values at the keys that differ, and always the values under keys that name a time
+   (`NOT_RESULTS`). Everything else must be byte-equal (JSON: value-equal) to
+   the old run's.
+3. Every changed line of the signed modules (`git diff OLD`) that is a statement must have run in today's witness
+   (coverage.py): a change the witness does not reach is not witnessed, and nothing is re-signed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..io import file_sha256, write_json
+from ..testing.benchmarks import write_tiny_benchmarks
+
+Leaf = tuple[str, ...]  # a JSON value's place: the keys (and list indices) down to it
+# words in the keys of times, a machine's details and provenance (the versions, with the commit; a fingerprint, a
+# hash over a file that holds them), never a result: two runs can agree on a rounded time by chance ("second" covers
+# wall_seconds, seconds_this_run, samples_per_second, ...). What a fingerprint hashes is compared itself.
+NOT_RESULTS = ("second", "timing", "speed", "finished", "versions", "machine", "fingerprint")
+
+
+@dataclass
+class Outcome:
+    """What the witness saw: `differ` the outputs the change altered, `unreached` the changed statements no witness
+    run executed ("module.py:LINE"), `volatile` what was left out as differing between two runs of one code."""
+
+    compared: int = 0
+    differ: list[str] = field(default_factory=list)
+    unreached: list[str] = field(default_factory=list)
+    volatile: list[str] = field(default_factory=list)
+
+    @property
+    def holds(self) -> bool:
+        return self.compared > 0 and not self.differ and not self.unreached
+
+
+def study_config(root: Path, family: str) -> Path:
+    """A tiny study of every kind of cell on a random `family` model, written under `root` -> its config."""
+    from ..testing.tiny import tiny_model  # noqa: PLC0415 (loads transformers' model classes)
+
+    model = tiny_model(family, seed=0)
+    model.hf.save_pretrained(root / "model")
+    model.tokenizer.save_pretrained(root / "model")
+    (root / "train.jsonl").write_text("".join(json.dumps({"prompt": f"{a} + 1 = ", "completion": str(a + 1)}) + "\n"
+                                              for a in range(12)))
+    (root / "benchmarks").mkdir()
+    write_tiny_benchmarks(root / "benchmarks")
+    config = {"model": str(root / "model"), "batch_size": 4, "seed": 0, "data_dir": str(root / "benchmarks"),
+              "data": {"keep_correct": False, "n": 16, "task": "addition", "shared_prefix": True},
+              "identify": {"top_k": 3}, "knockout": {"k": 3, "seeds": 2, "limit": None, "transfer_n": 4},
+              "attention": {"limit": None}, "mlp": {"limit": None},
+              "variants": ["precise", "precise@2+mlp1", "random@2", "lora", "full"],
+              "finetune": {"train": str(root / "train.jsonl"), "epochs": 1, "optimizer_batch_size": 4,
+                           "micro_batch_size": 2, "lr_grid": {"precise": [1e-3, 3e-3], "full": [1e-4, 3e-4]},
+                           "grid_fraction": 0.5, "validation": 4, "mlps": 1},
+              "eval": {"benchmarks": ["arith-add", "mmlu", "generic-kl"], "limit": 4, "few_shot": 1}}
+    path = root / "study.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+def run_study(src: Path, config: Path, out: Path, coverage_file: Path | None = None) -> None:
+    """`keyheads run CONFIG` with the package at `src` (a checkout's src folder), into `out` (cleared first);
+    under coverage.py when `coverage_file` is given."""
+    shutil.rmtree(out, ignore_errors=True)
+    # one hash seed for every run: a set written as a list (PEFT's target_modules) keeps one order
+    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": "0"}
+    head = [sys.executable, "-m"]
+    if coverage_file is not None:
+        head += ["coverage", "run", f"--data-file={coverage_file}", f"--include={src}/keyheads/*", "-m"]
+    done = subprocess.run([*head, "keyheads", "run", str(config), "--out", str(out), "--quiet", "--threads", "1"],
+                          env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the witness study failed with the sources in {src}:\n{done.stderr[-3000:]}")
+
+
+def outputs(folder: Path) -> dict[str, Any]:
+    """{file relative to the folder: its JSON value (a .json file), its tensors' sha256 and its metadata (a
+    .safetensors file) or its sha256 (any other file)}, less the stage records (stages/: the hashes of the same
+    files, with their times and the machine) and the per-item caches (*.sqlite: keyed by fingerprints, their rows are
+    in the results)."""
+    out: dict[str, Any] = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if rel.startswith("stages/") or path.suffix == ".sqlite":
+            continue
+        if path.suffix == ".safetensors":
+            out[rel] = _safetensors(path)
+            continue
+        if path.suffix == ".json":
+            try:
+                out[rel] = json.loads(path.read_text())
+                continue
+            except ValueError:
+                pass
+        out[rel] = file_sha256(path)
+    return out
+
+
+def _safetensors(path: Path) -> dict[str, Any]:
+    """A safetensors file as its tensors' hashes and its metadata (JSON values read as JSON): the metadata holds the
+    versions it was written with."""
+    from safetensors import safe_open  # noqa: PLC0415
+
+    with safe_open(str(path), "pt") as f:
+        meta = {}
+        for key, text in (f.metadata() or {}).items():
+            try:
+                meta[key] = json.loads(text)
+            except ValueError:
+                meta[key] = text
+        tensors = {k: hashlib.sha256(f.get_tensor(k).contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+                   .hexdigest() for k in sorted(f.keys())}
+    return {"tensors": tensors, "metadata": meta}
+
+
+def leaves(value: Any, at: Leaf = ()) -> dict[Leaf, Any]:
+    """Every leaf of a JSON value by its place."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in leaves(item, (*at, str(key))).items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in leaves(item, (*at, str(i))).items()}
+    return {at: value}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def _differing(a: dict, b: dict) -> set:
+    return {k for k in a.keys() | b.keys() if k not in a or k not in b or not _same(a[k], b[k])}
+
+
+def _a_time(place: Leaf) -> bool:
+    return any(word in part for part in place for word in NOT_RESULTS)
+
+
+def compare(old: dict[str, Any], new: dict[str, Any], again: dict[str, Any], outcome: Outcome) -> None:
+    """Old against new outputs, leaving out what new and again (two runs of today's code) disagree on."""
+    for name in sorted(old.keys() | new.keys() | again.keys()):
+        if name not in new or name not in again or (not isinstance(new[name], (dict, list))
+                                                     and new[name] != again[name]):
+            if name in new and name in again or name in old:
+                outcome.volatile.append(name)
+            continue
+        if name not in old:
+            outcome.differ.append(f"{name} (new)")
+            continue
+        a, b, c = leaves(old[name]), leaves(new[name]), leaves(again[name])
+        if not isinstance(new[name], (dict, list)):
+            a, b, c = {(): old[name]}, {(): new[name]}, {(): again[name]}
+        times = {k for k in a.keys() | b.keys() if _a_time(k)}
+        skip = _differing(b, c) | times
+        outcome.volatile += [f"{name}:{'.'.join(k)}" for k in sorted(skip - times)]
+        bad = sorted(k for k in _differing(a, b) - skip)
+        outcome.differ += [f"{name}:{'.'.join(k) or '(file)'}" for k in bad[:5]]
+        outcome.compared += 1
+
+
+def changed_lines(repo: Path, old: str, modules: list[str]) -> dict[str, set[int]]:
+    """{module (relative to src/keyheads): the lines of today's file that `git diff OLD` adds or changes, and for a
+    deletion the line after it}."""
+    out: dict[str, set[int]] = {}
+    for module in modules:
+        diff = subprocess.run(["git", "-C", str(repo), "diff", "-U0", old, "--", f"src/keyheads/{module}"],
+                              check=True, capture_output=True, text=True).stdout
+        for line in diff.splitlines():
+            if line.startswith("@@"):
+                new = line.split("+", 1)[1].split(" ", 1)[0]
+                start, _, count = new.partition(",")
+                n = int(count) if count else 1
+                out.setdefault(module, set()).update(range(int(start), int(start) + n) if n else {int(start) + 1})
+    return out
+
+
+def unreached(coverage_files: list[Path], src: Path, changed: dict[str, set[int]]) -> list[str]:
+    """The changed lines that are statements (coverage.py's analysis) and that no witness run executed."""
+    import coverage  # noqa: PLC0415 (a development tool, only the witness needs it)
+
+    data = coverage.CoverageData(basename=str(coverage_files[0]))
+    data.read()
+    for extra in coverage_files[1:]:
+        more = coverage.CoverageData(basename=str(extra))
+        more.read()
+        data.update(more)
+    cov = coverage.Coverage(data_file=None)
+    out = []
+    for module, lines in sorted(changed.items()):
+        path = (src / "keyheads" / module).resolve()
+        if not path.is_file():
+            continue  # a module deleted outright: its callers' changed lines speak for it
+        executed = set(data.lines(str(path)) or [])
+        statements = set(cov.analysis2(str(path))[1])
+        out += [f"{module}:{n}" for n in sorted(lines & statements - executed)]
+    return out
+
+
+def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
+            changed: dict[str, set[int]] | None = None) -> Outcome:
+    """Run the tiny study of each family with the old sources and twice with the new ones (the second under
+    coverage.py when `changed` lines are to be checked), and compare what they wrote."""
+    outcome = Outcome()
+    coverage_files = []
+    for family in families:
+        root = work / family
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        (root / "inputs").mkdir()
+        config = study_config(root / "inputs", family)
+        run = root / "run"  # one folder for all three runs: its path inside the outputs is the same
+        got = {}
+        for name, src in (("old", old_src), ("new", new_src), ("again", new_src)):
+            cov = root / f"coverage-{name}" if name == "again" and changed else None
+            run_study(src, config, run, cov)
+            got[name] = outputs(run)
+            if cov is not None:
+                coverage_files.append(cov)
+        compare(got["old"], got["new"], got["again"], outcome)
+    if changed:
+        outcome.unreached = unreached(coverage_files, new_src, changed)
+    write_json(work / "witness.json", {"families": families, "compared": outcome.compared,
+                                       "differ": outcome.differ, "unreached": outcome.unreached,
+                                       "volatile": outcome.volatile})
+    return outcome
