@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ Leaf = tuple[str, ...]  # a JSON value's place: the keys (and list indices) down
 # words in the keys of times, a machine's details and provenance (the versions, with the commit; a fingerprint, a
 # hash over a file that holds them), never a result: two runs can agree on a rounded time by chance ("second" covers
 # wall_seconds, seconds_this_run, samples_per_second, ...). What a fingerprint hashes is compared itself.
+TEXT = (".md", ".csv", ".txt", ".html", ".svg")
 NOT_RESULTS = ("second", "timing", "speed", "finished", "versions", "machine", "fingerprint")
 
 
@@ -96,9 +98,9 @@ def run_study(src: Path, config: Path, out: Path, coverage_file: Path | None = N
 
 def outputs(folder: Path) -> dict[str, Any]:
     """{file relative to the folder: its JSON value (a .json file), its tensors' sha256 and its metadata (a
-    .safetensors file) or its sha256 (any other file)}, less the stage records (stages/: the hashes of the same
-    files, with their times and the machine) and the per-item caches (*.sqlite: keyed by fingerprints, their rows are
-    in the results)."""
+    .safetensors file), its lines' words (a table or page) or its sha256 (any other file)}, less the stage records
+    (stages/: the hashes of the same files, with their times and the machine) and the per-item caches (*.sqlite:
+    keyed by fingerprints, their rows are in the results)."""
     out: dict[str, Any] = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()
@@ -106,6 +108,9 @@ def outputs(folder: Path) -> dict[str, Any]:
             continue
         if path.suffix == ".safetensors":
             out[rel] = _safetensors(path)
+            continue
+        if path.suffix in TEXT:  # compared word by word: a table's time column is left out, not the whole table
+            out[rel] = [re.split(r"[\s|,]+", line) for line in path.read_text().splitlines()]
             continue
         if path.suffix == ".json":
             try:
@@ -158,10 +163,12 @@ def _a_time(place: Leaf) -> bool:
 def compare(old: dict[str, Any], new: dict[str, Any], again: dict[str, Any], outcome: Outcome) -> None:
     """Old against new outputs, leaving out what new and again (two runs of today's code) disagree on."""
     for name in sorted(old.keys() | new.keys() | again.keys()):
-        if name not in new or name not in again or (not isinstance(new[name], (dict, list))
-                                                     and new[name] != again[name]):
-            if name in new and name in again or name in old:
-                outcome.volatile.append(name)
+        if name not in new and name not in again:
+            outcome.differ.append(f"{name} (no longer written)")
+            continue
+        if (name in new) != (name in again) or (not isinstance(new[name], (dict, list))
+                                                and new[name] != again[name]):
+            outcome.volatile.append(name)  # today's two runs disagree on the whole file
             continue
         if name not in old:
             outcome.differ.append(f"{name} (new)")
