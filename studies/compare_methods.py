@@ -127,7 +127,8 @@ def relative(path: Path) -> str:
 
 def save(part: str, result: dict) -> None:
     record = read_json(RECORD) if RECORD.is_file() else {"parts": {}}
-    record["parts"][part] = {"commit": versions().get("commit"), "command": "python -m studies.compare_methods " + " ".join(sys.argv[1:]),
+    command = "python -m studies.compare_methods " + " ".join(sys.argv[1:])
+    record["parts"][part] = {"commit": versions().get("commit"), "command": command,
                              "threads": torch.get_num_threads(), **result}
     write_json(RECORD, record)
 

@@ -13,6 +13,7 @@ import argparse
 import datetime
 from pathlib import Path
 
+from keyheads.evaluation.settings import display
 from keyheads.mean import run_mean
 from keyheads.plotting import new_figure, save_figure
 from keyheads.report.rundata import (
@@ -20,7 +21,6 @@ from keyheads.report.rundata import (
     EvalRow,
     EvalTable,
     delta_band,
-    display,
     eval_table,
     paired_family,
     seed_sets,

@@ -17,6 +17,7 @@ from keyheads.evaluation.settings import TABLE_BENCHMARKS, check_benchmarks
 from keyheads.evaluation.table import to_csv, to_markdown
 from keyheads.evaluation.tasks import make_task
 from keyheads.heads import read_heads
+from keyheads.results.evaluation import VariantResult
 
 from tests.helpers import evaluation, prepared, run_evaluation
 
@@ -181,7 +182,8 @@ def test_table_format():
                 "benchmarks": {b: {"accuracy": a, "n": 200, "correct": int(200 * a), "split": "test",
                                    "ci95": [a - 0.05, a + 0.05]} for b, a in accs.items()}}
 
-    results = [result("base", {"gsm8k": 0.146, "mmlu": 0.46}), result("+ precise", {"gsm8k": 0.274, "mmlu": 0.464})]
+    results = [VariantResult.from_json(result("base", {"gsm8k": 0.146, "mmlu": 0.46})),
+               VariantResult.from_json(result("+ precise", {"gsm8k": 0.274, "mmlu": 0.464}))]
     md = to_markdown(results, ["gsm8k", "mmlu"]).split("\n")
     assert md[0] == "| Model | Train speed | Tuned params | GSM8K Acc. | GSM8K Δ | MMLU Acc. | MMLU Δ |"
     assert md[2] == "| base | - | - | 14.6 | - | 46.0 | - |"

@@ -70,7 +70,7 @@ def cmd_eval(args) -> int:
                        data_dir=cfg.data_dir, batch_size=cfg.batch_size, cache_dir=cfg.cache_dir,
                        progress=not cfg.quiet and distributed.is_main(), shard=shard)
     if shard is not None:
-        done = sum(b["timing"]["computed"] for r in results for b in r["benchmarks"].values())
+        done = sum(b.timing["computed"] for r in results for b in r.benchmarks.values() if b.timing)
         print(f"shard {cfg.shard}: computed {done} items in {time.time() - start:.0f} s; when every shard has "
               "finished, run the same command without --shard to write the table (all from the cache)")
         return 0

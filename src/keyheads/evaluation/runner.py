@@ -122,8 +122,8 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
 def evaluate_prepared(prepared: Prepared, cfg: EvalSettings, out: str | Path,
                       tasks: dict[str, Task] | None = None, reference: Prepared | None = None, *,
                       data_dir: str | None = None, batch_size: int = 16, cache_dir: str | Path | None = None,
-                      progress: bool = True, shard: tuple[int, int] | None = None) -> dict:
-    """Evaluate one prepared variant on cfg.benchmarks; writes its folder; -> its result dict.
+                      progress: bool = True, shard: tuple[int, int] | None = None) -> VariantResult:
+    """Evaluate one prepared variant on cfg.benchmarks; writes its folder; -> its row.
 
     `reference` is the table's first row, against which generic-kl measures drift."""
     out = Path(out)
@@ -148,17 +148,17 @@ def evaluate_prepared(prepared: Prepared, cfg: EvalSettings, out: str | Path,
         write_jsonl(folder / f"{name}.wrong.jsonl",
                     (task.wrong_case(it, r) for it, r in zip(task.items, rows) if not r["correct"]))
         summaries[name] = summary
-    result = {"label": prepared.label, "fingerprint": prepared.fingerprint, "info": prepared.info,
-              "benchmarks": summaries}
+    result = VariantResult.from_json({"label": prepared.label, "fingerprint": prepared.fingerprint,
+                                      "info": prepared.info, "benchmarks": summaries})
     if shard is None:
-        write_json(folder / "summary.json", VariantResult.from_json(result).to_json())
+        write_json(folder / "summary.json", result.to_json())
     return result
 
 
-def write_table(results: Sequence[dict], cfg: EvalSettings, out: str | Path) -> str:
+def write_table(results: Sequence[VariantResult], cfg: EvalSettings, out: str | Path) -> str:
     out = Path(out)
     md = to_markdown(results, cfg.benchmarks)
-    table = EvalResults(config=cfg.to_json(), variants=[VariantResult.from_json(r) for r in results])
+    table = EvalResults(config=cfg.to_json(), variants=list(results))
     write_json(out / RESULTS_JSON, table.to_json())
     atomic_write_text(out / "table.md", md)
     atomic_write_text(out / "table.csv", to_csv(results, cfg.benchmarks))
@@ -168,7 +168,7 @@ def write_table(results: Sequence[dict], cfg: EvalSettings, out: str | Path) -> 
 def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str | Path,
              loader: Callable[[str], HookedModel] | None = None, mean: KnockoutMean = DEFAULT_MEAN, *,
              data_dir: str | None = None, batch_size: int = 16, cache_dir: str | Path | None = None,
-             progress: bool = True, shard: tuple[int, int] | None = None) -> list[dict]:
+             progress: bool = True, shard: tuple[int, int] | None = None) -> list[VariantResult]:
     """Evaluate each variant (the first is the reference for the Δ columns) and write the table.
     A knockout variant whose options name no mean takes `mean`.
 
@@ -197,7 +197,7 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str
     together = shard is None and distributed.world() > 1
     mine = (distributed.rank(), distributed.world()) if together else shard
 
-    def row(prepared: Prepared, shard: tuple[int, int] | None) -> dict:
+    def row(prepared: Prepared, shard: tuple[int, int] | None) -> VariantResult:
         return evaluate_prepared(prepared, cfg, out, tasks, ready[0], data_dir=data_dir, batch_size=batch_size,
                                  cache_dir=cache_dir, progress=progress, shard=shard)
 

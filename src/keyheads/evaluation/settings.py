@@ -25,6 +25,13 @@ BENCHMARKS = TABLE_BENCHMARKS + MMLU_PARTS + ARITH + (DRIFT,)
 # how the tables (`keyheads eval`'s and the report's) name the benchmarks; an arith-* set by its own name
 DISPLAY = {"gsm8k": "GSM8K", "addsub": "AddSub", "singleeq": "SingleEq", "svamp": "SVAMP",
            "mmlu": "MMLU", "csqa": "CSQA", DRIFT: "Generic", **MMLU_DISPLAY}
+
+
+def display(benchmark: str) -> str:
+    """A benchmark's name as the paper writes it (its own name when it has no other)."""
+    return DISPLAY[benchmark] if benchmark in DISPLAY else benchmark
+
+
 DEFAULT_SHOTS = {"gsm8k": 4, "addsub": 4, "singleeq": 4, "svamp": 4, "mmlu": 5, "csqa": 5,
                  **dict.fromkeys(MMLU_PARTS, 5), **dict.fromkeys(ARITH, 4)}
 # GSM8K needs several reasoning steps; the other three are one or two operations. An arith answer is

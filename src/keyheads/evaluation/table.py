@@ -5,13 +5,15 @@ import csv
 import io
 from collections.abc import Sequence
 
-from .settings import DISPLAY, DRIFT  # DRIFT's summaries have "kl" and "perplexity" instead of an accuracy
+from ..results.evaluation import BenchmarkSummary, VariantResult
+from .settings import DRIFT, display  # DRIFT's summaries have "kl" and "perplexity" instead of an accuracy
 
 
-def _drift_cells(s: dict | None) -> list[str]:
-    if not s:
+def _drift_cells(s: BenchmarkSummary | None) -> list[str]:
+    if s is None:
         return ["-", "-"]
-    return [f"{s['kl']:.4f}", f"{s['perplexity']:.2f}"]
+    kl, _, ppl, _ = s.drift()
+    return [f"{kl:.4f}", f"{ppl:.2f}"]
 
 
 def _pct(x: float | None) -> str:
@@ -24,31 +26,34 @@ def _delta(x: float | None, ref: float | None) -> str:
     return f"{100 * (x - ref):+.1f}"
 
 
-def table_rows(results: Sequence[dict], benchmarks: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """results: [{"label", "info", "benchmarks": {name: {"accuracy", ...}}}]; the first is the reference."""
+def _accuracy(res: VariantResult | None, benchmark: str) -> float | None:
+    s = res.on(benchmark) if res is not None else None
+    return s.accuracy if s is not None else None
+
+
+def table_rows(results: Sequence[VariantResult], benchmarks: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """One row per result, the first the reference of the Δ columns."""
     header = ["Model", "Train speed", "Tuned params"]
     for b in benchmarks:
         if b == DRIFT:
-            header += [f"{DISPLAY.get(b, b)} KL", f"{DISPLAY.get(b, b)} PPL"]
+            header += [f"{display(b)} KL", f"{display(b)} PPL"]
         else:
-            header += [f"{DISPLAY.get(b, b)} Acc.", f"{DISPLAY.get(b, b)} Δ"]
-    ref = results[0]["benchmarks"] if results else {}
+            header += [f"{display(b)} Acc.", f"{display(b)} Δ"]
+    ref = results[0] if results else None
     rows = []
     for i, res in enumerate(results):
-        info = res.get("info") or {}
-        row = [res["label"], str(info.get("train_speed") or "-"), str(info.get("tuned_params") or "-")]
+        row = [res.label, str(res.info.train_speed or "-"), str(res.info.tuned_params or "-")]
         for b in benchmarks:
             if b == DRIFT:
-                row += _drift_cells(res["benchmarks"].get(b))
+                row += _drift_cells(res.on(b))
                 continue
-            acc = res["benchmarks"].get(b, {}).get("accuracy")
-            base = ref.get(b, {}).get("accuracy")
-            row += [_pct(acc), "-" if i == 0 else _delta(acc, base)]
+            acc = _accuracy(res, b)
+            row += [_pct(acc), "-" if i == 0 else _delta(acc, _accuracy(ref, b))]
         rows.append(row)
     return header, rows
 
 
-def to_markdown(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
+def to_markdown(results: Sequence[VariantResult], benchmarks: Sequence[str]) -> str:
     header, rows = table_rows(results, benchmarks)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -61,19 +66,19 @@ def to_markdown(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
              "Perplexity [95% CI] |", "|---|---|---|---|---|---|---|"]
     for res in results:
         for b in benchmarks:
-            s = res["benchmarks"].get(b)
-            if s and b == DRIFT:
-                (kl, kh), (pl, ph) = s["kl_ci95"], s["perplexity_ci95"]
-                drift.append(f"| {res['label']} | {b} | {s['split']} | {s['n']} | {s['tokens']} | {s['kl']:.4f} "
-                             f"[{kl:.4f}-{kh:.4f}] | {s['perplexity']:.2f} [{pl:.2f}-{ph:.2f}] |")
-            elif s:
-                lo, hi = s["ci95"]
-                detail.append(f"| {res['label']} | {DISPLAY.get(b, b)} | {s['split']} | {s['n']} | {s['correct']} | "
-                              f"{100 * s['accuracy']:.1f} | {100 * lo:.1f}-{100 * hi:.1f} |")
+            s = res.on(b)
+            if s is not None and b == DRIFT:
+                kl, (kl_lo, kl_hi), ppl, (ppl_lo, ppl_hi) = s.drift()
+                drift.append(f"| {res.label} | {b} | {s.split} | {s.n} | {s.tokens} | {kl:.4f} "
+                             f"[{kl_lo:.4f}-{kl_hi:.4f}] | {ppl:.2f} [{ppl_lo:.2f}-{ppl_hi:.2f}] |")
+            elif s is not None:
+                acc, (lo, hi) = s.scored()
+                detail.append(f"| {res.label} | {display(b)} | {s.split} | {s.n} | {s.correct} | "
+                              f"{100 * acc:.1f} | {100 * lo:.1f}-{100 * hi:.1f} |")
     return "\n".join(lines + detail + (drift if len(drift) > 3 else [])) + "\n"
 
 
-def to_csv(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
+def to_csv(results: Sequence[VariantResult], benchmarks: Sequence[str]) -> str:
     """Numbers unrounded: accuracy and delta as fractions, plus n and the CI bounds."""
     header = ["model", "train_speed", "tuned_params"]
     for b in benchmarks:
@@ -84,21 +89,21 @@ def to_csv(results: Sequence[dict], benchmarks: Sequence[str]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
-    ref = results[0]["benchmarks"] if results else {}
+    ref = results[0] if results else None
     for i, res in enumerate(results):
-        info = res.get("info") or {}
-        row = [res["label"], info.get("train_speed") or "-", info.get("tuned_params") or "-"]
+        row: list[object] = [res.label, res.info.train_speed or "-", res.info.tuned_params or "-"]
         for b in benchmarks:
-            s = res["benchmarks"].get(b)
-            if not s:
+            s = res.on(b)
+            if s is None:
                 row += ["-"] * 5
                 continue
             if b == DRIFT:
-                row += [f"{s['kl']:.6g}", f"{s['kl_ci95'][0]:.6g}", f"{s['kl_ci95'][1]:.6g}", f"{s['perplexity']:.6g}",
-                        s["n"]]
+                kl, (kl_lo, kl_hi), ppl, _ = s.drift()
+                row += [f"{kl:.6g}", f"{kl_lo:.6g}", f"{kl_hi:.6g}", f"{ppl:.6g}", s.n]
                 continue
-            base = ref.get(b, {}).get("accuracy")
-            delta = "-" if i == 0 or base is None else f"{s['accuracy'] - base:.6f}"
-            row += [f"{s['accuracy']:.6f}", delta, s["n"], f"{s['ci95'][0]:.6f}", f"{s['ci95'][1]:.6f}"]
+            base = _accuracy(ref, b)
+            acc, (lo, hi) = s.scored()
+            delta = "-" if i == 0 or base is None else f"{acc - base:.6f}"
+            row += [f"{acc:.6f}", delta, s.n, f"{lo:.6f}", f"{hi:.6f}"]
         writer.writerow(row)
     return buf.getvalue()

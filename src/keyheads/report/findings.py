@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from ..effects import PAPER_THRESHOLD
-from ..evaluation.settings import CHANCE
+from ..evaluation.settings import CHANCE, display
 from ..numbers import human
 from ..results.finetune import FinetuneResult
 from ..results.knockout import KnockoutResult
@@ -45,7 +45,6 @@ from .rundata import (
     EvalRow,
     EvalTable,
     delta_band,
-    display,
     eval_table,
     first_of,
     main_precise,

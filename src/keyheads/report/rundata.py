@@ -10,18 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..effects import Effects
-from ..evaluation.settings import CHOICE, DISPLAY, DRIFT
+from ..evaluation.settings import CHOICE, DRIFT
 from ..heads import Head
 from ..results.evaluation import BenchmarkSummary, VariantInfo
 from ..results.finetune import FinetuneResult
 from ..runfolder import RunFolder
 from .markup import is_num
 from .stats import Band, PairedTest, band, paired_sets, seed_free, seed_groups, with_holm
-
-
-def display(benchmark: str) -> str:
-    """A benchmark's name as the paper writes it (its own name when it has no other)."""
-    return DISPLAY[benchmark] if benchmark in DISPLAY else benchmark
 
 
 def precise_runs(runs: dict[str, FinetuneResult]) -> dict[str, FinetuneResult]:

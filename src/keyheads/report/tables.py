@@ -6,13 +6,14 @@ from collections.abc import Sequence
 from markupsafe import Markup
 
 from ..components import Components
+from ..evaluation.settings import display
 from ..numbers import human
 from ..plotting import loss_curves, png_bytes
 from ..results.finetune import FinetuneResult
 from ..runfolder import FINETUNE_JSON, RunFolder
 from .findings import Finding
 from .markup import MACROS, cell, heading, is_num, join, not_run, note, num, pct, png, points, section, table
-from .rundata import DRIFT, EvalRow, EvalTable, delta_band, display, eval_table, paired_family, precise_runs, seed_sets
+from .rundata import DRIFT, EvalRow, EvalTable, delta_band, eval_table, paired_family, precise_runs, seed_sets
 
 TITLE = "6. Improving the model: precise SFT vs full SFT (tables 1 and 2)"
 

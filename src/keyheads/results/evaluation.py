@@ -45,6 +45,19 @@ class BenchmarkSummary(Result):
     max_new_tokens: int | None = None
     shard: list[int] | None = None  # (k, n) of a call that computed one shard and scored nothing
 
+    def scored(self) -> tuple[float, tuple[float, float]]:
+        """(accuracy, its Wilson interval) of a scored set."""
+        if self.accuracy is None or self.ci95 is None:
+            raise ValueError(f"{self.benchmark}: a summary without an accuracy and its interval")
+        return self.accuracy, (self.ci95[0], self.ci95[1])
+
+    def drift(self) -> tuple[float, tuple[float, float], float, tuple[float, float]]:
+        """(KL, its interval, perplexity, its interval) of generic-kl."""
+        if self.kl is None or self.kl_ci95 is None or self.perplexity is None or self.perplexity_ci95 is None:
+            raise ValueError(f"{self.benchmark}: a summary without KL and perplexity")
+        return self.kl, (self.kl_ci95[0], self.kl_ci95[1]), self.perplexity, (self.perplexity_ci95[0],
+                                                                                self.perplexity_ci95[1])
+
 
 class VariantSpec(Result):
     """The variant a row was evaluated from (keyheads.evaluation.variants.Variant.spec)."""
@@ -91,6 +104,10 @@ class VariantResult(Result):
     fingerprint: str | None = None
     info: VariantInfo = VariantInfo()
     benchmarks: dict[str, BenchmarkSummary]
+
+    def on(self, benchmark: str) -> BenchmarkSummary | None:
+        """Its summary on `benchmark`, None when it was not evaluated there."""
+        return self.benchmarks[benchmark] if benchmark in self.benchmarks else None
 
 
 class EvalResults(Result):
