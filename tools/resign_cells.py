@@ -31,7 +31,10 @@ from keyheads.study import code, witness
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "src/keyheads"
-FAMILIES = ["llama", "qwen2", "gemma3"]  # SmolLM2, Qwen2.5-Coder, Gemma-3: the studies' models
+# SmolLM2 and Gemma-3's families. Qwen2.5-Coder's (qwen2) is not witnessed yet: its tiny model, saved and read
+# back as a run reads it, rejects every generated pair (its tokenizer reads back otherwise); the Llama witness runs
+# the same code but for the family file (families/qwen2.py), which a change there would need witnessed apart.
+FAMILIES = ["llama", "gemma3"]
 
 
 def hash_before_messages_were_blanked(text: str) -> str:
@@ -88,7 +91,9 @@ def resign_by_witness(old: str, folders: list[Path], work: Path) -> int:
     todo: dict[Path, CellRecord] = {}
     for folder in folders:
         meta = signed_with(folder, old)
-        if meta is None:
+        if CellRecord.from_json(read_json(folder / "record.json")).code is None:
+            print(f"{folder}: unsigned (recorded before cells kept a signature), left")
+        elif meta is None:
             print(f"{folder}: its signature is not {old[:10]}'s sources, left")
         elif code.changed(meta.code or {}, code.signature(meta.stages)):
             todo[folder] = meta
