@@ -99,12 +99,13 @@ def run_study(src: Path, config: Path, out: Path, coverage_file: Path | None = N
 def outputs(folder: Path) -> dict[str, Any]:
     """{file relative to the folder: its JSON value (a .json file), its tensors' sha256 and its metadata (a
     .safetensors file), its lines' words (a table or page) or its sha256 (any other file)}, less the stage records
-    (stages/: the hashes of the same files, with their times and the machine) and the per-item caches (*.sqlite:
-    keyed by fingerprints, their rows are in the results)."""
+    (stages/: the hashes of the same files, with their times and the machine), the per-item caches (*.sqlite:
+    keyed by fingerprints, their rows are in the results) and the report (no cell holds it: a page of the other
+    files, with the commit it was made at)."""
     out: dict[str, Any] = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()
-        if rel.startswith("stages/") or path.suffix == ".sqlite":
+        if rel.startswith("stages/") or path.suffix == ".sqlite" or rel == "report.html":
             continue
         if path.suffix == ".safetensors":
             out[rel] = _safetensors(path)
