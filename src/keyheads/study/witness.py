@@ -12,7 +12,8 @@ cells takes hours; the witness takes minutes, and it proves only what it reaches
    (`NOT_RESULTS`). Everything else must be byte-equal (JSON: value-equal) to
    the old run's.
 3. Every changed line of the signed modules (`git diff OLD`) that is a statement must have run in today's witness
-   (coverage.py): a change the witness does not reach is not witnessed, and nothing is re-signed.
+   (coverage.py), or in today's run resumed as if every stage had been interrupted after writing its outputs (which
+   must then be as they were): a change the witness does not reach is not witnessed, and nothing is re-signed.
 """
 from __future__ import annotations
 
@@ -81,10 +82,11 @@ def study_config(root: Path, family: str) -> Path:
     return path
 
 
-def run_study(src: Path, config: Path, out: Path, coverage_file: Path | None = None) -> None:
-    """`keyheads run CONFIG` with the package at `src` (a checkout's src folder), into `out` (cleared first);
-    under coverage.py when `coverage_file` is given."""
-    shutil.rmtree(out, ignore_errors=True)
+def run_study(src: Path, config: Path, out: Path, coverage_file: Path | None = None, fresh: bool = True) -> None:
+    """`keyheads run CONFIG` with the package at `src` (a checkout's src folder), into `out` (cleared first unless
+    not `fresh`); under coverage.py when `coverage_file` is given."""
+    if fresh:
+        shutil.rmtree(out, ignore_errors=True)
     # one hash seed for every run: a set written as a list (PEFT's target_modules) keeps one order
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": "0"}
     head = [sys.executable, "-m"]
@@ -223,6 +225,15 @@ def unreached(coverage_files: list[Path], src: Path, changed: dict[str, set[int]
     return out
 
 
+def interrupt(run: Path) -> None:
+    """Make every stage of a finished run folder look interrupted after its work was written: its record gone, its
+    start file left (keyheads.stages), so that a re-run resumes each one from what it finds."""
+    for record in (run / "stages").glob("*.json"):
+        signature = json.loads(record.read_text())["signature"]
+        write_json(record.with_suffix(".started"), {"signature": signature})
+        record.unlink()
+
+
 def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
             changed: dict[str, set[int]] | None = None) -> Outcome:
     """Run the tiny study of each family with the old sources and twice with the new ones (the second under
@@ -244,6 +255,13 @@ def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
             if cov is not None:
                 coverage_files.append(cov)
         compare(got["old"], got["new"], got["again"], outcome)
+        if changed:  # the resumed paths run too: every stage as if interrupted after its outputs were written
+            interrupt(run)
+            run_study(new_src, config, run, root / "coverage-resumed", fresh=False)
+            coverage_files.append(root / "coverage-resumed")
+            resumed = Outcome()
+            compare(got["again"], outputs(run), outputs(run), resumed)
+            outcome.differ += [f"resumed: {d}" for d in resumed.differ]
     if changed:
         outcome.unreached = unreached(coverage_files, new_src, changed)
     write_json(work / "witness.json", {"families": families, "compared": outcome.compared,
