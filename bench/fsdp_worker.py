@@ -78,12 +78,12 @@ def main(spec_path: str, results: str) -> None:
     state = sum(here(p) + (here(p.grad) if p.grad is not None else 0) for p in trained)
     state += sum(here(v) for s in optimizers[-1].state.values() for v in s.values() if torch.is_tensor(v))
     steps = [b - a for a, b in zip(stamps[1:], stamps[2:])]  # the first step warms up; the last has no end
-    facts = {"rank": rank, "world": distributed.world(), "parallel": info["train"]["parallel"],
+    facts = {"rank": rank, "world": distributed.world(), "parallel": info.train.parallel,
              "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
              "frozen_mib_here": frozen / 2**20, "trained_state_mib_here": state / 2**20,
              "loaded_rss_mib": loaded_rss, "device": train_on,
              "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
-             "step_seconds": steps, "losses": info["train"]["losses"]}
+             "step_seconds": steps, "losses": info.train.losses}
     Path(results).mkdir(parents=True, exist_ok=True)
     (Path(results) / f"rank{rank}.json").write_text(json.dumps(facts, indent=1))
     if dist.is_initialized():

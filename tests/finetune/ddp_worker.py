@@ -66,7 +66,7 @@ def main(spec_path: str, out: str, results: str) -> None:
         facts = {"rank": r, "world": acc.num_processes, "distributed_type": str(acc.distributed_type),
                  "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
                  "is_ddp": isinstance(wrapped, DistributedDataParallel), "writes": dict(writes),
-                 "losses": info["train"]["losses"], "n_trainable_tensors": len(trainable),
+                 "losses": info.train.losses, "n_trainable_tensors": len(trainable),
                  "n_trainable_bytes": sum(p.numel() * p.element_size() for p in trainable.values()),
                  "n_model_tensors": sum(1 for _ in model.hf.parameters())}
         if facts["is_ddp"]:

@@ -66,7 +66,7 @@ def main(spec_path: str, results: str) -> None:
                           p.numel() * p.element_size() for p in model.hf.parameters() if not p.requires_grad)
         frozen_all = sum(p.numel() * p.element_size() for p in model.hf.parameters() if not p.requires_grad)
         facts = {"rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
-                 "losses": info["train"]["losses"], "parallel": info["train"]["parallel"],
+                 "losses": info.train.losses, "parallel": info.train.parallel,
                  "frozen_bytes_here": frozen_here, "frozen_bytes_all": frozen_all, "model_bytes": frozen_whole,
                  "sharded": all(isinstance(p, DTensor) for p in model.hf.parameters()),
                  "anon_before_load": anon_before, "anon_peak": memory.peak if memory else 0}

@@ -51,7 +51,7 @@ def test_a_killed_8bit_run_resumes_bit_identical(examples, tmp_path, monkeypatch
     monkeypatch.undo()
     resumed = tiny_model("llama", seed=0)
     info = finetune(resumed, examples, CFG, tmp_path / "run", progress=False)
-    assert info["train"]["steps_this_run"] == 2
+    assert info.train.steps_this_run == 2
     a, b = weights(resumed), weights(whole)
     assert all(torch.equal(a[n], b[n]) for n in a)
 

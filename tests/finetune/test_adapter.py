@@ -146,7 +146,7 @@ def test_adapter_holds_only_deltas_and_mlps(runs, family):
     # The stored MLP is the trained one (it moved away from the base weights).
     assert any(not torch.equal(tensors[f"mlp.{k}"], p) for k, p in mlp_params.items())
     stored = sum(v.numel() for k, v in tensors.items() if not k.endswith(".index"))
-    assert stored == run.info["tuned_params"] == meta["tuned_params"]
+    assert stored == run.info.tuned_params == meta["tuned_params"]
     all_numel = sum(v.numel() for v in tensors.values())
     assert all_numel < 0.4 * run.total_params, (all_numel, run.total_params)
     assert (run.folder / ADAPTER).stat().st_size < 0.5 * 4 * run.total_params  # vs the fp32 model's bytes
@@ -249,7 +249,7 @@ def test_adapter_variant(runs, family):
     assert torch.equal(logits(prepared.model), run.trained)
     assert not has_deltas(shared) and torch.equal(logits(shared), run.base)  # the shared base is untouched
     assert prepared.info["train_speed"].endswith("sam./s")
-    assert prepared.info["tuned_params"] == human(run.info["tuned_params"])
+    assert prepared.info["tuned_params"] == human(run.info.tuned_params)
     assert prepared.info["finetune"] == {"method": "precise", "components": COMPONENTS.to_json()}
     again = prepare(Variant.make("adapter", "ignored", path=str(run.folder)), loader)
     assert again.fingerprint == prepared.fingerprint
@@ -265,7 +265,7 @@ def test_lora_and_full_runs_load_back(method, examples, tmp_path):
     info = finetune(model, examples, FinetuneSettings(method=method, **SETTINGS), tmp_path / "run", progress=False)
     trained = logits(model)
     assert_changed(trained, base)
-    assert info["method"] == method and info["components"] is None
+    assert info.method == method and info.components is None
     assert (tmp_path / "run" / ("lora" if method == "lora" else "model")).is_dir()
     assert not (tmp_path / "run" / ADAPTER).exists()
 

@@ -72,7 +72,7 @@ def test_two_processes_match_one(name, two_processes, examples, tmp_path):
     worst = max((single[n] - tensors[0][n]).abs().max().item() for n in single)
     assert worst < 1e-5, worst
     assert max(t.abs().max().item() for n, t in single.items() if "keyheads_delta" in n) > 1e-3  # deltas moved
-    assert info["train"]["losses"] == pytest.approx(facts[0]["losses"], abs=1e-5)
+    assert info.train.losses == pytest.approx(facts[0]["losses"], abs=1e-5)
 
 
 def test_only_trained_slices_are_reduced(two_processes):

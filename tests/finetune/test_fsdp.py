@@ -147,7 +147,7 @@ def test_two_fsdp_processes_train_what_one_plain_process_trains(fsdp, examples, 
     model, info = reference(examples, family, method, components, config(family, method=method, **BASE),
                              tmp_path / "one")
     for f in ranks:
-        assert f["losses"] == pytest.approx(info["train"]["losses"], abs=1e-5)
+        assert f["losses"] == pytest.approx(info.train.losses, abs=1e-5)
     out = root / "out" / f"{family}-{name}"
     if method == "precise":
         written, single = load_file(str(out / ADAPTER)), load_file(str(tmp_path / "one" / ADAPTER))
@@ -183,7 +183,7 @@ def test_a_tied_model_read_shard_by_shard_trains_as_loaded_whole(fsdp, examples,
     assert model.hf.get_output_embeddings().weight is model.hf.get_input_embeddings().weight
     info = finetune(model, examples, config(method="full", **BASE), tmp_path / "one", progress=False)
     for f in facts(root, "tied"):
-        assert f["losses"] == pytest.approx(info["train"]["losses"], abs=1e-5)
+        assert f["losses"] == pytest.approx(info.train.losses, abs=1e-5)
     loaded = AutoModelForCausalLM.from_pretrained(root / "out" / "tied" / "model")
     assert loaded.get_output_embeddings().weight is loaded.get_input_embeddings().weight
     # the same files as one process writes: the unembedding is not saved a second time
@@ -212,7 +212,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(fsdp, examples, tmp_pa
         written = load_file(str(root / "out" / name / ADAPTER))
         assert worst(written, single) < 1e-5, name
         done = json.loads((root / "out" / name / "finetune.json").read_text())
-        assert done["train"]["losses"] == pytest.approx(info["train"]["losses"], abs=1e-5)
+        assert done["train"]["losses"] == pytest.approx(info.train.losses, abs=1e-5)
     # killed and resumed on the same two processes: bit for bit the uninterrupted run
     resumed, whole = load_file(str(root / "out" / "killed" / ADAPTER)), load_file(str(root / "out" / "uninterrupted" /
                                                                                        ADAPTER))

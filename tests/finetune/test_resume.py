@@ -21,6 +21,7 @@ from keyheads.finetune.checkpoint import ResumeMismatch
 from keyheads.finetune.run import finetune
 from keyheads.finetune.settings import FinetuneSettings
 from keyheads.io import read_json
+from keyheads.results.finetune import FinetuneResult
 from keyheads.testing import tiny_model
 
 from tests.helpers import Killed, at_optimizer_step, kill_at_optimizer_step
@@ -56,10 +57,10 @@ def killed_run(monkeypatch, examples, out: Path, at: int) -> None:
     monkeypatch.undo()
 
 
-def assert_same_as(uninterrupted, out: Path, info: dict, model) -> None:
+def assert_same_as(uninterrupted, out: Path, info: FinetuneResult, model) -> None:
     ref_out, ref_info, ref_tensors = uninterrupted
-    assert info["train"]["losses"] == ref_info["train"]["losses"]
-    assert len(info["train"]["losses"]) == CFG.max_steps
+    assert info.train.losses == ref_info.train.losses
+    assert len(info.train.losses) == CFG.max_steps
     now = trainable(model)
     assert set(now) == set(ref_tensors)
     for name, t in ref_tensors.items():
@@ -87,7 +88,7 @@ def test_killed_run_resumes_bit_identical(at, saved, resume_cfg, examples, unint
     model = tiny_model("llama", seed=0)  # a fresh model, as a new process would have
     info = finetune(model, examples, resume_cfg, out, COMPONENTS, progress=False)
     assert f"at step {saved}" in caplog.text
-    assert info["train"]["steps_this_run"] == CFG.max_steps - saved  # resumed, not restarted
+    assert info.train.steps_this_run == CFG.max_steps - saved  # resumed, not restarted
     assert not (out / "checkpoint").exists()  # dead weight once the run has finished
     assert_same_as(uninterrupted, out, info, model)
     assert temporaries(out) == []
@@ -100,7 +101,7 @@ def test_resume_after_kill_between_renames(examples, uninterrupted, tmp_path, mo
     os.replace(out / "checkpoint", out / ".old-checkpoint")
     model = tiny_model("llama", seed=0)
     info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
-    assert info["train"]["steps_this_run"] == 2
+    assert info.train.steps_this_run == 2
     assert_same_as(uninterrupted, out, info, model)
     assert temporaries(out) == []
 
@@ -124,7 +125,7 @@ def test_kill_while_saving_keeps_the_previous_checkpoint(examples, uninterrupted
     assert temporaries(out) == []
     model = tiny_model("llama", seed=0)
     info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
-    assert info["train"]["steps_this_run"] == 4
+    assert info.train.steps_this_run == 4
     assert_same_as(uninterrupted, out, info, model)
 
 
@@ -139,7 +140,7 @@ def test_stale_temporaries_do_not_block_saving(examples, uninterrupted, tmp_path
     assert read_json(out / "checkpoint" / "record.json")["step"] == 4
     model = tiny_model("llama", seed=0)
     info = finetune(model, examples, CFG, out, COMPONENTS, progress=False)
-    assert info["train"]["steps_this_run"] == 2
+    assert info.train.steps_this_run == 2
     assert_same_as(uninterrupted, out, info, model)
     assert temporaries(out) == [] and not (out / "checkpoint").exists()
 
@@ -182,8 +183,8 @@ def test_finished_folder_is_not_trained_again(examples, uninterrupted, monkeypat
     caplog.set_level(logging.INFO, logger="keyheads")
     again = finetune(tiny_model("llama", seed=0), examples, CFG, out, COMPONENTS, progress=False)
     assert any("nothing to do" in m for m in caplog.messages)
-    assert again == read_json(out / INFO)
-    assert again["train"]["losses"] == info["train"]["losses"]
+    assert again.to_json() == read_json(out / INFO)
+    assert again.train.losses == info.train.losses
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps  # nothing rewritten
     assert temporaries(out) == []
 
@@ -265,5 +266,5 @@ def test_checkpoints_by_time_when_steps_are_slow(save_minutes, saved, examples, 
     assert read_json(out / "checkpoint" / "record.json")["step"] == saved
     model = tiny_model("llama", seed=0)
     info = finetune(model, examples, cfg.model_copy(update=dict(save_minutes=30.0)), out, COMPONENTS, progress=False)
-    assert info["train"]["steps_this_run"] == CFG.max_steps - saved
+    assert info.train.steps_this_run == CFG.max_steps - saved
     assert_same_as(uninterrupted, out, info, model)

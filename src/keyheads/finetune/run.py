@@ -25,13 +25,16 @@ from .parallel import make_parallel
 from .settings import FinetuneSettings
 from .train import train
 
+# what an adapter file's metadata keeps of the run's record, in this order
+ADAPTER_META = ("base_model", "base_fingerprint", "method", "components", "data", "config", "kv", "versions",
+                "tuned_params")
+
 
 def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings, out: str | Path,
              components: Components | None = None, data_name: str = "", accelerator=None,
              progress: bool = True, device: str | torch.device | None = None,
-             compute_dtype: torch.dtype | None = None) -> dict:
-    """Train `model` (modified in place) and write `out`; returns the finetune.json record (the JSON of a
-    keyheads.results.finetune.FinetuneResult).
+             compute_dtype: torch.dtype | None = None) -> FinetuneResult:
+    """Train `model` (modified in place) and write `out`; returns its record (finetune.json).
 
     A finished folder with the same settings is returned as it is; an interrupted one resumes.
     Under FSDP2 (cfg.parallel "fsdp") the model is sharded in place: use it only through what this
@@ -58,7 +61,7 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
                                  f"({describe_differences(before, now, differ, 'finished')}); "
                                  "choose another --out, or delete that folder to train again")
         logger.info("%s is finished with these settings; nothing to do", out)
-        return done
+        return FinetuneResult.from_json(done)
     if cfg.method == "full" and model.dtype in (torch.bfloat16, torch.float16) and cfg.parallel != "fsdp":
         # bf16 keeps 8 significant bits: near |w| = 0.05 its spacing is 2.4e-4, so an Adam step of
         # about lr (2e-5) rounds back to the same weight; the adapters keep float32 deltas
@@ -82,15 +85,14 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
                        device=str(par.device))
     info = FinetuneResult(**meta, config=cfg.to_json(), kv=cfg.kv if cfg.method == "precise" else None,
                           tuned_params=tuned.n_trainable, total_params=total_params, train=trained,
-                          versions=versions()).to_json()
+                          versions=versions())
     par.barrier()
     # Under FSDP2 every process gathers the shards (a collective); the main process writes them.
     if cfg.method == "precise":
         tensors = tuned.adapter_tensors()
         if par.is_main:
-            save_adapter(tuned, out, {k: info[k] for k in ("base_model", "base_fingerprint", "method", "components",
-                                                            "data", "config", "kv", "versions", "tuned_params")},
-                         tensors=tensors)
+            record = info.to_json()
+            save_adapter(tuned, out, {k: record[k] for k in ADAPTER_META}, tensors=tensors)
     else:
         state = _whole_state(tuned.module) if par.sharded else None
         if par.is_main:
@@ -100,7 +102,7 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
                 model.hf.save_pretrained(out / "model", safe_serialization=True, state_dict=state)
                 model.tokenizer.save_pretrained(out / "model")
     if par.is_main:
-        write_json(out / INFO, info)
+        write_json(out / INFO, info.to_json())
         # Once finetune.json is written a re-run reads it, never the checkpoint, which is then dead weight:
         # for full SFT the weights and optimizer moments again (9 GB at 1.5B with 8-bit AdamW).
         shutil.rmtree(out / "checkpoint", ignore_errors=True)
@@ -124,15 +126,15 @@ def _whole_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-def describe(info: dict) -> str:
-    t = info["train"]
-    what = f"{info['method']} SFT"
-    if info.get("components"):
-        c = info["components"]
-        what += f" of {len(c['heads'])} heads" + (f" and MLPs {c['mlps']}" if c["mlps"] else "") + f" ({c['source']})"
-    return (f"{what}: {info['tuned_params']:,} tuned parameters of {info['total_params']:,} "
-            f"({100 * info['tuned_params'] / info['total_params']:.3g}%); {t['steps']} steps, final loss "
-            f"{t['final_loss']:.4f}, {t['samples_per_second']:.2f} samples/s")
+def describe(info: FinetuneResult) -> str:
+    t, c = info.train, info.components
+    what = f"{info.method} SFT"
+    if c is not None:
+        what += (f" of {len(c.heads)} heads" + (f" and MLPs {list(c.mlps)}" if c.mlps else "")
+                 + f" ({c.source})")
+    return (f"{what}: {info.tuned_params:,} tuned parameters of {info.total_params:,} "
+            f"({100 * info.tuned_params / info.total_params:.3g}%); {t.steps} steps, final loss "
+            f"{t.final_loss:.4f}, {t.samples_per_second:.2f} samples/s")
 
 
 __all__ = ["describe", "finetune"]
