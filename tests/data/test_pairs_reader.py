@@ -2,7 +2,7 @@
 keyheads.data.pairs.read_pairs, so a bad file gets the same message (file:line, field) everywhere."""
 import pytest
 
-from keyheads.analysis.common import read_pair_rows
+from keyheads.analysis.common import read_pair_list
 from keyheads.data import pairs as pairs_module
 from keyheads.data.pairs import Pair, read_pairs
 from keyheads.errors import NoPairs, UserError
@@ -20,7 +20,7 @@ class NoTokenizer:
 
 READERS = {
     "read_pairs": read_pairs,
-    "analysis": read_pair_rows,
+    "analysis": read_pair_list,
     "patching": lambda path: load_patch_samples(NoTokenizer(), path),
     "evaluation": read_counterfactuals,
 }
@@ -75,7 +75,7 @@ def test_every_reader_goes_through_read_pairs(tmp_path, monkeypatch):
     monkeypatch.setattr(pairs_module, "read_pairs", spy)
     monkeypatch.setattr("keyheads.patching.samples.read_pairs", spy)
     monkeypatch.setattr("keyheads.evaluation.variants.read_pairs", spy)
-    assert read_pair_rows(path)[0]["answer"] == "3"
+    assert read_pair_list(path)[0].answer == "3"
     assert read_counterfactuals(path) == ["1 @ 2 = "]
     assert len(load_patch_samples(tiny_model("llama"), path, first_token_only=True)) == 1
     assert calls == [path] * 3

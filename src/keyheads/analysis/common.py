@@ -36,10 +36,10 @@ class Sample:
     counterfactual: str | None = None
 
 
-def read_pair_rows(path: str | Path) -> list[dict]:
-    """The pairs file as dicts (keyheads.data.pairs.read_pairs reads and validates every line)."""
+def read_pair_list(path: str | Path) -> list[pairs_file.Pair]:
+    """The pairs file, every line read and checked by keyheads.data.pairs.read_pairs."""
     # read through the module, so that a test can watch every reader go through read_pairs
-    return [p.to_dict() for p in pairs_file.read_pairs(path)]
+    return pairs_file.read_pairs(path)
 
 
 def answer_token(model: HookedModel, prompt: str, answer: str, join: str | None = None) -> tuple[str, int]:
@@ -75,17 +75,16 @@ def number_token(model: HookedModel, text: str) -> int:
 
 def load_samples(model: HookedModel, path: str | Path, n: int | None = None, seed: int = 0) -> list[Sample]:
     """Reference samples from a pairs file, a seeded subset of `n` when n is smaller (file order kept)."""
-    rows = read_pair_rows(path)
-    if n is not None and 0 < n < len(rows):
-        keep = sorted(random.Random(seed).sample(range(len(rows)), n))
-        rows = [rows[i] for i in keep]
+    pairs = read_pair_list(path)
+    if n is not None and 0 < n < len(pairs):
+        keep = sorted(random.Random(seed).sample(range(len(pairs)), n))
+        pairs = [pairs[i] for i in keep]
     samples = []
-    for row in rows:
+    for pair in pairs:
         # a space token may be appended to the prompt; positions index the same tokens as before
-        prompt, tok = answer_token(model, row["reference"], row["answer"])
-        samples.append(Sample(prompt, str(row["answer"]), tok, row.get("task") or "unknown",
-                              row.get("template") or "unknown", row.get("positions") or None,
-                              row.get("operands") or None, row.get("counterfactual")))
+        prompt, tok = answer_token(model, pair.reference, pair.answer)
+        samples.append(Sample(prompt, pair.answer, tok, pair.task or "unknown", pair.template or "unknown",
+                              pair.positions or None, pair.operands or None, pair.counterfactual))
     return samples
 
 

@@ -26,13 +26,12 @@ from ..runfolder import KNOCKOUT_JSON
 from ..selection import HeadChoice, Notes, choose_heads
 from . import transfer as tr
 from .common import (
-    AnalysisError,
     alignment_warning,
     all_heads,
     fallback_note,
     knockout_subset,
     load_samples,
-    read_pair_rows,
+    read_pair_list,
 )
 from .knockout_curves import CurveSettings, knockout_curves, plot_curves, random_order, set_accuracies
 from .resumable import resumable_map
@@ -75,11 +74,7 @@ def run_knockout(model: HookedModel, pairs: str | Path, out: str | Path, heads: 
     t0 = time.time()
     out = Path(out)
     notes = Notes()
-    rows = read_pair_rows(cfg.data)
-    cf: list[str] = [r.get("counterfactual") or "" for r in rows]
-    if not all(cf):
-        raise AnalysisError(f"{cfg.data}: knockout needs the counterfactual prompts (every line's 'counterfactual') "
-                            "for the mean activations")
+    cf = [pair.counterfactual for pair in read_pair_list(cfg.data)]  # read_pairs requires every one
     notes.add(alignment_warning(model, cf) if settings.mean == "aligned" else "")
     key_heads, effects = choose_heads(model, heads)
     samples = load_samples(model, cfg.data, settings.limit, settings.seed)
