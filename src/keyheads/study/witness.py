@@ -70,8 +70,9 @@ def study_config(root: Path, family: str) -> Path:
     write_tiny_benchmarks(root / "benchmarks")
     config = {"model": str(root / "model"), "batch_size": 4, "seed": 0, "data_dir": str(root / "benchmarks"),
               "data": {"keep_correct": False, "n": 16, "task": "addition", "shared_prefix": True},
-              "identify": {"top_k": 3}, "knockout": {"k": 3, "seeds": 2, "limit": None, "transfer_n": 4},
-              "attention": {"limit": None}, "mlp": {"limit": None},
+              # limits below the 16 pairs, so that the seeded subsets are drawn
+              "identify": {"top_k": 3}, "knockout": {"k": 3, "seeds": 2, "limit": 12, "transfer_n": 4},
+              "attention": {"limit": 12}, "mlp": {"limit": None},
               "variants": ["precise", "precise@2+mlp1", "random@2", "lora", "full"],
               "finetune": {"train": str(root / "train.jsonl"), "epochs": 1, "optimizer_batch_size": 4,
                            "micro_batch_size": 2, "lr_grid": {"precise": [1e-3, 3e-3], "full": [1e-4, 3e-4]},
