@@ -7,8 +7,11 @@ gradients variant, on circuits known in advance and on real models' tasks, into 
         --arithmetic records/table1-qwen0.5b/cells/identify/run/pairs.jsonl
     python -m studies.compare_methods page                        # record -> studies/compare_methods.md
 
-Each part is written into records/compare-methods/record.json as it finishes (the other parts are kept), with the
-commit and command that made it; the page is generated from the record alone.
+Each part is written into records/compare-methods/record.json (the other parts are kept), with the commit and
+command that made it; a model's part is written after each method of each task, and a re-run keeps the methods the
+record holds for the same pairs (with its commit and the forward pass timed in its own process), so that the
+measurement (hours on a 0.5B model on two cores) can go on across sessions. The page is generated from the record
+alone; a method not measured yet is said so.
 
 - Compiled programs (tests/fixtures/compiled): each method's heads ranked by |effect|; its top-k (k = the heads on
   the output's path, heads with |effect| < 1e-6 left out) against the on-path heads: precision and recall.
@@ -24,6 +27,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -94,25 +98,39 @@ def ioi_pairs(model: HookedModel, n: int, dest: Path) -> Path:
     return write_pairs(dest, pairs_for(model, settings, progress=False))
 
 
-def measure_task(model: HookedModel, pairs: Path, n: int, batch_size: int, work: Path) -> dict:
+def measure_task(model: HookedModel, pairs: Path, n: int, batch_size: int, work: Path, done: dict | None,
+                 keep: Callable[[dict], None]) -> dict:
+    """Each method's effects, time and faithfulness curves on the task's first `n` pairs. A method `done` holds
+    for the same pairs is kept; each method is handed to `keep` as it finishes, so that a run stopped after
+    some methods (about 10 minutes each on a 0.5B model on two cores) loses none of them."""
     rows = [line for line in pairs.read_text().splitlines() if line.strip()][:n]
     mine = work / f"{pairs.stem}-{n}.jsonl"
     mine.write_text("".join(r + "\n" for r in rows))
-    forward_seconds(model, mine, batch_size)  # warm-up
-    base = forward_seconds(model, mine, batch_size)
-    out = {"pairs": relative(pairs), "pairs_sha256": file_sha256(pairs), "n": len(rows), "forward_seconds": base,
-           "methods": {}}
+    out = {"pairs": relative(pairs), "pairs_sha256": file_sha256(pairs), "n": len(rows), "methods": {}}
+    if done is not None and (done["pairs_sha256"], done["n"]) == (out["pairs_sha256"], out["n"]):
+        out["methods"] = dict(done["methods"])
+        out["forward_seconds"] = done["forward_seconds"]
+    base = None
     for method in METHODS:
+        if method in out["methods"]:
+            print(f"  {method}: in the record already", flush=True)
+            continue
+        if base is None:  # the ratio's denominator, measured in the process that times the method
+            forward_seconds(model, mine, batch_size)  # warm-up
+            base = forward_seconds(model, mine, batch_size)
         effects, seconds = timed_effects(model, mine, method, batch_size)
         scores = {head_node(l, h): -v for l, r in enumerate(effects.heads) for h, v in enumerate(r)}
         scores.update({mlp_node(l): -v for l, v in enumerate(effects.mlps)})
         curve = faithfulness(model, mine, scores, batch_size=batch_size, progress=False)
-        out["methods"][method] = {"seconds": seconds, "ratio": seconds / base, "cpr": curve.cpr, "cmd": curve.cmd,
-                                  "f": curve.f, "sizes": curve.sizes, "top": curve.circuits[-1][:10],
-                                  "m_full": curve.m_full, "m_empty": curve.m_empty}
         # the same circuits ablated at END only, where the four methods measure the effects that rank them
         end = faithfulness(model, mine, scores, batch_size=batch_size, progress=False, positions="end")
-        out["methods"][method]["end"] = {"cpr": end.cpr, "cmd": end.cmd, "f": end.f}
+        out["methods"][method] = {"seconds": seconds, "forward_seconds": base, "ratio": seconds / base,
+                                  "cpr": curve.cpr, "cmd": curve.cmd, "f": curve.f, "sizes": curve.sizes,
+                                  "top": curve.circuits[-1][:10], "m_full": curve.m_full, "m_empty": curve.m_empty,
+                                  "end": {"cpr": end.cpr, "cmd": end.cmd, "f": end.f},
+                                  "commit": versions().get("commit")}
+        out["forward_seconds"] = base
+        keep(out)
         print(f"  {method}: {seconds:.1f} s ({seconds / base:.1f} forwards), CPR {curve.cpr:.3f}, CMD {curve.cmd:.3f}"
               f"; at END: CPR {end.cpr:.3f}, CMD {end.cmd:.3f}", flush=True)
     return out
@@ -189,6 +207,9 @@ def page(record: dict) -> str:
             for task, r in parts[name]["tasks"].items():
                 cells = []
                 for m in METHODS:
+                    if m not in r["methods"]:  # a part measured method by method, not finished yet
+                        cells += ["not measured yet", "-", "-"]
+                        continue
                     v = r["methods"][m]
                     end = f"{v['end']['cpr']:.3f} / {v['end']['cmd']:.3f}" if "end" in v else "-"
                     cells += [f"{v['cpr']:.3f} / {v['cmd']:.3f}", end, f"{v['ratio']:.1f}x"]
@@ -201,8 +222,9 @@ def page(record: dict) -> str:
         for name in models:
             for task, r in parts[name]["tasks"].items():
                 for m in METHODS:
-                    lines.append(f"| {name} | {task} | {m} | " + " | ".join(f"{x:.3f}" for x in r["methods"][m]["f"])
-                                 + " |")
+                    if m in r["methods"]:
+                        lines.append(f"| {name} | {task} | {m} | "
+                                     + " | ".join(f"{x:.3f}" for x in r["methods"][m]["f"]) + " |")
         below = [x for name in models for r in parts[name]["tasks"].values() for v in r["methods"].values()
                  for x in v["f"][:-1]]
         if below and max(below) < 0.1:
@@ -240,10 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     work = Path("runs/compare-methods") / args.part
     work.mkdir(parents=True, exist_ok=True)
     tasks = {"arithmetic": Path(args.arithmetic), "ioi": ioi_pairs(model, 2 * args.pairs, work / "ioi.jsonl")}
-    result = {}
+    before = read_json(RECORD)["parts"].get(args.part, {}) if RECORD.is_file() else {}
+    result = dict(before.get("tasks", {}))
     for task, pairs in tasks.items():
         print(f"{args.part} {task}", flush=True)
-        result[task] = measure_task(model, pairs, args.pairs, args.batch_size, work)
+
+        def keep(partial: dict, task: str = task) -> None:
+            result[task] = partial
+            save(args.part, {"model": args.part, "tasks": result})
+
+        result[task] = measure_task(model, pairs, args.pairs, args.batch_size, work, result.get(task), keep)
     save(args.part, {"model": args.part, "tasks": result})
     print(json.dumps({t: {m: round(v["cpr"], 3) for m, v in r["methods"].items()} for t, r in result.items()}))
     return 0

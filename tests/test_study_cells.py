@@ -283,9 +283,9 @@ def test_an_error_message_s_words_keep_a_signature_and_a_statement_does_not():
     """Hashing blanks what a raised error says (its words compute nothing), not the condition that raises it."""
     from keyheads.study.code import source_hash
 
-    base = ('def f(x):\n    if x < 0:\n        raise ValueError(f"{x} is negative: run `keyheads patch`")\n'
+    base = ('def f(x):\n    if x < 0:\n        raise ValueError(f"{x} is negative: run `keyheads old-name`")\n'
             '    return x\n')
-    assert source_hash(base) == source_hash(base.replace("keyheads patch", "keyheads identify"))
+    assert source_hash(base) == source_hash(base.replace("keyheads old-name", "keyheads new-name"))
     assert source_hash(base) != source_hash(base.replace("x < 0", "x <= 0"))
     assert source_hash(base) != source_hash(base.replace("ValueError", "KeyError"))
 
