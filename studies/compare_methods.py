@@ -9,7 +9,8 @@ gradients variant, on circuits known in advance and on real models' tasks, into 
 
 Each part is written into records/compare-methods/record.json (the other parts are kept), with the commit and
 command that made it; a model's part is written after each method of each task, and a re-run keeps the methods the
-record holds for the same pairs (with its commit and the forward pass timed in its own process), so that the
+record holds whole (END curves included) for the same pairs (with its commit and the forward pass timed in its own
+process), so that the
 measurement (hours on a 0.5B model on two cores) can go on across sessions. The page is generated from the record
 alone; a method not measured yet is said so.
 
@@ -112,9 +113,9 @@ def measure_task(model: HookedModel, pairs: Path, n: int, batch_size: int, work:
         out["forward_seconds"] = done["forward_seconds"]
     base = None
     for method in METHODS:
-        if method in out["methods"]:
+        if "end" in out["methods"].get(method, {}):
             print(f"  {method}: in the record already", flush=True)
-            continue
+            continue  # a method measured before the END curves existed is measured again, whole
         if base is None:  # the ratio's denominator, measured in the process that times the method
             forward_seconds(model, mine, batch_size)  # warm-up
             base = forward_seconds(model, mine, batch_size)
