@@ -10,9 +10,8 @@ gradients variant, on circuits known in advance and on real models' tasks, into 
 Each part is written into records/compare-methods/record.json (the other parts are kept), with the commit and
 command that made it; a model's part is written after each method of each task, and a re-run keeps the methods the
 record holds whole (END curves included) for the same pairs (with its commit and the forward pass timed in its own
-process), so that the
-measurement (hours on a 0.5B model on two cores) can go on across sessions. The page is generated from the record
-alone; a method not measured yet is said so.
+process), so that the measurement (hours on a 0.5B model on two cores) can go on across sessions. The page is
+generated from the record alone; a method not measured yet is said so.
 
 - Compiled programs (tests/fixtures/compiled): each method's heads ranked by |effect|; its top-k (k = the heads on
   the output's path, heads with |effect| < 1e-6 left out) against the on-path heads: precision and recall.
