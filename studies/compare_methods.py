@@ -41,7 +41,7 @@ from keyheads.models import load_model
 from keyheads.models.model import HookedModel
 from keyheads.patching import IdentifySettings, run_sweep
 from keyheads.patching.samples import batches, load_patch_samples
-from keyheads.provenance import versions
+from keyheads.provenance import code_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "records" / "compare-methods" / "record.json"
@@ -128,7 +128,7 @@ def measure_task(model: HookedModel, pairs: Path, n: int, batch_size: int, work:
                                   "cpr": curve.cpr, "cmd": curve.cmd, "f": curve.f, "sizes": curve.sizes,
                                   "top": curve.circuits[-1][:10], "m_full": curve.m_full, "m_empty": curve.m_empty,
                                   "end": {"cpr": end.cpr, "cmd": end.cmd, "f": end.f},
-                                  "commit": versions().get("commit")}
+                                  "commit": code_commit()}
         out["forward_seconds"] = base
         keep(out)
         print(f"  {method}: {seconds:.1f} s ({seconds / base:.1f} forwards), CPR {curve.cpr:.3f}, CMD {curve.cmd:.3f}"
@@ -146,7 +146,7 @@ def relative(path: Path) -> str:
 def save(part: str, result: dict) -> None:
     record = read_json(RECORD) if RECORD.is_file() else {"parts": {}}
     command = "python -m studies.compare_methods " + " ".join(sys.argv[1:])
-    record["parts"][part] = {"commit": versions().get("commit"), "command": command,
+    record["parts"][part] = {"commit": code_commit(), "command": command,
                              "threads": torch.get_num_threads(), **result}
     write_json(RECORD, record)
 

@@ -69,7 +69,8 @@ def from_run(run: Path, variant: str) -> tuple[Path, dict, list[str], int | None
     folder = RunFolder(run)
     if variant not in folder.finetune_records:
         sys.exit(f"{folder.finetune(variant)} holds no finished adapter ({FINETUNE_JSON})")
-    cfg = RunSettings.model_validate(folder.config_record)
+    saved = folder.config_record
+    cfg = RunSettings.model_validate(saved.to_json() if saved is not None else {})
     settings = {"split": cfg.eval.split, "data_dir": cfg.data_dir, "dtype": cfg.dtype, "device": cfg.device,
                 "batch_size": cfg.batch_size, "few_shot": cfg.eval.few_shot, "seed": cfg.seed}
     return (folder.finetune(variant), settings, cfg.eval.benchmarks, cfg.eval.limit, folder.eval_cache,

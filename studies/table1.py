@@ -141,8 +141,11 @@ def main() -> None:
                     help="the eval stage did not finish: table the rows it did finish, and name the others")
     args = ap.parse_args()
     run = Path(args.run)
-    config = RunFolder(run).config_record
     folder = RunFolder(run)
+    saved = folder.config_record
+    if saved is None:
+        raise SystemExit(f"{run}/config.json not found: not a run folder")
+    config = saved.to_json()
     runs, t, missing = folder.finetune_records, eval_table(folder), []
     if t is None and args.partial:
         t, missing = partial_table(run, config)

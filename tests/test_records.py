@@ -112,3 +112,20 @@ def test_no_record_holds_benchmark_prompts():
     assert not list(RECORDS.glob("**/identify/gsm8k/pairs.jsonl")) and not list(RECORDS.glob("**/transfer_cases.txt"))
     for path in RECORDS.glob("**/knockout/knockout.json"):
         assert json.loads(path.read_text()).get("transfer", {}).get("cases") in ([], None), path
+
+
+CONFIGS = sorted(p for p in RECORDS.glob("**/config.json") if p.parent.joinpath("stages").is_dir())
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(RECORDS)) for p in CONFIGS])
+def test_a_saved_config_reads_typed_and_writes_back_as_it_was(path):
+    """config.json as SavedConfig: the keys the report reads come typed, and to_json() is the file's content in the
+    file's order (the report's configuration table lists it so)."""
+    from keyheads.results.run import SavedConfig
+
+    data = json.loads(path.read_text())
+    saved = SavedConfig.from_json(data)
+    assert json.dumps(saved.to_json()) == json.dumps(data)
+    assert saved.model == data.get("model") and saved.also_identify == data.get("also_identify")
+    section = data.get("data")
+    assert (saved.data is None) if section is None else (saved.data.task == section.get("task", "addition"))

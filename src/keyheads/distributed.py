@@ -33,7 +33,7 @@ TIMEOUT = timedelta(hours=24)
 
 def launched() -> bool:
     """Whether this process is one of several started by a launcher."""
-    return any(int(os.environ.get(v) or 1) > 1 for v in _SIZE_VARS)
+    return any(int(os.getenv(v) or 1) > 1 for v in _SIZE_VARS)
 
 
 @cache
@@ -41,7 +41,7 @@ def _state():
     if not launched():
         return None
     # Without cpu=True, accelerate sees no GPU and quietly falls back to a single process.
-    cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
+    cpu = os.getenv("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
     return PartialState(cpu=cpu, timeout=TIMEOUT)
 
 

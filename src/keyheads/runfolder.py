@@ -40,7 +40,7 @@ from .results.finetune import FinetuneResult
 from .results.identify import Identification, KeyHeads
 from .results.knockout import KnockoutResult
 from .results.mlp import MLPResult
-from .results.run import ModelInfo, StageRecord
+from .results.run import ModelInfo, SavedConfig, StageRecord
 
 # the files a step writes into its own folder
 EFFECTS_JSON = "effects.json"
@@ -80,12 +80,6 @@ def read_result(path: Path, read: Callable[[Any], T]) -> T | None:
         raise BadFile(f"{path} is not the record keyheads reads there ({problems(err)}): {OLDER}") from None
     except (ValueError, TypeError, KeyError) as err:
         raise BadFile(f"{path} is not the record keyheads reads there ({err}): {OLDER}") from None
-
-
-def _settings(data: Any) -> dict:
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object of settings, got {type(data).__name__}")
-    return data
 
 
 class RunFolder:
@@ -222,9 +216,9 @@ class RunFolder:
 
     # ---- artifacts, each read once (None: not written; BadFile: there but not of its type) ----------------
     @cached_property
-    def config_record(self) -> dict | None:
+    def config_record(self) -> SavedConfig | None:
         """config.json: the effective settings, in the YAML's keys."""
-        return read_result(self.config, _settings)
+        return read_result(self.config, SavedConfig.from_json)
 
     @cached_property
     def model_record(self) -> ModelInfo | None:

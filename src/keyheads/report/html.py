@@ -14,6 +14,7 @@ from ..data.settings import PairSettings
 from ..data.templates import TASKS
 from ..errors import MissingFile, UserError
 from ..io import atomic_write_text
+from ..results.run import SavedConfig, SavedData
 from ..runfolder import RunFolder
 from . import sections, tables
 from .findings import VERDICTS, Finding, findings
@@ -47,14 +48,13 @@ def _facts(run: RunFolder, items: list[Finding]) -> list[str]:
     return facts
 
 
-def task_of(config: dict) -> tuple[str, bool]:
+def task_of(config: SavedConfig | None) -> tuple[str, bool]:
     """(the run's task as its config names it, whether it is arithmetic): a run of another task (answer-slot
     templates: IOI, ...) is reported in its own words and skips the claims about arithmetic."""
-    section = config.get("data")
-    data: dict = section if isinstance(section, dict) else {}
-    task = str(data.get("task", "addition"))
+    data = config.data if config is not None and config.data is not None else SavedData()
+    task = data.task
     try:
-        arithmetic = PairSettings.model_validate(data).arithmetic
+        arithmetic = PairSettings.model_validate(data.to_json()).arithmetic
     except (ValueError, UserError):  # a config this release cannot read: as it reads
         arithmetic = all(t in TASKS for t in task.split(","))
     return task, arithmetic
@@ -63,12 +63,12 @@ def task_of(config: dict) -> tuple[str, bool]:
 def render(folder: str | Path) -> str:
     """The whole page as a string (nothing written), from templates/page.html.j2."""
     run = RunFolder.of(folder)
-    config = run.config_record or {}  # the effective settings, as given
+    config = run.config_record  # the effective settings, as given
     task, arithmetic = task_of(config)
     every = findings(run)
     items = every if arithmetic else [f for f in every if not RULE[f.row].arithmetic]
     skipped = [] if arithmetic else [f for f in every if RULE[f.row].arithmetic]
-    model = config.get("model")
+    model = config.model if config is not None else None
     sets = sections.identified_sets(run)  # empty unless the run identified on more sets (also_identify)
     parts = [sections.identify(run), sets, sections.knockout(run), sections.transfer(run), sections.attention(run),
              sections.mlp(run), tables.improve(run), tables.findings_section(items, skipped, task), manifest(run)]

@@ -6,6 +6,7 @@ computed the numbers, so its versions are never filled in for missing records.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from markupsafe import Markup
 
@@ -109,14 +110,15 @@ def manifest(run: RunFolder) -> Markup:
     config = run.config_record  # the effective settings, as given
     effects = run.effects_record
     info = run.model_record  # what the pipeline loaded: name, source, fingerprint, shape
-    model = config.get("model") if config is not None else None
+    model = config.model if config is not None else None
     if not model and effects is not None:  # an older run without config.json
         model = effects.model
     loaded = ""
     if info is not None:
         loaded = (f" Loaded from {info.source}: {info.n_layers} layers × {info.n_heads} heads, {info.dtype} on "
                   f"{info.device}.")
-    seeds = {k: config[k] for k in ("seed", "seeds") if config is not None and k in config}
+    saved = config.to_json() if config is not None else {}
+    seeds: dict[str, Any] = {k: saved[k] for k in ("seed", "seeds") if k in saved}
     seeds.update({f"{RunFolder.finetune_rel(k)} seed": r.config.get("seed") for k, r in runs.items()})
     fingerprints = _fingerprints(records, runs, info)
     body = [MACROS.model_line(model or NOT_RECORDED, "; ".join(fingerprints) if fingerprints else NOT_RECORDED, loaded),
@@ -128,7 +130,7 @@ def manifest(run: RunFolder) -> Markup:
             heading("Machine"), _machine(records),
             heading("Configuration")]
     if config is not None:
-        body.append(table(["setting", "value"], [[k, json.dumps(v)] for k, v in config.items()], "config"))
+        body.append(table(["setting", "value"], [[k, json.dumps(v)] for k, v in saved.items()], "config"))
     else:
         body.append(note(f"config.json: {NOT_RECORDED}."))
     return section("manifest", "8. Manifest", join(body))

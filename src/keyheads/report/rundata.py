@@ -229,8 +229,8 @@ def identified_sets(run: RunFolder) -> list[IdentifiedSet]:
     """The main identification, then the identify/NAME ones (those the config lists, in its order, when it
     does: a set taken out of also_identify leaves its folder behind), when at least one of those was written."""
     others = run.also_identify_records
-    listed = run.config_record.get("also_identify") if run.config_record is not None else None
-    if isinstance(listed, list):
+    listed = run.config_record.also_identify if run.config_record is not None else None
+    if listed is not None:
         others = {name: others[name] for name in listed if name in others}
     if not others:
         return []

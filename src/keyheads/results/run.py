@@ -1,10 +1,55 @@
-"""The run's own records: model.json (what the run loaded) and stages/STAGE.json (what each stage ran with;
-keyheads.stages writes and checks them)."""
+"""The run's own records: config.json (the settings it ran with), model.json (what it loaded) and
+stages/STAGE.json (what each stage ran with; keyheads.stages writes and checks them)."""
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ConfigDict, PrivateAttr, model_validator
+
 from .base import Result
+
+
+class _AsSaved(Result):
+    """A record of free-form keys, a few of them typed, that `to_json()` writes back in the file's order (pydantic
+    would put the typed keys first)."""
+
+    model_config = ConfigDict(extra="allow")
+    _order: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: Any) -> Any:
+        out = handler(data)
+        if isinstance(data, dict):
+            out._order = list(data)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        dumped = super().to_json()
+        for name in dumped:
+            if isinstance(value := getattr(self, name, None), _AsSaved):
+                dumped[name] = value.to_json()
+        return {k: dumped[k] for k in dict.fromkeys([*self._order, *dumped]) if k in dumped}
+
+
+class SavedData(_AsSaved):
+    """config.json's data section: the task it typed; the other settings kept as saved."""
+
+    task: str = "addition"
+
+
+class SavedConfig(_AsSaved):
+    """config.json: the run's effective settings in the YAML's keys (keyheads.config.run.RunSettings, dumped).
+
+    Read back as saved, not validated as settings again: a settings validator that looks at the machine (a CUDA
+    GPU, the benchmark folder) would refuse a run made on another one. The keys the report and the studies read are
+    typed; every other key is kept as it is (`to_json()` gives the file's content back)."""
+
+    model: str | None = None
+    seed: int | None = None
+    data: SavedData | None = None
+    also_identify: list[str] | None = None
+    variants: list[str] | None = None
 
 
 class ModelInfo(Result):

@@ -38,7 +38,8 @@ from ..errors import BadFile, SettingError
 from ..io import file_sha256, read_json, write_json
 from ..log import logger
 from ..pipeline import ROWS, build_stages, evaluate_rows, load_run_model, rate_family, write_model_info
-from ..provenance import changed_settings, versions
+from ..provenance import changed_settings, code_commit
+from ..results.evaluation import EvalResults, VariantResult
 from ..results.run import CellRecord, StageRecord
 from ..runfolder import RunFolder, read_result, variant_slug
 from ..stages import Runner, Stage
@@ -292,7 +293,7 @@ def _write_record(cfg: RunSettings, records: Path, cell: Cell, work: Path, comma
     shutil.rmtree(tmp, ignore_errors=True)
     copy_kept(work, rels, tmp / "run")
     write_json(tmp / "record.json", CellRecord(cell=cell.name, model=cfg.model, command=command,
-                                               commit=versions().get("commit"), stages=list(cell.stages),
+                                               commit=code_commit(), stages=list(cell.stages),
                                                code=_made_with(work, cell), **(spent or {})).to_json())
     if dest.exists():  # a stale record: replaced whole
         shutil.rmtree(dest)
@@ -316,29 +317,34 @@ def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolde
     if dest.exists():
         shutil.rmtree(dest)
     folders = sorted(p for p in records.iterdir() if (p / "record.json").is_file()) if records.is_dir() else []
-    rows: dict[str, dict] = {}
+    rows: dict[str, VariantResult] = {}
     config = None
     for folder in folders:
-        meta = read_json(folder / "record.json")
+        meta = CellRecord.from_json(read_json(folder / "record.json"))
         for path in sorted((folder / "run").rglob("*")):
             rel = path.relative_to(folder / "run")
             if path.is_file() and rel.parts[0] != ROW_FOLDER:
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, dest / rel)
-        if meta["cell"].startswith(("eval/", "finetune/")) and (folder / "run" / ROW_FOLDER).is_dir():
-            row = meta["cell"].split("/", 1)[1]
+        if meta.cell.startswith(("eval/", "finetune/")) and (folder / "run" / ROW_FOLDER).is_dir():
+            row = meta.cell.split("/", 1)[1]
             [table] = (folder / "run" / ROW_FOLDER).glob("*/results.json")
-            data = read_json(table)
-            config = config or data["config"]
-            mine = data["variants"][-1]  # the row itself; the base row before it is its reference
+            data = EvalResults.from_json(read_json(table))
+            config = config or data.config
+            mine = data.variants[-1]  # the row itself; the base row before it is its reference
             rows[row] = mine
-            src = table.parent / variant_slug(mine["label"])
+            src = table.parent / variant_slug(mine.label)
             shutil.copytree(src, dest / "eval" / src.name, dirs_exist_ok=True)
     if rows:
-        recorded = read_json(dest / RunFolder.CONFIG) if (dest / RunFolder.CONFIG).is_file() else {}
-        variants = cfg.variants if cfg is not None else recorded.get("variants", sorted(set(rows) - set(ROWS)))
+        recorded = RunFolder(dest).config_record
+        if cfg is not None:
+            variants = cfg.variants
+        elif recorded is not None and recorded.variants is not None:
+            variants = recorded.variants
+        else:
+            variants = sorted(set(rows) - set(ROWS))
         order = [*ROWS, *variants]
         write_json(dest / "eval" / "results.json",
-                   {"config": config, "variants": [rows[r] for r in order if r in rows]})
+                   {"config": config, "variants": [rows[r].to_json() for r in order if r in rows]})
     return RunFolder(dest)
 
