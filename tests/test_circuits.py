@@ -15,6 +15,7 @@ from keyheads.errors import BadFile
 from keyheads.heads import Head, read_heads
 from keyheads.io import write_json
 from keyheads.results.identify import KeyHeads
+from keyheads.testing.eap_ig import write_pt
 
 # EAP-IG's Graph.from_model for 2 layers x 2 heads, sequential attention then MLP, typed out from its loops:
 # into layer 0's heads, layer 0's MLP, layer 1's heads, layer 1's MLP, then the logits.
@@ -169,30 +170,9 @@ def test_a_neuron_mask_is_refused_not_dropped(tmp_path):
     assert read_heads(str(path)) == [Head(0, 1)]
 
 
-def _to_pt(data: dict, path) -> None:
-    """The graph as EAP-IG's Graph.to_pt saves it: src nodes, dst nodes (a head's q, k, v apart), [src, dst]
-    tensors of edge scores and in_graph, and the nodes' in_graph."""
-    import torch
-
-    cfg = data["cfg"]
-    src = [n for n in data["nodes"] if n != "logits"]
-    dst = []
-    for layer in range(cfg["n_layers"]):
-        dst += [f"a{layer}.h{h}<{q}>" for q in "qkv" for h in range(cfg["n_heads"])] + [f"m{layer}"]
-    dst.append("logits")
-    scores = torch.zeros(len(src), len(dst))
-    in_graph = torch.zeros(len(src), len(dst), dtype=torch.bool)
-    for name, value in data["edges"].items():
-        parent, child = name.split("->")
-        scores[src.index(parent), dst.index(child)] = value["score"]
-        in_graph[src.index(parent), dst.index(child)] = value["in_graph"]
-    torch.save({"cfg": cfg, "src_nodes": src, "dst_nodes": dst, "edges_scores": scores, "edges_in_graph": in_graph,
-                "nodes_in_graph": torch.tensor([data["nodes"][n]["in_graph"] for n in src])}, path)
-
-
 def test_a_pt_graph_reads_as_its_json(tmp_path):
     data = _edge_level(seed=1)
-    _to_pt(data, tmp_path / "g.pt")
+    write_pt(data, tmp_path / "g.pt")
     got = circuits.load_graph_file(tmp_path / "g.pt")
     assert got["nodes"] == {n: {"in_graph": v["in_graph"]} for n, v in data["nodes"].items() if n != "logits"}
     assert got["edges"].keys() == data["edges"].keys()

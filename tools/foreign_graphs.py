@@ -17,10 +17,9 @@ import json
 import math
 from pathlib import Path
 
-import torch
-
 from keyheads import circuits
 from keyheads.effects import Effects
+from keyheads.testing.eap_ig import write_pt
 
 
 def graph(effects: Effects, top: int, d_model: int) -> dict:
@@ -46,26 +45,6 @@ def graph(effects: Effects, top: int, d_model: int) -> dict:
     return {"cfg": cfg, "nodes": nodes, "edges": edges}
 
 
-def to_pt(data: dict, path: Path) -> None:
-    """EAP-IG's Graph.to_pt: source and destination nodes (a head's q, k and v apart), [src, dst] score and
-    in_graph tensors, the nodes' in_graph."""
-    cfg, nodes = data["cfg"], data["nodes"]
-    src = [n for n in nodes if n != "logits"]
-    dst = []
-    for layer in range(cfg["n_layers"]):
-        dst += [f"a{layer}.h{h}<{q}>" for q in "qkv" for h in range(cfg["n_heads"])] + [f"m{layer}"]
-    dst.append("logits")
-    row, col = {n: i for i, n in enumerate(src)}, {n: i for i, n in enumerate(dst)}
-    scores = torch.zeros(len(src), len(dst))
-    in_graph = torch.zeros(len(src), len(dst), dtype=torch.bool)
-    for name, edge in data["edges"].items():
-        parent, child = name.split("->")
-        scores[row[parent], col[child]] = edge["score"]
-        in_graph[row[parent], col[child]] = edge["in_graph"]
-    torch.save({"cfg": cfg, "src_nodes": src, "dst_nodes": dst, "edges_scores": scores, "edges_in_graph": in_graph,
-                "nodes_in_graph": torch.tensor([nodes[n]["in_graph"] for n in src])}, path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("effects", help="an effects.json (keyheads identify)")
@@ -80,7 +59,7 @@ def main() -> None:
         (out / name).write_text(json.dumps(data))
     unscored = {**data, "edges": {k: {"score": 0.0, "in_graph": v["in_graph"]} for k, v in data["edges"].items()}}
     (out / "ingraph.json").write_text(json.dumps(unscored))
-    to_pt(data, out / "graph.pt")
+    write_pt(data, out / "graph.pt")
     print(f"{out}: {sum(n['in_graph'] for n in data['nodes'].values()) - 2} nodes in the graph, {len(data['edges'])} "
           "edges")
 
