@@ -205,10 +205,12 @@ def trained(rec: Record) -> list[Trained]:
     out = []
     for variant, info in RunFolder(rec.run).finetune_records.items():
         row = rows.get(f"finetune/{variant}")
-        t, epochs = info.train, float(info.config["epochs"])
+        t, epochs, micro = info.train, info.config.epochs, info.config.micro_batch_size
+        if epochs is None or micro is None:
+            raise ValueError(f"{rec.run}: finetune/{variant}'s finetune.json saves no epochs or micro_batch_size")
         out.append(Trained(rec.folder.name, rec.gpu, variant, t.parallel, t.steps_this_run, t.samples_this_run,
                            t.samples_per_second, row is not None and first.get(row["phase"]) == row["stage"],
-                           row["allocated_peak"] if row else None, int(info.config["micro_batch_size"]),
+                           row["allocated_peak"] if row else None, micro,
                            info.data.n * epochs, info.data.n, epochs))
     return out
 

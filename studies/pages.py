@@ -188,7 +188,7 @@ def training_part(run: RunFolder) -> list[str]:
     for name, info in sorted(runs.items()):
         t, losses = info.train, info.train.losses
         first, low, last = (f"{x:.3f}" for x in (losses[0], min(losses), losses[-1])) if losses else ("-",) * 3
-        lr = info.config.get("lr")
+        lr = info.config.lr
         shown = "-" if lr is None else format(lr, "g")
         lines.append(f"| {name} | {info.method} | {shown} | {info.tuned_params:,} | {info.total_params:,} | "
                      f"{info.data.n:,} | "

@@ -14,7 +14,6 @@ import datetime
 from pathlib import Path
 
 from keyheads.evaluation.settings import display
-from keyheads.mean import run_mean
 from keyheads.plotting import new_figure, save_figure
 from keyheads.report.rundata import (
     DRIFT,
@@ -27,6 +26,7 @@ from keyheads.report.rundata import (
 )
 from keyheads.results.evaluation import BenchmarkSummary
 from keyheads.results.finetune import FinetuneResult
+from keyheads.results.run import SavedConfig
 from keyheads.runfolder import RunFolder, read_result
 from studies.study_results import show_section
 
@@ -113,15 +113,16 @@ def paired_table(folder: RunFolder, t: EvalTable) -> tuple[list[str], int]:
     return lines, len(pairs)
 
 
-def partial_table(run: Path, config: dict) -> tuple[EvalTable, list[tuple[str, str | None]]]:
+def partial_table(run: Path, config: SavedConfig) -> tuple[EvalTable, list[tuple[str, str | None]]]:
     """The rows an interrupted eval stage finished, from the benchmarks' JSONs in its per-variant
     folders (a benchmark not reached stays empty). -> (table, (label, finetune run) of each row
     never evaluated)."""
     from keyheads.pipeline import eval_labels, key_heads
 
-    labels = eval_labels(config["model"], len(key_heads(run).heads), config["variants"], run_mean(config))
-    kinds = ["model", "knockout"] + ["adapter"] * len(config["variants"])
-    names = [None, None] + list(config["variants"])
+    variants = config.variants or []
+    labels = eval_labels(str(config.model), len(key_heads(run).heads), variants, config.knockout_mean)
+    kinds = ["model", "knockout"] + ["adapter"] * len(variants)
+    names = [None, None] + list(variants)
     rows, missing = [], []
     for label, kind, name in zip(labels, kinds, names):
         folder = RunFolder(run).eval_variant(label)
@@ -148,7 +149,7 @@ def main() -> None:
     config = saved.to_json()
     runs, t, missing = folder.finetune_records, eval_table(folder), []
     if t is None and args.partial:
-        t, missing = partial_table(run, config)
+        t, missing = partial_table(run, saved)
     if t is None:
         raise SystemExit(f"{run}/eval/results.json not found: the eval stage has not finished (see --partial)")
     model = config["model"]
@@ -180,7 +181,7 @@ def main() -> None:
         lines.append("- **incomplete**: the eval stage stopped before these rows: " + "; ".join(
             f"{label} (trained: {_trained(runs[name] if name in runs else None)})" for label, name in missing))
     # which mean the knockout row used: its results say, else the run's config
-    ko_mean = next((r.mean for r in table1 if r.mean), None) or run_mean(config)
+    ko_mean = next((r.mean for r in table1 if r.mean), None) or saved.knockout_mean
     lines += ["", "**Table 1** (95% Wilson intervals; Δ in points from the base row"
               + (f"; the knockout row, keyheads' addition (the paper's table 1 has none), used the {ko_mean} mean"
                  if any(r.kind == "knockout" for r in table1) else "")

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from keyheads.analysis.settings import KnockoutSettings
-from keyheads.mean import DEFAULT_MEAN, MEANS, run_mean
+from keyheads.mean import DEFAULT_MEAN, MEANS
+from keyheads.results.run import SavedConfig
 
 
 def test_the_mean_module_imports_without_torch():
@@ -25,5 +26,6 @@ def test_settings_take_the_mean_by_its_one_name():
 
 
 def test_a_run_has_one_mean():
-    assert run_mean({"knockout": {"mean": "global"}, "eval": {}}) == "global"
-    assert run_mean({}) == DEFAULT_MEAN
+    assert SavedConfig.from_json({"knockout": {"mean": "global"}, "eval": {}}).knockout_mean == "global"
+    assert SavedConfig.from_json({}).knockout_mean == DEFAULT_MEAN
+    assert SavedConfig.from_json({"knockout": {"k": 8}}).knockout_mean == DEFAULT_MEAN

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from keyheads.errors import BadFile
-from keyheads.mean import run_mean
+from keyheads.results.run import SavedConfig
 from keyheads.runfolder import RunFolder
 
 from tests.helpers import load_script
@@ -60,7 +60,7 @@ def test_the_tool_converts_an_old_run_folder_once(old_run):
     rows = [v.info.knockout for v in results.variants if v.info.knockout is not None]
     assert rows and all(row.mean == "global" for row in rows)
     config = json.loads((old_run / "config.json").read_text())
-    assert run_mean(config) == "global" and "mean" not in config["eval"]
+    assert SavedConfig.from_json(config).knockout_mean == "global" and "mean" not in config["eval"]
     # the identify stage's section, once `patch:`, keeps its values under its name
     assert "patch" not in config and config["identify"] == before[Path("config.json")]["patch"]
     assert json.loads((old_run / "stages" / "eval.json").read_text())["settings"]["mean"] == "global"

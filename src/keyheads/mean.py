@@ -32,9 +32,3 @@ def check_mean(mean: str) -> KnockoutMean:
     if mean not in MEANS:
         raise SettingError("knockout mean", mean, f"must be one of {', '.join(MEANS)}")
     return mean  # type: ignore[return-value]
-
-
-def run_mean(config: dict) -> str:
-    """A run's one knockout mean, from its config.json's knockout section (the default when it says none)."""
-    knockout = config.get("knockout") or {}
-    return str(knockout.get("mean") or DEFAULT_MEAN)

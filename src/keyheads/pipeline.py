@@ -123,8 +123,8 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
             inputs += [f"{grid_rel(rate_family(variant), lr)}/{GRID_JSON}" for lr in chosen_from]
         elif (given := given_lr(cfg, rate_family(variant))) is not None:  # a rate chosen elsewhere
             extra["lr"] = given
-        elif cfg.finetune.lr_from:  # a rate another study's grid chose: its choice and the losses it chose by
-            extra.update(rate_from(cfg.finetune.lr_from, rate_family(variant)).settings())
+        elif (elsewhere := rate_elsewhere(cfg, variant)) is not None:  # its choice and the losses it chose by
+            extra.update(elsewhere.settings())
 
         def train_variant(v: str = variant) -> str:
             release_model()  # training loads its own copy: the analysis model is not held beside it
@@ -436,6 +436,15 @@ def rate_from(config: str, family: str) -> RateFrom:
     return RateFrom(config, mine, losses, missing)
 
 
+def rate_elsewhere(cfg: RunSettings, variant: str) -> RateFrom | None:
+    """The rate another study's grid chose that `variant` trains at (finetune.lr_from); None when its rate is this
+    study's: its own grid's choice, finetune.lr_chosen or finetune.lr."""
+    family = rate_family(variant)
+    if rate_grid(cfg, family) or given_lr(cfg, family) is not None or not cfg.finetune.lr_from:
+        return None
+    return rate_from(cfg.finetune.lr_from, family)
+
+
 def variant_lr(cfg: RunSettings, run: RunFolder, variant: str) -> float:
     """The learning rate `variant` trains at: its rate family's grid choice, else its rate in finetune.lr_chosen,
     else the rate finetune.lr_from's study chose, else finetune.lr."""
@@ -446,8 +455,8 @@ def variant_lr(cfg: RunSettings, run: RunFolder, variant: str) -> float:
     given = given_lr(cfg, family)
     if given is not None:
         return given
-    if cfg.finetune.lr_from:
-        chosen = rate_from(cfg.finetune.lr_from, family)
+    chosen = rate_elsewhere(cfg, variant)
+    if chosen is not None:
         if chosen.lr is None:
             raise SettingError(f"variant {variant} trains at the rate {cfg.finetune.lr_from} chooses for "
                                f"{chosen.family}, whose grid is not complete: run its cells first "

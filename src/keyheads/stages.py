@@ -146,7 +146,7 @@ class Runner:
         except ValueError as err:  # another release's record, or a damaged one: it cannot vouch for the outputs
             return f"its record {path.name} is not one this version reads ({type(err).__name__})"
         if rec.signature != sig:
-            changed = _changes(rec.settings, stage.settings)
+            changed = _changes(rec.settings.to_json(), stage.settings)
             changed += [f"input {k} changed" for k in _differing(inputs, rec.inputs)]
             return "; ".join(changed) or "signature changed"
         outputs = hash_tree(self.run, stage.owns, stage.keep, stage.resume)

@@ -106,7 +106,7 @@ def _word(name: str, tp: Any, field: FieldInfo, item: bool = False) -> str:
 def metavar(name: str, field: FieldInfo) -> str | None:
     """What a flag's value is, for --help; None for a boolean or a choice, which show themselves."""
     extra = field.json_schema_extra
-    if isinstance(extra, dict) and extra.get("metavar"):
+    if isinstance(extra, dict) and "metavar" in extra:  # the settings classes' own word for a value
         return str(extra["metavar"])
     tp = _core(field.annotation)
     origin = get_origin(tp)
@@ -251,14 +251,17 @@ class _Flags:
         text = re.sub(r"\bNone\b", NULL, field.description or "")
         return re.sub(r"(?<![\w$/.`-])(?:--)?[a-z][a-z0-9]*(?:[._-][a-z0-9]+)*(?![\w/])", as_flag, text)
 
-    def add(self, container: Any, *names: str, **kwargs: Any) -> Any:
-        found = self.field(kwargs["dest"]) if "dest" in kwargs else None
-        if found is None or kwargs.get("help") == argparse.SUPPRESS:  # -h, a positional, a section's JSON form
+    def add(self, container: Any, *names: str, dest: str | None = None, help: str | None = None,
+            action: Any = None, **kwargs: Any) -> Any:
+        given = {"dest": dest, "help": help, "action": action}
+        kwargs.update({k: v for k, v in given.items() if v is not None})
+        found = self.field(dest) if dest is not None else None
+        if dest is None or found is None or help == argparse.SUPPRESS:  # -h, a positional, a section's JSON form
             return container.add_argument(*names, **kwargs)
         name, field, value = found
-        text = self.description(kwargs["dest"], field) + default(field, value)
-        kwargs = dict(kwargs, help=text.replace("%", "%%"))  # argparse formats help with %
-        if kwargs.get("action") is argparse.BooleanOptionalAction:
+        text = self.description(dest, field) + default(field, value)
+        kwargs["help"] = text.replace("%", "%%")  # argparse formats help with %
+        if action is argparse.BooleanOptionalAction:
             kwargs["action"] = _Toggle
         elif "metavar" in kwargs and metavar(name, field):
             kwargs["metavar"] = metavar(name, field)

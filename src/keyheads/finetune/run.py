@@ -50,10 +50,10 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
             "components": components.to_json() if components else None,
             "data": {"name": data_name, "sha256": examples_sha256(examples), "n": len(examples)}}
     if (out / INFO).is_file():
-        done = read_json(out / INFO)
+        done = FinetuneResult.from_json(read_json(out / INFO))
+        saved = done.to_json()
         # read as settings, so that a record of an older release compares by what it means
-        before = {"config": FinetuneSettings.from_json(done.get("config", {})).to_json(),
-                  **{k: done.get(k) for k in meta}}
+        before = {"config": FinetuneSettings.from_json(done.config.to_json()).to_json(), **{k: saved[k] for k in meta}}
         now = {"config": cfg.to_json(), **meta}
         differ = differing_keys(before, now)
         if differ:
@@ -61,7 +61,7 @@ def finetune(model: HookedModel, examples: list[Example], cfg: FinetuneSettings,
                                  f"({describe_differences(before, now, differ, 'finished')}); "
                                  "choose another --out, or delete that folder to train again")
         logger.info("%s is finished with these settings; nothing to do", out)
-        return FinetuneResult.from_json(done)
+        return done
     if cfg.method == "full" and model.dtype in (torch.bfloat16, torch.float16) and cfg.parallel != "fsdp":
         # bf16 keeps 8 significant bits: near |w| = 0.05 its spacing is 2.4e-4, so an Adam step of
         # about lr (2e-5) rounds back to the same weight; the adapters keep float32 deltas

@@ -47,9 +47,10 @@ def _fingerprints(records: dict[str, StageRecord], runs: dict[str, FinetuneResul
     if model_info is not None and model_info.fingerprint:
         seen[model_info.fingerprint] = [RunFolder.MODEL]
     for name, rec in records.items():
-        for key in ("fingerprint", "model_fingerprint", "base_fingerprint"):  # the stage's settings, as given
-            if rec.settings.get(key):
-                seen.setdefault(str(rec.settings[key]), []).append(RunFolder.stage_rel(name))
+        given = rec.settings
+        for fingerprint in (given.fingerprint, given.model_fingerprint, given.base_fingerprint):
+            if fingerprint:
+                seen.setdefault(fingerprint, []).append(RunFolder.stage_rel(name))
     for name, info in runs.items():
         if info.base_fingerprint:
             seen.setdefault(info.base_fingerprint, []).append(RunFolder.finetune_rel(name))
@@ -119,7 +120,7 @@ def manifest(run: RunFolder) -> Markup:
                   f"{info.device}.")
     saved = config.to_json() if config is not None else {}
     seeds: dict[str, Any] = {k: saved[k] for k in ("seed", "seeds") if k in saved}
-    seeds.update({f"{RunFolder.finetune_rel(k)} seed": r.config.get("seed") for k, r in runs.items()})
+    seeds.update({f"{RunFolder.finetune_rel(k)} seed": r.config.seed for k, r in runs.items()})
     fingerprints = _fingerprints(records, runs, info)
     body = [MACROS.model_line(model or NOT_RECORDED, "; ".join(fingerprints) if fingerprints else NOT_RECORDED, loaded),
             heading("Versions"), _versions(records, runs),

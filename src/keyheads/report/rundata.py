@@ -56,8 +56,8 @@ def row_mean(info: VariantInfo) -> str | None:
     else its variant's option; None when neither says."""
     if info.knockout is not None and info.knockout.mean:
         return info.knockout.mean
-    mean = info.variant.options.get("mean") if info.variant is not None else None
-    return str(mean) if mean else None
+    mean = info.variant.options.mean if info.variant is not None else None
+    return mean or None
 
 
 def first_of(runs: dict[str, FinetuneResult], method: str) -> str | None:
@@ -138,7 +138,7 @@ def _run_of(info: VariantInfo, runs: dict[str, FinetuneResult]) -> str | None:
     """The finetune/<name> folder an adapter row was evaluated from: by the folder's name (the
     path itself may be from another machine), else by method when only one run has it."""
     variant = info.variant
-    path = (variant.options.get("path") or variant.model) if variant is not None else None
+    path = (variant.options.path or variant.model) if variant is not None else None
     if path:
         name = Path(str(path)).name
         return name if name in runs else None

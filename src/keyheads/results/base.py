@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PlainSerializer,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from ..heads import Head
 
@@ -28,6 +37,27 @@ class Result(BaseModel):
     @classmethod
     def from_json(cls: type[R], data: Any) -> R:
         return cls.model_validate(data)
+
+
+class AsSaved(Result):
+    """A record of free-form keys, a few of them typed, that `to_json()` writes back in the file's order (pydantic
+    would put the typed keys first)."""
+
+    model_config = ConfigDict(extra="allow")
+    _order: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: Any) -> Any:
+        out = handler(data)
+        if isinstance(data, dict):
+            out._order = list(data)
+        return out
+
+    @model_serializer(mode="wrap")
+    def _in_saved_order(self, handler: Any) -> dict[str, Any]:  # nested in another result too
+        dumped = handler(self)
+        return {k: dumped[k] for k in dict.fromkeys([*self._order, *dumped]) if k in dumped}
 
 
 def _head(value: Any) -> Head:

@@ -7,11 +7,9 @@ variant kind says about it (the variant, the heads knocked out, the training run
 """
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import ConfigDict
 
-from .base import HeadField, Number, Result
+from .base import AsSaved, HeadField, Number, Result
 from .finetune import ComponentsField
 
 
@@ -59,12 +57,20 @@ class BenchmarkSummary(Result):
                                                                                 self.perplexity_ci95[1])
 
 
+class VariantOptions(AsSaved):
+    """A variant kind's options as the user gave them: the knockout mean and the adapter path typed, the kind's
+    other options kept as written."""
+
+    mean: str | None = None
+    path: str | None = None
+
+
 class VariantSpec(Result):
     """The variant a row was evaluated from (keyheads.evaluation.variants.Variant.spec)."""
 
     kind: str
     model: str
-    options: dict[str, Any] = {}  # the kind's options, as the user gave them
+    options: VariantOptions = VariantOptions()
 
 
 class KnockoutInfo(Result):
@@ -110,13 +116,20 @@ class VariantResult(Result):
         return self.benchmarks[benchmark] if benchmark in self.benchmarks else None
 
 
+class SavedEvalSettings(AsSaved):
+    """results.json's `config`: the EvalSettings as saved (keyheads.evaluation.settings); the benchmarks typed, the
+    other keys kept as written."""
+
+    benchmarks: list[str] = []
+
+
 class EvalResults(Result):
     """results.json: the settings and every row, the first the reference of the Δ columns."""
 
-    config: dict[str, Any]  # the EvalSettings, as saved
+    config: SavedEvalSettings
     variants: list[VariantResult]
 
     @property
     def benchmarks(self) -> list[str]:
         """The benchmarks asked for, in their order."""
-        return [str(b) for b in self.config.get("benchmarks") or []]
+        return self.config.benchmarks

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import PlainSerializer, PlainValidator
 
 from ..components import Components
-from .base import Result
+from .base import AsSaved, Result
 
 
 def _components(value: Any) -> Components:
@@ -23,6 +23,17 @@ def _components(value: Any) -> Components:
 
 # Components as saved: {"heads": [{"layer", "head"}], "mlps": [...], "source": "..."}
 ComponentsField = Annotated[Components, PlainValidator(_components), PlainSerializer(Components.to_json)]
+
+
+class SavedFinetuneSettings(AsSaved):
+    """finetune.json's `config`: the run's FinetuneSettings as saved (keyheads.finetune.settings). The keys the
+    report and the studies read are typed; the others are kept as written, so that a record of an older release
+    reads and writes back as it was."""
+
+    seed: int | None = None
+    lr: float | None = None
+    epochs: float | None = None
+    micro_batch_size: int | None = None
 
 
 class TrainingData(Result):
@@ -56,7 +67,7 @@ class FinetuneResult(Result):
     method: str  # precise | full | lora
     components: ComponentsField | None  # what precise SFT trained; None for full SFT and LoRA
     data: TrainingData
-    config: dict[str, Any]  # the FinetuneSettings, as saved
+    config: SavedFinetuneSettings
     kv: str | None  # precise SFT's K/V policy
     tuned_params: int
     total_params: int

@@ -4,41 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, PrivateAttr, model_validator
-
-from .base import Result
-
-
-class _AsSaved(Result):
-    """A record of free-form keys, a few of them typed, that `to_json()` writes back in the file's order (pydantic
-    would put the typed keys first)."""
-
-    model_config = ConfigDict(extra="allow")
-    _order: list[str] = PrivateAttr(default_factory=list)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _keep_order(cls, data: Any, handler: Any) -> Any:
-        out = handler(data)
-        if isinstance(data, dict):
-            out._order = list(data)
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        dumped = super().to_json()
-        for name in dumped:
-            if isinstance(value := getattr(self, name, None), _AsSaved):
-                dumped[name] = value.to_json()
-        return {k: dumped[k] for k in dict.fromkeys([*self._order, *dumped]) if k in dumped}
+from ..mean import DEFAULT_MEAN
+from .base import AsSaved, Result
 
 
-class SavedData(_AsSaved):
+class SavedData(AsSaved):
     """config.json's data section: the task it typed; the other settings kept as saved."""
 
     task: str = "addition"
 
 
-class SavedConfig(_AsSaved):
+class SavedKnockout(AsSaved):
+    """config.json's knockout section: the mean typed; the other settings kept as saved."""
+
+    mean: str | None = None
+
+
+class SavedConfig(AsSaved):
     """config.json: the run's effective settings in the YAML's keys (keyheads.config.run.RunSettings, dumped).
 
     Read back as saved, not validated as settings again: a settings validator that looks at the machine (a CUDA
@@ -50,6 +32,12 @@ class SavedConfig(_AsSaved):
     data: SavedData | None = None
     also_identify: list[str] | None = None
     variants: list[str] | None = None
+    knockout: SavedKnockout | None = None
+
+    @property
+    def knockout_mean(self) -> str:
+        """The run's one knockout mean (keyheads.mean): its knockout section's, else the default."""
+        return (self.knockout.mean if self.knockout is not None else None) or DEFAULT_MEAN
 
 
 class ModelInfo(Result):
@@ -64,13 +52,22 @@ class ModelInfo(Result):
     device: str
 
 
+class StageSettings(AsSaved):
+    """A stage's settings as the config says them: the model fingerprints the report names typed, the others kept as
+    saved (each stage has its own)."""
+
+    fingerprint: str | None = None
+    model_fingerprint: str | None = None
+    base_fingerprint: str | None = None
+
+
 class StageRecord(Result):
     """One finished stage: its settings and their signature, the sha256 of its inputs and outputs (None: a file
     that was not there), the versions, the seconds it took, the machine and when it finished."""
 
     stage: str
     signature: str
-    settings: dict[str, Any]  # the settings the stage was given, as the config says them
+    settings: StageSettings  # the settings the stage was given
     inputs: dict[str, str | None]
     outputs: dict[str, str | None]
     versions: dict[str, str]

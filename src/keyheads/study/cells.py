@@ -37,7 +37,7 @@ from ..config.run import RunSettings
 from ..errors import BadFile, SettingError
 from ..io import file_sha256, read_json, write_json
 from ..log import logger
-from ..pipeline import ROWS, build_stages, evaluate_rows, load_run_model, rate_family, write_model_info
+from ..pipeline import ROWS, build_stages, evaluate_rows, load_run_model, rate_elsewhere, rate_family, write_model_info
 from ..provenance import changed_settings, code_commit
 from ..results.evaluation import EvalResults, VariantResult
 from ..results.run import CellRecord, StageRecord
@@ -131,7 +131,7 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
     for cell in cells:
         recs = made[cell.name]
         if not recs:
-            waits = _waits_for(stages, cell)
+            waits = _waits_for(cfg, cell)
             out.append(CellState(cell, "waiting" if waits else "pending", waits or "no record", None))
             continue
         why = []
@@ -139,7 +139,7 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
             if name not in recs:
                 why.append(f"{name} not in its record")
                 continue
-            changed = changed_settings(recs[name].settings, _settings(stages[name]), skip=WHERE)
+            changed = changed_settings(recs[name].settings.to_json(), _settings(stages[name]), skip=WHERE)
             why += [f"{k} {a!r} -> {b!r}" for k, a, b in changed]
             for rel, sha in recs[name].inputs.items():  # what it read against what its upstream cells hold now
                 held = [made[u][s].outputs[rel] for u in cell.after for s in made[u] if rel in made[u][s].outputs]
@@ -162,12 +162,13 @@ def status(cfg: RunSettings, records: Path) -> list[CellState]:
     return [_estimated(s, out, elsewhere) for s in out]
 
 
-def _waits_for(stages: dict, cell: Cell) -> str | None:
+def _waits_for(cfg: RunSettings, cell: Cell) -> str | None:
     """What a cell with no record waits for outside its study: another study's grid that chooses its rate (lr_from)."""
     for name in cell.stages:
-        rate = stages[name].settings.get("lr_from")
-        if rate is not None and stages[name].settings.get("lr") is None:
-            return f"waits for the rate {rate['config']} chooses for {rate['family']} (its grid is not complete)"
+        if name.startswith("finetune/") and not name.startswith("finetune/grid/"):
+            rate = rate_elsewhere(cfg, name.removeprefix("finetune/"))
+            if rate is not None and rate.lr is None:
+                return f"waits for the rate {rate.config} chooses for {rate.family} (its grid is not complete)"
     return None
 
 
@@ -344,7 +345,7 @@ def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolde
         else:
             variants = sorted(set(rows) - set(ROWS))
         order = [*ROWS, *variants]
-        write_json(dest / "eval" / "results.json",
-                   {"config": config, "variants": [rows[r].to_json() for r in order if r in rows]})
+        merged = EvalResults(config=config, variants=[rows[r] for r in order if r in rows])
+        write_json(dest / "eval" / "results.json", merged.to_json())
     return RunFolder(dest)
 
