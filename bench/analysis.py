@@ -31,7 +31,7 @@ import torch
 
 from bench import tiny
 from bench.floors import knockout_flops, matmul_rate
-from bench.results import machine, provenance, write_section
+from bench.results import machine, provenance, publish, write_section
 from keyheads.analysis.common import all_heads, load_samples
 from keyheads.analysis.knockout_curves import CurveSettings, curve_sets, knockout_curves
 from keyheads.analysis.passes import EndPasses
@@ -71,8 +71,8 @@ def make_data(folder: Path, overrides: dict, model: str = "smollm2-135m", keep_c
     return data
 
 
-def run_case(name: str, args, model) -> list[str]:
-    """Both methods on one case's data; the lines RESULTS gets."""
+def run_case(name: str, args, model) -> tuple[list[str], dict]:
+    """Both methods on one case's data -> (the lines RESULTS gets, the figures its record keeps)."""
     described, overrides = CASES[name]
     folder = Path(tempfile.mkdtemp())
     overrides = {**overrides, "n": args.pairs} if args.pairs else overrides
@@ -117,6 +117,11 @@ def run_case(name: str, args, model) -> list[str]:
     sizes = sorted(len(g.index) for g in prompts.groups)
     own = sorted({g.length - len(g.prefix) for g in prompts.groups})
     prefixes = sorted({len(g.prefix) for g in prompts.groups})
+    figures = {"prompts": n, "groups": len(prompts.groups), "seconds_direct": round(t_direct, 4),
+               "seconds_batched": round(t_fast, 4), "largest_difference_prompts": diff,
+               "token_layers": engine.work.token_layers, "passes": engine.work.passes,
+               "direct_token_layers": direct_tokens * model.n_layers, "gflop": round(need / 1e9, 4),
+               "gflop_per_second": round(rate / 1e9, 4), "floor_seconds": round(floor, 5)}
     return [
         f"- **{name}**: {described}; {n} prompts in {len(prompts.groups)} groups (members {sizes}; prefix "
         f"{', '.join(map(str, prefixes))} tokens; own tokens {', '.join(map(str, own))} per prompt)",
@@ -127,7 +132,7 @@ def run_case(name: str, args, model) -> list[str]:
         f"{direct_tokens * model.n_layers:,} for the direct method; {need / 1e9:.1f} GFLOP at the measured "
         f"{rate / 1e9:.1f} GFLOP/s: floor {floor:.3f} s; **batched / floor = {t_fast / floor:.2f}** "
         f"(target <= 1.5)",
-    ]
+    ], figures
 
 
 def main() -> None:
@@ -171,13 +176,14 @@ def main() -> None:
         f"{1 + args.k + args.seeds * args.k} knockout sets per case: none, effect-rank k = 1..{args.k}, "
         f"{args.seeds} random orders k = 1..{args.k}",
     ]
+    figures = {}
     for name in cases:
-        lines += run_case(name, args, model)
-    text = "\n".join(lines)
-    print(text)
+        case_lines, figures[name] = run_case(name, args, model)
+        lines += case_lines
+    print("\n".join(lines))
     if not args.no_write:
-        write_section("Knockout curves: direct vs batched END-only passes (bench/analysis.py)", text,
-                      tiny.results_file(args))
+        publish("Knockout curves: direct vs batched END-only passes (bench/analysis.py)", "bench.analysis",
+                "analysis", figures, lines, tiny.results_file(args))
 
 
 if __name__ == "__main__":

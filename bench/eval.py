@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from bench import tiny
-from bench.results import machine, provenance, write_section
+from bench.results import machine, provenance, publish, write_section
 from keyheads.data.benchmarks import data_dir_from
 from keyheads.evaluation.engine import PrefixKV, common_prefix_len, eos_ids
 from keyheads.evaluation.prompts import STOPS, cut_at_stop
@@ -283,8 +283,13 @@ def main() -> None:
     ok = ratio >= 3 and not differ
     print("targets met" if ok else "TARGETS NOT MET")
     if not args.no_write:
-        write_section("Evaluation throughput: keyheads engine vs transformers generate (bench/eval.py)",
-                      "\n".join(lines), tiny.results_file(args))
+        figures = {"prompts": len(items), "batches": len(runs), "new_tokens": budget,
+                   "seconds_engine": round(t_engine, 3), "seconds_generate": round(t_hf, 3),
+                   "tokens_engine": engine_tokens, "tokens_generate": hf_tokens, "ratio": round(ratio, 4),
+                   "identical_texts": sum(same), "other_cpu_seconds": round(others, 1),
+                   "seconds_harness": None if harness is None else round(harness[1], 3)}
+        publish("Evaluation throughput: keyheads engine vs transformers generate (bench/eval.py)", "bench.eval",
+                "eval", figures, lines, tiny.results_file(args))
 
 
 if __name__ == "__main__":

@@ -119,13 +119,13 @@ def main() -> None:
               "(a 151,936-token vocabulary, tied), and on the CPU the gathered copy and gloo's all-gather buffer "
               "exist together for a moment; then the layer computing and the one prefetched. At LLaMA-2-7B's "
               "proportions (embeddings 4%) the same sum is about 0.6 of the model."]
-    text = "\n".join(lines)
-    print(text)
+    print("\n".join(lines))
     if not args.no_write:
-        from bench.results import machine, provenance, write_section
+        from bench.results import machine, provenance, publish
 
-        write_section(TITLE, provenance("bench/fsdp_memory.py", f"{machine()}; 2 processes of 1 thread each, gloo")
-                      + "\n" + text, tiny.results_file(args))
+        lines.insert(0, provenance("bench/fsdp_memory.py", f"{machine()}; 2 processes of 1 thread each, gloo"))
+        publish(TITLE, "bench.fsdp_memory", "fsdp_memory", {"model": args.model, "dtype": args.dtype, **runs}, lines,
+                tiny.results_file(args))
 
 
 if __name__ == "__main__":

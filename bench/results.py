@@ -13,7 +13,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from keyheads.io import atomic_write_text
+from keyheads.io import atomic_write_text, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +61,35 @@ def write_section(title: str, body: str, path: Path = RESULTS, header: str = HEA
     else:
         text = text.rstrip() + "\n\n" + section
     atomic_write_text(path, with_index(text))
+
+
+# A measured section stands between these markers, written from its record (bench/records/NAME.json beside the
+# RESULTS file): the figures as the script measured them and the text made of them. tests/test_bench_records.py
+# checks that each block is its record's text, and tests/test_one_value.py that no figure stands outside a block.
+BEGIN = "<!-- bench record: written by `python -m {module}` into {record} -->"
+END = "<!-- end of bench record -->"
+
+
+def records_folder(path: Path = RESULTS) -> Path:
+    """Where the records of the RESULTS file at `path` are kept: bench/records for bench/RESULTS.md."""
+    return path.with_name("records")
+
+
+def block(record: dict) -> str:
+    """A measured section's body: its record's text between the markers that name the script and the record."""
+    where = f"bench/records/{record['name']}.json"
+    return "\n".join([BEGIN.format(module=record["module"], record=where), *record["text"], END])
+
+
+def publish(title: str, module: str, name: str, figures: dict, text: list[str], path: Path = RESULTS) -> Path:
+    """Save one measurement's record (its `figures` and the `text` made of them) as NAME.json in the records folder
+    of `path`, then write the section `## title` of `path` from it; -> the record's path."""
+    record = {"title": title, "module": module, "name": name, "figures": figures, "text": text}
+    saved = records_folder(path) / f"{name}.json"
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    write_json(saved, record)
+    write_section(title, block(record), path)
+    return saved
 
 
 def read_section(title: str, path: Path = RESULTS) -> str | None:

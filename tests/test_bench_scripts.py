@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from bench import paper_gpu, paper_gpu_records
+from bench import results as bench_results
 from bench.results import RESULTS
 
 pytestmark = pytest.mark.slow  # each run starts Python and torch; the two-process ones take about 30 s
@@ -65,6 +66,12 @@ def tiny(module: str, tmp_path: Path, *args) -> Path:
     return results
 
 
+def from_record(body: str, results: Path, name: str) -> None:
+    """A measured section is its record's text: the record the script saved beside its RESULTS file."""
+    record = json.loads((results.parent / "records" / f"{name}.json").read_text())
+    assert body == bench_results.block(record) and record["figures"]
+
+
 def test_patching_fast_sweep_equals_the_naive_loop(tmp_path):
     body = section(tiny("patching", tmp_path), "Path patching: naive loop vs fast sweep (bench/patching.py)")
     assert body.startswith("- script: bench/patching.py; commit ") and "command: `python -m bench.patching" in body
@@ -74,6 +81,7 @@ def test_patching_fast_sweep_equals_the_naive_loop(tmp_path):
 
 def test_analysis_batched_curves_equal_the_direct_ones_on_both_cases(tmp_path):
     body = section(tiny("analysis", tmp_path), "Knockout curves: direct vs batched END-only passes")
+    from_record(body, tmp_path / "RESULTS.md", "analysis")
     assert "5 knockout sets per case" in body  # none, k = 1..2, one random order k = 1..2
     cases = [line.split("**")[1] for line in body.splitlines() if line.startswith("- **")]
     assert cases == ["demo", "shared-prefix"]
@@ -83,6 +91,7 @@ def test_analysis_batched_curves_equal_the_direct_ones_on_both_cases(tmp_path):
 def test_eval_tables_the_engine_transformers_and_the_harness(tmp_path, tiny_data):
     body = section(tiny("eval", tmp_path, "--data-dir", tiny_data),
                    "Evaluation throughput: keyheads engine vs transformers generate")
+    from_record(body, tmp_path / "RESULTS.md", "eval")
     rows = [line.split(" | ")[0] for line in body.splitlines() if line.startswith("| ") and "---" not in line]
     assert rows == ["| system", "| keyheads engine (greedy_generate, shared prefix, continuous batching)",
                     "| transformers generate (batched, left-padded)", "| lm-evaluation-harness HF backend"]
@@ -138,6 +147,7 @@ def test_fsdp_trains_full_sft_under_ddp_and_fsdp2_on_two_processes(tmp_path):
 @pytest.mark.distributed
 def test_fsdp_memory_measures_both_ways_of_loading_on_both_processes(tmp_path):
     body = section(tiny("fsdp_memory", tmp_path, "--out", tmp_path / "work"), "FSDP2 on two CPU processes")
+    from_record(body, tmp_path / "RESULTS.md", "fsdp_memory")
     rows = [tuple(line.split(" | ")[:2]) for line in body.splitlines() if line.startswith("| read") or
             line.startswith("| loaded")]
     assert rows == [("| read shard by shard (now)", "0"), ("| read shard by shard (now)", "1"),

@@ -51,7 +51,8 @@ CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 BLOCKS = [("<!-- findings table:", "<!-- end of findings table -->"), ("<!-- studies:", "<!-- end of studies -->"),
           ("<!-- gpu cost:", "<!-- end of gpu cost -->"), ("<!-- verdict rules:", "<!-- end of verdict rules -->"),
           ("<!-- verdict changes:", "<!-- end of verdict changes -->"),
-          ("<!-- gpu records:", "<!-- end of gpu records -->")]
+          ("<!-- gpu records:", "<!-- end of gpu records -->"),
+          ("<!-- bench record:", "<!-- end of bench record -->")]
 
 # --- rule 1: verdicts --------------------------------------------------------------------------------------------
 _WORDS = "|".join(re.escape(v) for v in sorted(VERDICTS, key=len, reverse=True) if v != "holds")
@@ -222,8 +223,10 @@ def test_each_generated_block_names_the_script_that_writes_it(page):
     for begin, end in BLOCKS:
         for start in (m.start() for m in re.finditer(re.escape(begin), text)):
             marker = text[start:text.index("-->", start)]
-            script = re.search(r"written by `python ([^\s`]+)", marker)
-            assert script and (ROOT / script.group(1)).is_file(), marker
+            script = re.search(r"written by `python (-m )?([^\s`]+)", marker)
+            assert script, marker
+            path = script.group(2).replace(".", "/") + ".py" if script.group(1) else script.group(2)
+            assert (ROOT / path).is_file(), marker
             assert text.find(end, start) > start, f"{page.name}: {begin} has no {end}"
 
 
