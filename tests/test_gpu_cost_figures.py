@@ -35,7 +35,7 @@ def test_the_figures_are_the_records_fields(figures):
     info = FinetuneResult.from_json(json.loads((gpu_records.RECORDS / full.record / "run" / "finetune" / "full" /
                                                 "finetune.json").read_text()))
     assert full.samples_per_second == info.train.samples_per_second and full.parallel == "fsdp" == figures.parallel
-    assert full.run_samples == info.data.n * info.config["epochs"]
+    assert full.run_samples == info.data.n * info.config.epochs
     rows = [json.loads(x) for x in (gpu_records.RECORDS / full.record / "stages.jsonl").read_text().splitlines()]
     assert full.allocated_peak == next(r["allocated_peak"] for r in rows if r["stage"] == "finetune/full")
     assert full.first  # the only variant its run trained: its step holds the run's warm-up
