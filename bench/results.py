@@ -105,7 +105,7 @@ def provenance(script: str, machine: str, root: Path | str | None = None) -> str
     the checkout at `root` (default: this repository) that the figures are measured on, the date, and `machine`.
 
     The commit reads "+ uncommitted changes" when `git status` shows a change under src/ or bench/ (new files
-    included; RESULTS.md aside, which the runs themselves rewrite), and "unknown" outside a checkout.
+    included; RESULTS.md and the records aside, which the runs themselves write), and "unknown" outside a checkout.
     """
     root = Path(root) if root is not None else ROOT
 
@@ -114,7 +114,8 @@ def provenance(script: str, machine: str, root: Path | str | None = None) -> str
 
     try:
         sha = git("rev-parse", "--short", "HEAD")
-        changed = git("status", "--porcelain", "--", "src", "bench", ":(exclude)bench/RESULTS.md")
+        changed = git("status", "--porcelain", "--", "src", "bench", ":(exclude)bench/RESULTS.md",
+                      ":(exclude)bench/records")
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown (not a git checkout)"
     else:
