@@ -26,14 +26,18 @@ install: $(STAMP)
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(VENV)/bin/keyheads demo
 
+# Two pytest-xdist workers, each test file on one of them (its module and session fixtures made once there), one
+# torch thread each (tests/conftest.py). PARALLEL= runs the tests in one process.
+PARALLEL ?= -n 2 --dist loadfile
+
 # The inner loop's full check: every test but the two tiers that start other processes or environments
 # (distributed: torchrun and multiprocessing; package: the wheel in a fresh environment).
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not distributed and not package"
+	$(PY) -m pytest -q $(PARALLEL) -m "not distributed and not package"
 
 # Everything, in one pytest run, with the 15 slowest tests listed (what .ci/run runs).
 test-all: $(STAMP)
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q $(PARALLEL) --durations=15
 
 # The inner loop: every test but the slow, multi-process, browser and pretrained-model ones (README "Tests").
 test-fast: $(STAMP)

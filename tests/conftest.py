@@ -6,7 +6,9 @@ import torch
 
 from tests.helpers import write_tiny_benchmarks
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Two threads a process; one a worker when pytest-xdist runs the tests in parallel (`make test`: two workers), so
+# that the workers do not take each other's cores.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, min(2, os.cpu_count() or 1)))
 
 # Tests never reach the hub: a benchmark or model missing from the test data is an error, not a download.
 for _offline in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):

@@ -142,6 +142,8 @@ def test_every_bench_results_section_opens_with_its_provenance_line():
         if "(bench/paper_gpu.py)" in title:
             continue  # written by bench/paper_gpu.py from its GPU records; not under this rule yet
         lines = body.strip().splitlines()  # the first bullet, with its indented continuation lines
+        if lines[0].startswith("<!-- bench record:"):  # a section written from its record: its text opens after
+            lines = lines[1:]
         first = " ".join([lines[0], *(x.strip() for x in itertools.takewhile(lambda x: x.startswith("  "), lines[1:]))])
         opening = r"- script: .+; (figures committed in|figures withdrawn|not measured|commit) .+; machine: .+"
         assert re.fullmatch(opening, first), title

@@ -103,6 +103,8 @@ def _wait_for_work(job, work: Path, timeout: float = 300.0) -> None:
 
 def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(study, tmp_path):
     pytest.importorskip("submitit")
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
     from keyheads.study.jobs import submit
 
     cfg = cfg_of(study, out=str(tmp_path / "work"))
@@ -113,8 +115,11 @@ def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(s
     _wait_for_work(jobs[1], tmp_path / "work" / "cells" / "eval--base")
     jobs[1].cancel()  # killed, as a preempted job is
     assert jobs[0].result().endswith("knockout")
-    with pytest.raises(Exception):  # noqa: B017 -- submitit's own error for a killed job
-        jobs[1].result()
+    try:
+        returned = jobs[1].result()
+    except (UncompletedJobError, FailedJobError):  # submitit's own errors for a killed job
+        returned = None
+    assert returned is None, f"the killed job finished ({jobs[1].state}): {(jobs[1].stderr() or '')[-3000:]}"
     assert states(cfg, records)["eval/base"] == "pending"  # a killed cell leaves no record
     [again] = submit(str(study / "study.yaml"), over, records, ["eval/base"], "local", tmp_path / "jobs")
     assert again.result().endswith("eval--base")

@@ -34,20 +34,31 @@ def test_every_committed_study_record_is_listed_and_every_listed_record_is_commi
         assert f"records/{name}/" in (ROOT / "bench" / "RESULTS.md").read_text()
 
 
-def _copy_tree(tmp: Path) -> Path:
-    """The files pages.py reads and writes, copied under tmp."""
+def _copy_tree(tmp: Path, only: str | None = None) -> Path:
+    """The files pages.py reads and writes, copied under tmp; with `only`, a manifest of that one study (its pages,
+    README's and RESULTS' findings tables, then written once for it: the whole manifest takes minutes a run)."""
     for rel in ("README.md", "studies/RESULTS.md", "studies/studies.json", "studies/verdict_changes.json"):
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp / rel)
     shutil.copytree(ROOT / "studies" / "pages", tmp / "studies" / "pages")
-    for study in json.loads((ROOT / "studies" / "studies.json").read_text())["studies"]:
+    manifest = json.loads((ROOT / "studies" / "studies.json").read_text())
+    if only is not None:
+        manifest["studies"] = [s for s in manifest["studies"] if s["name"] == only]
+        manifest["models"] = [m for m in manifest["models"] if m["study"] == only]  # the findings table's columns
+        write_json(tmp / "studies" / "studies.json", manifest)
+        for page in (tmp / "studies" / "pages").glob("*.md"):
+            if page.stem != only:
+                page.unlink()
+    for study in manifest["studies"]:
         if study["record"] is not None:
             shutil.copytree(ROOT / study["record"], tmp / study["record"])
+    if only is not None:
+        assert pages.main([], root=tmp) == 0
     return tmp
 
 
 def test_a_changed_number_in_a_record_makes_the_pages_stale_and_rewriting_puts_it_in(tmp_path):
-    root = _copy_tree(tmp_path)
+    root = _copy_tree(tmp_path, only="demo-smollm2-135m")
     assert pages.main(["--check"], root=root) == 0
     [record] = (root / "records" / "demo-smollm2-135m").iterdir()
     path = record / "run" / "knockout" / "knockout.json"
@@ -66,7 +77,7 @@ def test_a_changed_number_in_a_record_makes_the_pages_stale_and_rewriting_puts_i
 
 
 def test_a_page_of_no_study_is_stale_and_removed(tmp_path):
-    root = _copy_tree(tmp_path)
+    root = _copy_tree(tmp_path, only="demo-smollm2-135m")
     (root / "studies" / "pages" / "gone.md").write_text("# a study that left the manifest\n")
     assert pages.main(["--check"], root=root) == 1
     assert pages.main([], root=root) == 0 and not (root / "studies" / "pages" / "gone.md").exists()

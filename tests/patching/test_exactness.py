@@ -166,7 +166,7 @@ def test_fast_matches_naive_on_smollm2(smollm2):
     answer = torch.tensor([smollm2.tokens("8")[0], smollm2.tokens("6")[0]])
     batch = Batch([0, 1], ref, cf, answer)
     fast = path_patch_batch(smollm2, batch, "relative-logit")
-    layers = [0, 9, 17, 28, 29]  # spot checks across depth keep the naive loop affordable
+    layers = [0, 15, 29]  # spot checks across depth (first, middle, last) keep the naive loop affordable
     naive = naive_path_patch_batch(smollm2, batch, "relative-logit", layers=layers)
     torch.testing.assert_close(fast.heads[:, layers], naive.heads[:, layers], atol=1e-4, rtol=0)
     torch.testing.assert_close(fast.mlps[:, layers], naive.mlps[:, layers], atol=1e-4, rtol=0)
