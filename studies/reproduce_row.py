@@ -84,7 +84,7 @@ def from_eval(adapter: Path, eval_dir: Path) -> tuple[Path, dict, list[str], int
     if table is None or record is None:
         sys.exit(f"{eval_dir / RESULTS_JSON} and {adapter / FINETUNE_JSON} are needed: the folders of a finished "
                  "`keyheads finetune` and `keyheads eval --adapter`")
-    settings = table.config
+    settings = table.config.to_json()  # the EvalSettings as saved, every key
     return (adapter, settings, table.benchmarks, settings["limit"], Path(settings["cache_dir"]),
             f"{record.base_model} {adapter.name} ({eval_dir})")
 
