@@ -92,13 +92,14 @@ def test_a_cell_needs_its_upstream_cell_and_a_tampered_record_is_refused(study, 
         run_cell(cfg_of(study, out=str(tmp_path / "w")), records, "mlp", progress=False)
 
 
-def _wait_for_work(job, work: Path, timeout: float = 300.0) -> None:
-    """Until the job's cell is inside a stage (a `.started` file in its work folder): a signal then lands in keyheads'
-    code, not in submitit's start-up (which may outlive it), however slow a loaded machine starts the process."""
+def _wait_for_task(job, timeout: float = 300.0) -> None:
+    """Until the job's task process has started (submitit opened its log), seconds before it can finish: it still
+    imports torch, restores its inputs and runs its stage. Waiting for the stage itself raced on a loaded machine: a
+    tiny study's stage ends in a fraction of a second, and the job finished before the signal reached it."""
     stop = time.monotonic() + timeout
-    while not any(work.rglob("*.started")) and time.monotonic() < stop:
+    while not job.paths.stderr.exists() and time.monotonic() < stop:
         assert job.state not in ("FINISHED", "FAILED", "INTERRUPTED"), f"the job ended unstarted: {job.state}"
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(study, tmp_path):
@@ -112,7 +113,7 @@ def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(s
     records = tmp_path / "records"
     run_cell(cfg, records, "identify", progress=False)
     jobs = submit(str(study / "study.yaml"), over, records, ["knockout", "eval/base"], "local", tmp_path / "jobs")
-    _wait_for_work(jobs[1], tmp_path / "work" / "cells" / "eval--base")
+    _wait_for_task(jobs[1])
     jobs[1].cancel()  # killed, as a preempted job is
     assert jobs[0].result().endswith("knockout")
     try:
