@@ -1,7 +1,9 @@
 """A study as cells (keyheads.study): each cell commits its own record; status reads the records; cells run on any
 machine, here or as submitit jobs; a killed cell runs again; the merged records give the findings of one run."""
 import json
+import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -102,6 +104,19 @@ def _wait_for_task(job, timeout: float = 300.0) -> None:
         time.sleep(0.05)
 
 
+def _kill(job) -> None:
+    """SIGKILL the job's task and its controller, as a node that goes away kills them. Not submitit's cancel: that
+    is a SIGINT, which a shell's background job (a CI runner's, a nohup) ignores, and the processes it starts too."""
+    pid = int(job.job_id)  # the local controller's process; its children are the tasks
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    stop = time.monotonic() + 60
+    while not children.read_text().split() and time.monotonic() < stop:
+        time.sleep(0.05)
+    for task in children.read_text().split():
+        os.kill(int(task), signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+
+
 def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(study, tmp_path):
     pytest.importorskip("submitit")
     from submitit.core.utils import FailedJobError, UncompletedJobError
@@ -114,7 +129,7 @@ def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(s
     run_cell(cfg, records, "identify", progress=False)
     jobs = submit(str(study / "study.yaml"), over, records, ["knockout", "eval/base"], "local", tmp_path / "jobs")
     _wait_for_task(jobs[1])
-    jobs[1].cancel()  # killed, as a preempted job is
+    _kill(jobs[1])  # killed, as a preempted job is
     assert jobs[0].result().endswith("knockout")
     try:
         returned = jobs[1].result()
