@@ -40,9 +40,18 @@ def study(tmp_path_factory) -> Path:
               "attention": {"limit": None}, "mlp": {"limit": None}, "variants": ["precise"],
               "finetune": {"train": str(root / "train.jsonl"), "max_steps": 2, "optimizer_batch_size": 4,
                            "micro_batch_size": 2},
-              "eval": {"benchmarks": ["mmlu", "arith-add"], "limit": 4, "few_shot": 1}}
+              "eval": {"benchmarks": ["mmlu", "arith-add", "generic-kl"], "limit": 4, "few_shot": 1}}
     (root / "study.yaml").write_text(json.dumps(config))  # JSON is YAML
     return root
+
+
+def without_timing(value):
+    """A JSON value less its `timing` entries (seconds, and items computed or found in a cache)."""
+    if isinstance(value, dict):
+        return {k: without_timing(v) for k, v in value.items() if k != "timing"}
+    if isinstance(value, list):
+        return [without_timing(v) for v in value]
+    return value
 
 
 def cfg_of(study: Path, **over) -> RunSettings:
@@ -146,6 +155,17 @@ def test_cells_as_submitit_jobs_a_killed_one_rerun_merge_to_one_run_s_findings(s
     whole = [f.to_json() for f in findings(tmp_path / "whole")]
     assert [f.to_json() for f in findings(merged)] == whole
     assert json.loads((merged.root / "eval" / "results.json").read_text())["variants"][0]["label"].endswith("(base)")
+    # every row's every figure, generic KL included: a row's cell evaluates that row alone, its drift measured against
+    # the base model, and gets what the whole table (its base row evaluated first) gets
+    rows = [without_timing(json.loads((root / "eval" / "results.json").read_text())["variants"])
+            for root in (merged.root, tmp_path / "whole")]
+    assert [(r["label"], r["fingerprint"], r["benchmarks"]) for r in rows[0]] == \
+        [(r["label"], r["fingerprint"], r["benchmarks"]) for r in rows[1]]  # `info` names each one's own folder
+    assert rows[0][2]["benchmarks"]["generic-kl"]["kl"] > 0 and rows[0][2]["benchmarks"]["generic-kl"]["reference"] \
+        .endswith("(base)")
+    for cell, label in (("eval--knockout", rows[0][1]["label"]), ("finetune--precise", rows[0][2]["label"])):
+        table = next((records / cell / "run" / "eval-rows").glob("*/results.json"))
+        assert [v["label"] for v in json.loads(table.read_text())["variants"]] == [label]  # the base row is not in
     # a study kept as cells is a column of the findings table and has its page, as a whole run's record has
     from studies import findings as table
     from studies import pages

@@ -535,9 +535,11 @@ def _eval(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> Non
 
 
 def evaluate_rows(cfg: RunSettings, run: RunFolder, model, rows: list[str], out: Path, cache: Path,
-                  progress: bool = True) -> None:
+                  progress: bool = True, drift_from_base: bool = False) -> None:
     """The eval table of `rows` ("base", "knockout" or a fine-tuning variant, in the table's order) into `out`: the
-    eval stage's whole table, or one row with the base row before it (a study's cell: keyheads.study)."""
+    eval stage's whole table, or one row (a study's cell: keyheads.study). `drift_from_base`: generic-kl measures
+    the rows against the base model without evaluating the base row (another cell does), as the whole table
+    measures them against its first row, the base."""
     heads = key_heads(run).heads
     labels = dict(zip([*ROWS, *cfg.variants], eval_labels(cfg.model, len(heads), cfg.variants, cfg.knockout.mean)))
     made = {"base": lambda: Variant.make("model", cfg.model, label=labels["base"]),  # the run's one mean
@@ -552,8 +554,8 @@ def evaluate_rows(cfg: RunSettings, run: RunFolder, model, rows: list[str], out:
             return model
         return load_run_model(cfg, name)
 
-    evaluate(variants, cfg.eval, out, loader=loader, data_dir=_data_dir(cfg), batch_size=cfg.batch_size,
-             cache_dir=str(cache), progress=progress)
+    evaluate(variants, cfg.eval, out, loader=loader, reference=made["base"]() if drift_from_base else None,
+             data_dir=_data_dir(cfg), batch_size=cfg.batch_size, cache_dir=str(cache), progress=progress)
 
 
 def _report(run: RunFolder) -> None:

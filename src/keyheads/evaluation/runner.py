@@ -167,10 +167,13 @@ def write_table(results: Sequence[VariantResult], cfg: EvalSettings, out: str | 
 
 def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str | Path,
              loader: Callable[[str], HookedModel] | None = None, mean: KnockoutMean = DEFAULT_MEAN, *,
-             data_dir: str | None = None, batch_size: int = 16, cache_dir: str | Path | None = None,
-             progress: bool = True, shard: tuple[int, int] | None = None) -> list[VariantResult]:
+             reference: Variant | None = None, data_dir: str | None = None, batch_size: int = 16,
+             cache_dir: str | Path | None = None, progress: bool = True,
+             shard: tuple[int, int] | None = None) -> list[VariantResult]:
     """Evaluate each variant (the first is the reference for the Δ columns) and write the table.
-    A knockout variant whose options name no mean takes `mean`.
+    A knockout variant whose options name no mean takes `mean`. `reference`, when given, is what generic-kl
+    measures drift against instead of the first variant: prepared (its model loaded) but not evaluated, so that a
+    study's cell evaluates one row against a base row another cell evaluated (keyheads.study.cells).
 
     The caller's concerns, none of which changes a number: `data_dir` (the benchmarks folder; None:
     $KEYHEADS_DATA, else the hub), `batch_size` (prompts per forward pass), `cache_dir` (the per-item cache,
@@ -198,11 +201,12 @@ def evaluate(variants: Sequence[Variant | Prepared], cfg: EvalSettings, out: str
     mine = (distributed.rank(), distributed.world()) if together else shard
 
     def row(prepared: Prepared, shard: tuple[int, int] | None) -> VariantResult:
-        return evaluate_prepared(prepared, cfg, out, tasks, ready[0], data_dir=data_dir, batch_size=batch_size,
-                                 cache_dir=cache_dir, progress=progress, shard=shard)
+        return evaluate_prepared(prepared, cfg, out, tasks, (drift_from or ready)[0], data_dir=data_dir,
+                                 batch_size=batch_size, cache_dir=cache_dir, progress=progress, shard=shard)
 
     tasks: dict[str, Task] = {}
     results, ready = [], []
+    drift_from = [prepare(reference, load_once)] if reference is not None else []  # never a row of the table
     for v in variants:
         if isinstance(v, Variant) and v.kind == "knockout":  # the caller's mean where the row names none
             v = v.with_defaults(mean=mean)

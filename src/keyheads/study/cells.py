@@ -11,7 +11,9 @@ A cell is one of:
 
 A cell's record, `RECORDS/CELL` (CELL's slashes as `--`), holds record.json and `run/`, the small outputs of its
 stages as any record keeps them (keyheads.study.records) with their stage records. An evaluation row writes its
-own table into `eval-rows/ROW/` (the base row first, the reference of its deltas and of the generic KL).
+own table into `eval-rows/ROW/`, of that row alone: the base row is evaluated once, by `eval/base`, and another row's
+generic KL is measured against the base model without evaluating it again. (Records made before 2026-11-29 hold the
+base row too, evaluated again in every row's cell; `merge` takes each cell's own row, the last.)
 
 A cell is done when its record's stage settings are the config's, the inputs it read are the outputs its
 upstream cell's record holds and the code its stages compute with is the checkout's (keyheads.study.code; a record
@@ -98,11 +100,12 @@ def plan(cfg: RunSettings, work: Path, get_model: Callable = lambda: None, progr
     section = {**model_key, **cfg.eval.to_json(), "mean": cfg.knockout.mean, "data_dir": cfg.data_dir}
     for row in [*ROWS, *cfg.variants]:
         folder = f"{ROW_FOLDER}/{variant_slug(row)}"
-        rows = ["base"] if row == "base" else ["base", row]
         inputs = [RunFolder.PAIRS, RunFolder.KEY_HEADS] + ([RunFolder.finetune_rel(row)] if row not in ROWS else [])
 
-        def evaluate(rows: list[str] = rows, folder: str = folder) -> None:
-            evaluate_rows(cfg, run, get_model(), rows, work / folder, work / folder / "cache", progress)
+        def evaluate(row: str = row, folder: str = folder) -> None:
+            # the base row is eval/base's cell alone; another row's drift is measured against the base model
+            evaluate_rows(cfg, run, get_model(), [row], work / folder, work / folder / "cache", progress,
+                          drift_from_base=row != "base")
 
         stages.append(Stage(f"eval/{row}", {**section, "row": row}, inputs, [folder], evaluate,
                             keep=[f"{folder}/cache"], spread=True))
