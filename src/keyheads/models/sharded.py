@@ -7,12 +7,16 @@
 
 `keyheads finetune --parallel fsdp` and the run's fine-tuning stage load this way (models.load_placed with
 sharded=True). Buffers (the rotary tables) are computed as usual when the skeleton is built: they are small
-and not in the weights files. The reading is torch.distributed.checkpoint's Hugging Face reader, which reads
-each requested slice through safetensors' get_slice and copies it into the shard, converting the dtype: a
-process reads 1/world of every tensor, never a whole one.
+and not in the weights files. The reading is torch.distributed.checkpoint's Hugging Face reader, which plans
+the slices each process needs and copies each into its shard, converting the dtype: a process reads 1/world of
+every tensor, never a whole one. Its slices are read with plain file reads (SlicedFile) rather than through
+safetensors' memory map, so that the pages of the files stay page cache instead of the process's resident memory.
 """
 from __future__ import annotations
 
+import json
+import math
+import struct
 from pathlib import Path
 
 import torch
@@ -22,6 +26,7 @@ from torch import nn
 from torch.distributed import checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor
+from torch.futures import Future
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from ..errors import BadFile
@@ -69,11 +74,82 @@ def without_peft(name: str) -> str:
     return name.replace(PEFT_BASE, "")
 
 
+# safetensors' dtype names (its format's header) -> torch's
+DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+          "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+          "BOOL": torch.bool}
+
+
+class SlicedFile:
+    """A safetensors file read slice by slice with plain reads: `get_slice(name)[slices]` as safetensors' own
+    `safe_open(...).get_slice(name)[slices]` gives it, reading only the rows of the first dimension that the
+    slices ask for (a shard of FSDP2's is a range of rows) and holding nothing of the file but those bytes."""
+
+    def __init__(self, path: str | Path):
+        self.file = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by __exit__)
+        (size,) = struct.unpack("<Q", self.read(8, 0))
+        self.header = json.loads(self.read(size, 8))
+        self.start = 8 + size
+
+    def __enter__(self) -> SlicedFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+    def read(self, n: int, offset: int) -> bytearray:
+        """`n` bytes from `offset`, in as many reads as the system needs (one read stops short of 2 GiB)."""
+        data = bytearray(n)
+        view, got = memoryview(data), 0
+        self.file.seek(offset)
+        while got < n:
+            k = self.file.readinto(view[got:])
+            if not k:
+                raise OSError(f"{self.file.name} ends at byte {offset + got}, before the tensor it names ends")
+            got += k
+        return data
+
+    def get_slice(self, name: str) -> _Rows:
+        entry = self.header[name]
+        return _Rows(self, DTYPES[entry["dtype"]], entry["shape"], self.start + entry["data_offsets"][0])
+
+
+class _Rows:
+    def __init__(self, file: SlicedFile, dtype: torch.dtype, shape: list[int], offset: int):
+        self.file, self.dtype, self.shape, self.offset = file, dtype, shape, offset
+
+    def __getitem__(self, slices: tuple[slice, ...]) -> torch.Tensor:
+        first = slices[0] if slices else slice(None)
+        lo, hi, _ = first.indices(self.shape[0]) if self.shape else (0, 1, 1)
+        row = math.prod(self.shape[1:]) * self.dtype.itemsize
+        data = self.file.read((hi - lo) * row, self.offset + lo * row)
+        rows = torch.frombuffer(data, dtype=self.dtype) if data else torch.empty(0, dtype=self.dtype)
+        return rows.reshape(hi - lo, *self.shape[1:])[(slice(None), *slices[1:])] if self.shape \
+            else rows.reshape(())
+
+
+class PlainReader(dcp.HuggingFaceStorageReader):
+    """torch's Hugging Face reader, its slices read through SlicedFile: the same plan and the same copies into
+    the shards, without mapping the files into the process."""
+
+    def read_data(self, plan, planner) -> Future[None]:
+        per_file: dict[str, list] = {}
+        for item in plan.items:
+            per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
+        for name, items in per_file.items():
+            with SlicedFile(name) as f:
+                for item in items:
+                    self._process_read_request(f, item, planner)
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+
+
 def read_own_shards(hf: nn.Module, folder: str | Path, names: set[str]) -> None:
     """Fill the tensors `names` of `hf` (after materialize) from the safetensors files of `folder`; under
     FSDP2 each process reads only the slices of its own shards. A tensor that the files do not have is an
     error, except a tied unembedding (it is the embedding)."""
-    reader = dcp.HuggingFaceStorageReader(str(folder))
+    reader = PlainReader(str(folder))
     # transformers finds its renamings by the model's class, which fully_shard has replaced: ask a fresh skeleton
     try:
         files = set(reader.read_metadata().state_dict_metadata)

@@ -6,7 +6,8 @@ changes, though a refactor (a typed result read where a dict was) leaves every n
 cells takes hours; the witness takes minutes, and it proves only what it reaches:
 1. A tiny study with every kind of cell (pairs, identify, knockout, attention, MLPs, the eval rows, a rate grid and
    precise, precise+MLP, random, LoRA and full fine-tunes) runs on a random tiny model of each family asked for:
-   once with the old sources and twice with today's, each in the same folder.
+   once with the old sources and twice with today's, each in the same folder. The first family's study runs again
+   with its precise and full fine-tunes under FSDP2 (one process: the sharded loading and checkpointing path).
 2. What today's two runs disagree on is a time or a machine's detail, not a number, and is left out: a whole file,
    or in a JSON file the values at the keys that differ, and always the values under keys that name a time
    (`NOT_RESULTS`). Everything else must be byte-equal (JSON: value-equal) to
@@ -57,8 +58,10 @@ class Outcome:
         return self.compared > 0 and not self.differ and not self.unreached
 
 
-def study_config(root: Path, family: str) -> Path:
-    """A tiny study of every kind of cell on a random `family` model, written under `root` -> its config."""
+def study_config(root: Path, family: str, fsdp: bool = False) -> Path:
+    """A tiny study of every kind of cell on a random `family` model, written under `root` -> its config. `fsdp`:
+    its fine-tunes (precise and full only) under FSDP2 in one process, which loads the model as a skeleton and reads
+    its weights shard by shard (keyheads.models.sharded), as a multi-process run does."""
     from ..testing.tiny import tiny_model  # noqa: PLC0415 (loads transformers' model classes)
 
     model = tiny_model(family, seed=0)
@@ -78,6 +81,10 @@ def study_config(root: Path, family: str) -> Path:
                            "micro_batch_size": 2, "lr_grid": {"precise": [1e-3, 3e-3], "full": [1e-4, 3e-4]},
                            "grid_fraction": 0.5, "validation": 4, "mlps": 1},
               "eval": {"benchmarks": ["arith-add", "mmlu", "generic-kl"], "limit": 4, "few_shot": 1}}
+    if fsdp:
+        config["variants"] = ["precise", "full"]
+        config["finetune"] = {**config["finetune"], "parallel": "fsdp", "lr_grid": {}}
+        config["eval"]["benchmarks"] = ["arith-add", "generic-kl"]
     path = root / "study.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     return path
@@ -241,12 +248,13 @@ def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
     coverage.py when `changed` lines are to be checked), and compare what they wrote."""
     outcome = Outcome()
     coverage_files = []
-    for family in families:
-        root = work / family
+    # each family's study, and the first one's again with its fine-tunes under FSDP2 (the sharded loading path)
+    for family, fsdp in [*((f, False) for f in families), *((f, True) for f in families[:1])]:
+        root = work / (f"{family}-fsdp" if fsdp else family)
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         (root / "inputs").mkdir()
-        config = study_config(root / "inputs", family)
+        config = study_config(root / "inputs", family, fsdp)
         run = root / "run"  # one folder for all three runs: its path inside the outputs is the same
         got = {}
         for name, src in (("old", old_src), ("new", new_src), ("again", new_src)):
