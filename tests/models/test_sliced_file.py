@@ -54,5 +54,20 @@ def test_a_file_cut_short_is_an_error_not_a_short_tensor(weights):
     with SlicedFile(path) as f:
         end = f.start + f.header["embed"]["data_offsets"][1]
     path.write_bytes(data[:end - 10])
-    with SlicedFile(path) as f, pytest.raises(OSError, match="ends at byte"):
+    with SlicedFile(path) as f, pytest.raises(RuntimeError):
         f.get_slice("embed")[(slice(0, None),)]
+
+
+def test_a_truncated_weights_file_is_reported_as_one(tmp_path):
+    from keyheads.errors import BadFile
+    from keyheads.models.sharded import read_own_shards, skeleton
+    from keyheads.testing import tiny_model
+
+    tiny = tiny_model("llama", seed=0)
+    tiny.hf.save_pretrained(tmp_path)
+    [weights] = tmp_path.glob("*.safetensors")
+    weights.write_bytes(weights.read_bytes()[:-100])
+    model = skeleton(tmp_path, torch.float32)
+    model.to_empty(device="cpu")
+    with pytest.raises(BadFile, match="truncated"):
+        read_own_shards(model, tmp_path, {n for n, _ in model.named_parameters()})

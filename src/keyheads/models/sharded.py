@@ -19,6 +19,7 @@ import math
 import struct
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import init_empty_weights
 from safetensors import SafetensorError
@@ -87,8 +88,8 @@ class SlicedFile:
 
     def __init__(self, path: str | Path):
         self.file = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by __exit__)
-        (size,) = struct.unpack("<Q", self.read(8, 0))
-        self.header = json.loads(self.read(size, 8))
+        (size,) = struct.unpack("<Q", self.read(8, 0).numpy().tobytes())
+        self.header = json.loads(self.read(size, 8).numpy().tobytes())
         self.start = 8 + size
 
     def __enter__(self) -> SlicedFile:
@@ -97,17 +98,13 @@ class SlicedFile:
     def __exit__(self, *exc) -> None:
         self.file.close()
 
-    def read(self, n: int, offset: int) -> bytearray:
-        """`n` bytes from `offset`, in as many reads as the system needs (one read stops short of 2 GiB)."""
-        data = bytearray(n)
-        view, got = memoryview(data), 0
+    def read(self, n: int, offset: int) -> torch.Tensor:
+        """`n` bytes from `offset` as a uint8 tensor (numpy's fromfile reads in as many calls as the system needs).
+        A file that ends early gives fewer: the tensor made of them does not take its dtype or shape, an error
+        that read_own_shards reports as a truncated file."""
         self.file.seek(offset)
-        while got < n:
-            k = self.file.readinto(view[got:])
-            if not k:
-                raise OSError(f"{self.file.name} ends at byte {offset + got}, before the tensor it names ends")
-            got += k
-        return data
+        return torch.from_numpy(np.fromfile(self.file, dtype=np.uint8, count=n)) if n \
+            else torch.empty(0, dtype=torch.uint8)  # numpy's empty array has a stride torch cannot view
 
     def get_slice(self, name: str) -> _Rows:
         entry = self.header[name]
@@ -122,8 +119,7 @@ class _Rows:
         first = slices[0] if slices else slice(None)
         lo, hi, _ = first.indices(self.shape[0]) if self.shape else (0, 1, 1)
         row = math.prod(self.shape[1:]) * self.dtype.itemsize
-        data = self.file.read((hi - lo) * row, self.offset + lo * row)
-        rows = torch.frombuffer(data, dtype=self.dtype) if data else torch.empty(0, dtype=self.dtype)
+        rows = self.file.read((hi - lo) * row, self.offset + lo * row).view(self.dtype)
         return rows.reshape(hi - lo, *self.shape[1:])[(slice(None), *slices[1:])] if self.shape \
             else rows.reshape(())
 
