@@ -243,18 +243,19 @@ def interrupt(run: Path) -> None:
 
 
 def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
-            changed: dict[str, set[int]] | None = None) -> Outcome:
+            changed: dict[str, set[int]] | None = None, fsdp: bool = True) -> Outcome:
     """Run the tiny study of each family with the old sources and twice with the new ones (the second under
-    coverage.py when `changed` lines are to be checked), and compare what they wrote."""
+    coverage.py when `changed` lines are to be checked), and compare what they wrote; `fsdp`: the first family's
+    study again with its fine-tunes under FSDP2."""
     outcome = Outcome()
     coverage_files = []
     # each family's study, and the first one's again with its fine-tunes under FSDP2 (the sharded loading path)
-    for family, fsdp in [*((f, False) for f in families), *((f, True) for f in families[:1])]:
-        root = work / (f"{family}-fsdp" if fsdp else family)
+    for family, sharded in [*((f, False) for f in families), *((f, True) for f in families[:1] if fsdp)]:
+        root = work / (f"{family}-fsdp" if sharded else family)
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         (root / "inputs").mkdir()
-        config = study_config(root / "inputs", family, fsdp)
+        config = study_config(root / "inputs", family, sharded)
         run = root / "run"  # one folder for all three runs: its path inside the outputs is the same
         got = {}
         for name, src in (("old", old_src), ("new", new_src), ("again", new_src)):
