@@ -120,8 +120,8 @@ class _Rows:
         lo, hi, _ = first.indices(self.shape[0]) if self.shape else (0, 1, 1)
         row = math.prod(self.shape[1:]) * self.dtype.itemsize
         rows = self.file.read((hi - lo) * row, self.offset + lo * row).view(self.dtype)
-        return rows.reshape(hi - lo, *self.shape[1:])[(slice(None), *slices[1:])] if self.shape \
-            else rows.reshape(())
+        rest = (slice(None), *slices[1:])  # the first dimension's slice is read already
+        return rows.reshape(hi - lo, *self.shape[1:])[rest] if self.shape else rows.reshape(())
 
 
 class PlainReader(dcp.HuggingFaceStorageReader):

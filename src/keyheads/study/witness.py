@@ -82,9 +82,10 @@ def study_config(root: Path, family: str, fsdp: bool = False) -> Path:
                            "grid_fraction": 0.5, "validation": 4, "mlps": 1},
               "eval": {"benchmarks": ["arith-add", "mmlu", "generic-kl"], "limit": 4, "few_shot": 1}}
     if fsdp:
-        config["variants"] = ["precise", "full"]
-        config["finetune"] = {**config["finetune"], "parallel": "fsdp", "lr_grid": {}}
-        config["eval"]["benchmarks"] = ["arith-add", "generic-kl"]
+        config |= {"variants": ["precise", "full"],
+                   "finetune": {"train": str(root / "train.jsonl"), "epochs": 1, "optimizer_batch_size": 4,
+                                "micro_batch_size": 2, "parallel": "fsdp", "validation": 4, "mlps": 1},
+                   "eval": {"benchmarks": ["arith-add", "generic-kl"], "limit": 4, "few_shot": 1}}
     path = root / "study.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     return path
