@@ -57,10 +57,9 @@ def test_each_set_is_identified_as_the_identify_function_does(run, tiny_data, ll
         pairs = [json.loads(line) for line in (folder / "pairs.jsonl").read_text().splitlines()]
         assert pairs and {p["task"] for p in pairs} == {name}
         # the same pairs, patched directly: the stage's effects are the function's
-        effects, keys = identify(llama, folder / "pairs.jsonl", cfg.identify, tmp_path / "direct" / name,
-                                 progress=False)
+        found = identify(llama, folder / "pairs.jsonl", cfg.identify, tmp_path / "direct" / name, progress=False)
         assert read(folder / "effects.json")["heads"] == read(tmp_path / "direct" / name / "effects.json")["heads"]
-        assert read(folder / "key_heads.json")["heads"] == keys["heads"]
+        assert read(folder / "key_heads.json")["heads"] == found.key_heads.to_json()["heads"]
     assert all(p["reference"].startswith("Q: ") for p in map(json.loads, (run / "identify" / "gsm8k" / "pairs.jsonl")
                                                               .read_text().splitlines()))
     # the main stage's record holds none of their files: each set is its own stage's

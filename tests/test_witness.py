@@ -7,7 +7,7 @@ import pytest
 
 from keyheads.study.witness import Outcome, compare, witness
 
-pytestmark = pytest.mark.slow  # three tiny studies per witness (and three under FSDP2 in the first test)
+pytestmark = pytest.mark.slow  # three runs of a tiny study per witness (and of the FSDP2 and probe ones in the first)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -35,7 +35,10 @@ def test_a_refactor_that_keeps_every_number_is_witnessed(tmp_path):
                                 "        change = patched - original\n        return change / original\n"),
         # a line only a fine-tune under FSDP2 runs (the sharded loading): its study reaches it
         "models/sharded.py": ("    reader = PlainReader(str(folder))\n",
-                              "    reader = PlainReader(str(Path(folder)))\n")})
+                              "    reader = PlainReader(str(Path(folder)))\n"),
+        # a line only identify from a circuit graph runs: the circuit probe reaches it
+        "patching/from_circuit.py": ("    path, out = Path(path), Path(out)\n",
+                                     "    path = Path(path)\n    out = Path(out)\n")})
     outcome = witness(SRC, src, tmp_path / "work", ["llama"], changed)
     assert outcome.compared > 50 and outcome.differ == [] and outcome.unreached == []
     assert outcome.holds
@@ -48,7 +51,7 @@ def test_a_changed_number_or_an_unreached_statement_is_not(tmp_path):
         # a branch the witness study never takes (it asks for no GPU)
         "machine.py": ("from __future__ import annotations\n",
                        "from __future__ import annotations\n\n\ndef _never_called():\n    return 1\n")})
-    outcome = witness(SRC, src, tmp_path / "work", ["llama"], changed, fsdp=False)
+    outcome = witness(SRC, src, tmp_path / "work", ["llama"], changed, fsdp=False, probes=False)
     assert any(d.startswith("identify/effects.json") for d in outcome.differ), outcome.differ
     assert [u for u in outcome.unreached if u.startswith("machine.py:")], outcome.unreached
     assert not outcome.holds

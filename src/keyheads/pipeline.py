@@ -260,17 +260,16 @@ def _circuit_key(cfg: RunSettings) -> dict:
 
 def _identify(cfg: RunSettings, run: RunFolder, model, progress: bool = True) -> str:
     if cfg.circuit is not None and scoreless(cfg.circuit):  # its heads; its effects from the run's own pairs
-        patched, _ = identify(model, run.pairs, cfg.identify, run.identify, batch_size=cfg.batch_size,
-                              progress=progress)
-        effects, keys = identify_from(cfg.circuit, model, cfg.identify, run.identify, effects=patched)
+        patched = identify(model, run.pairs, cfg.identify, run.identify, batch_size=cfg.batch_size,
+                           progress=progress)
+        found = identify_from(cfg.circuit, model, cfg.identify, run.identify, effects=patched.effects)
         return (f"key heads from the circuit {cfg.circuit}, which has no scores: the effects are keyheads' own "
-                f"path patching of this run's pairs\n" + describe_effects(effects, keys))
+                f"path patching of this run's pairs\n" + describe_effects(found))
     if cfg.circuit is not None:  # a circuit found elsewhere: its heads, not patched ones
-        effects, keys = identify_from(cfg.circuit, model, cfg.identify, run.identify)
-        return f"key heads from the circuit {cfg.circuit}\n" + describe_effects(effects, keys)
-    effects, keys = identify(model, run.pairs, cfg.identify, run.identify, batch_size=cfg.batch_size,
-                             progress=progress)
-    return describe_effects(effects, keys)
+        found = identify_from(cfg.circuit, model, cfg.identify, run.identify)
+        return f"key heads from the circuit {cfg.circuit}\n" + describe_effects(found)
+    return describe_effects(identify(model, run.pairs, cfg.identify, run.identify, batch_size=cfg.batch_size,
+                                     progress=progress))
 
 
 def _also_identify_stage(cfg: RunSettings, run: RunFolder, name: str, model_key: dict, data: dict,
@@ -295,9 +294,8 @@ def _also_identify(cfg: RunSettings, run: RunFolder, name: str, model, progress:
             write_pairs(pairs, _pairs_of(cfg, name, model, progress))
 
     distributed.on_main(make, f"stage identify/{name}: making its pairs")
-    effects, keys = identify(model, pairs, cfg.identify, run.also_identify(name), batch_size=cfg.batch_size,
-                             progress=progress)
-    return describe_effects(effects, keys)
+    return describe_effects(identify(model, pairs, cfg.identify, run.also_identify(name), batch_size=cfg.batch_size,
+                                     progress=progress))
 
 
 def _pairs_of(cfg: RunSettings, name: str, model, progress: bool) -> list[Pair]:

@@ -143,8 +143,8 @@ def test_attribution_run_reports_rank_correlation(model, tmp_path):
     from keyheads.patching import describe, identify
 
     data = write_pairs(tmp_path / "pairs.jsonl")
-    effects, keys = identify(model, data, IdentifySettings(method="attribution", metric="logit-diff", top_k=2),
-                             tmp_path / "run", progress=False)
-    assert -1.0 <= keys["spearman_vs_path"] <= 1.0
+    found = identify(model, data, IdentifySettings(method="attribution", metric="logit-diff", top_k=2),
+                     tmp_path / "run", progress=False)
+    assert found.spearman_vs_path is not None and -1.0 <= found.spearman_vs_path <= 1.0
     assert (tmp_path / "run" / "attribution_vs_path.json").is_file()
-    assert "Spearman" in describe(effects, keys)
+    assert "Spearman" in describe(found)

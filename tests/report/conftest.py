@@ -63,7 +63,6 @@ def run_folder(tmp_path_factory, tiny_data):
     from keyheads.effects import Effects
     from keyheads.evaluation import EvalSettings, Variant, evaluate
     from keyheads.finetune import Example, FinetuneSettings, finetune
-    from keyheads.heads import heads_of
     from keyheads.models.fingerprint import base_fingerprint
     from keyheads.patching import IdentifySettings, identify
     from keyheads.selection import HeadChoice
@@ -86,9 +85,9 @@ def run_folder(tmp_path_factory, tiny_data):
                 {"model": model.name, "fingerprint": fingerprint})
 
         t = time.perf_counter()
-        _, keys = identify(model, pairs, IdentifySettings(top_k=3), out / "identify", batch_size=8, progress=False)
+        found = identify(model, pairs, IdentifySettings(top_k=3), out / "identify", batch_size=8, progress=False)
         _record(out, "identify", time.perf_counter() - t, ["identify/effects.json", "identify/key_heads.json"], config)
-        heads, effects = tuple(heads_of(keys["heads"])), str(out / "identify" / "effects.json")
+        heads, effects = tuple(found.key_heads.heads_ranked), str(out / "identify" / "effects.json")
         sel = HeadChoice.of(heads, effects)
         for stage, call in (
                 ("knockout", lambda: run_knockout(

@@ -11,8 +11,8 @@ from pathlib import Path
 from .. import circuits
 from ..config.commands import ExportCommand
 from ..effects import Effects
-from ..errors import BadFile, MissingFile, SettingError
-from ..io import read_json, write_json
+from ..errors import MissingFile, SettingError
+from ..io import write_json
 from ..results.identify import KeyHeads
 from ..runfolder import EFFECTS_JSON, KEY_HEADS_JSON, RunFolder
 from .flags import add_settings, settings
@@ -28,15 +28,6 @@ def identify_folder(folder: Path) -> Path:
             return candidate
     raise MissingFile(f"{folder} has no {EFFECTS_JSON} (nor identify/{EFFECTS_JSON}): give a run folder whose "
                       "identify stage finished, or a `keyheads identify` output folder")
-
-
-def read_key_heads(path: Path) -> KeyHeads:
-    if not path.is_file():
-        raise MissingFile(f"{path} does not exist (`keyheads identify` and the identify stage write it)")
-    try:
-        return KeyHeads.from_json(read_json(path))
-    except ValueError as err:
-        raise BadFile(f"{path} is not a key_heads.json written by keyheads ({err})") from None
 
 
 def model_shape(cfg: ExportCommand, identify: Path) -> tuple[int, bool, str | None]:
@@ -69,7 +60,7 @@ def cmd_export(args) -> int:
     cfg: ExportCommand = settings(args)
     identify = identify_folder(Path(cfg.folder))
     effects = Effects.load(identify / EFFECTS_JSON)
-    keys = read_key_heads(identify / KEY_HEADS_JSON)
+    keys = KeyHeads.read(identify / KEY_HEADS_JSON)
     if cfg.mlps > len(keys.mlps):
         raise SettingError("--mlps", cfg.mlps, f"{identify / KEY_HEADS_JSON} ranks only {len(keys.mlps)} MLPs")
     d_model, parallel, name = model_shape(cfg, identify)

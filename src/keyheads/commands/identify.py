@@ -33,10 +33,10 @@ def cmd_identify(args) -> int:
         clear_checkpoints(out)
     model = load_from_args(cfg)
     with work_time("identify", out):
-        effects, keys = identify(model, cfg.data, take(cfg, IdentifySettings), out, batch_size=cfg.batch_size,
-                                 progress=not cfg.quiet)
+        found = identify(model, cfg.data, take(cfg, IdentifySettings), out, batch_size=cfg.batch_size,
+                         progress=not cfg.quiet)
         if distributed.is_main():
-            print(describe(effects, keys))
+            print(describe(found))
             print(f"wrote {out}/effects.json, effects.csv, key_heads.json, heatmap.png, timing.json")
     return 0
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import ErrorDetails
 
 from ..errors import SettingError, UserError
 from ..machine import (
@@ -137,21 +138,25 @@ RENAMED = {"operands": "a_range and b_range (--a-range LO,HI --b-range LO,HI)",
                      "converts an old config or run folder)"}
 
 
-def _why(e: Any) -> str:
-    ctx = e.get("ctx") or {}
-    kind = e["type"]
-    if kind == "value_error" and isinstance(ctx.get("error"), SettingError) and ctx["error"].why:
-        return ctx["error"].why
+def _raised(e: ErrorDetails) -> Exception | None:
+    """The exception a validator raised: pydantic keeps it as the `error` of a value or assertion error's context."""
+    return e["ctx"]["error"] if e["type"] in ("value_error", "assertion_error") and "ctx" in e else None
+
+
+def _why(e: ErrorDetails) -> str:
+    # each of pydantic's error types below comes with the context keys read here (pydantic_core's ErrorType)
+    kind, raised = e["type"], _raised(e)
+    if isinstance(raised, SettingError) and raised.why:
+        return raised.why
     if kind in ("greater_than_equal", "greater_than"):
-        bound = ctx.get("ge", ctx.get("gt"))
-        sign = ">=" if kind == "greater_than_equal" else ">"
+        sign, bound = (">=", e["ctx"]["ge"]) if kind == "greater_than_equal" else (">", e["ctx"]["gt"])
         return f"must be {'an integer ' if isinstance(bound, int) else ''}{sign} {bound:g}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
         return "must be an integer"
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
         return "unknown setting"
     if kind == "literal_error":
-        return f"must be one of {ctx.get('expected', '').replace(' or ', ', ')}".replace("'", "")
+        return f"must be one of {e['ctx']['expected'].replace(' or ', ', ')}".replace("'", "")
     return e["msg"].removeprefix("Value error, ")
 
 
@@ -159,11 +164,11 @@ def setting_error(err: ValidationError, flags: bool = False, where: str = "") ->
     """A SettingError naming every invalid setting: `--flag value: why` (flags) or `key: value given; why`."""
     lines = []
     for e in err.errors():
-        raised = (e.get("ctx") or {}).get("error")
+        raised = _raised(e)
         if isinstance(raised, UserError) and not isinstance(raised, SettingError):
             return raised  # a broken file: its own message names it and says what to do
         loc = [str(p) for p in e["loc"]]
-        given = e.get("input")
+        given = e["input"]
         why = _why(e)
         if e["type"] in ("extra_forbidden", "unexpected_keyword_argument") and loc and loc[-1] in RENAMED:
             why += f"; it is now {RENAMED[loc[-1]]}"

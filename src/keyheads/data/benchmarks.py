@@ -216,7 +216,7 @@ def get_benchmark(name: str) -> Benchmark:
 
 def data_dir_from(data_dir: str | Path | None = None) -> Path | None:
     """The data folder: the argument, else $KEYHEADS_DATA, else None."""
-    value = data_dir if data_dir is not None else os.environ.get(DATA_ENV)
+    value = data_dir if data_dir is not None else os.getenv(DATA_ENV)
     return Path(value).expanduser() if value else None
 
 

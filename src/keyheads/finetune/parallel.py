@@ -203,7 +203,7 @@ def check_setup(cfg: FinetuneSettings, device: str | None, world: int, section: 
         raise SettingError("--device auto splits one model over the devices of one process, and accelerate does not "
                            "train such a model on several processes or under FSDP: leave --device out (each process "
                            "takes its own GPU) and use --parallel fsdp to spread the model over the processes")
-    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true", "yes") and cfg.parallel != "fsdp":
+    if os.getenv("ACCELERATE_USE_FSDP", "").lower() in ("1", "true", "yes") and cfg.parallel != "fsdp":
         # accelerate's own FSDP wrapping would meet keyheads' DDP set-up: one way to shard, ours
         raise SettingError("`accelerate launch --use_fsdp` is not how keyheads shards: launch without --use_fsdp "
                            "and add --parallel fsdp (FSDP2, set up by keyheads)")

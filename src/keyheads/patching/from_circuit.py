@@ -16,7 +16,7 @@ from ..effects import Effects
 from ..errors import BadFile
 from ..io import write_json
 from ..models.model import HookedModel
-from ..results.identify import KeyHead, KeyHeads, KeyMLP
+from ..results.identify import Identification, KeyHead, KeyHeads, KeyMLP
 from ..runfolder import EFFECTS_JSON, KEY_HEADS_JSON
 from .heatmap import draw_heatmap
 from .settings import IdentifySettings
@@ -55,10 +55,10 @@ def in_circuit(path: Path, effects: Effects) -> KeyHeads | None:
 
 
 def identify_from(path: str | Path, model: HookedModel, config: IdentifySettings, out: str | Path,
-                  effects: Effects | None = None) -> tuple[Effects, dict]:
+                  effects: Effects | None = None) -> Identification:
     """effects.json, key_heads.json and the heatmap in `out` from the circuit file at `path` (its effects, or
     `effects` when given: keyheads' own patching, for a file without scores); under several processes the main one
-    writes and all return once the files are there. Returns (effects, key heads)."""
+    writes and all return once the files are there."""
     path, out = Path(path), Path(out)
     if effects is None:
         effects = Effects.load(path, model)  # checks the file's layers x heads against the model
@@ -69,4 +69,4 @@ def identify_from(path: str | Path, model: HookedModel, config: IdentifySettings
         write_json(out / KEY_HEADS_JSON, chosen.to_json())
         draw_heatmap(effects, out / "heatmap.png", key=chosen.heads_ranked)
     distributed.barrier()  # a later stage on any rank may read these files
-    return effects, {**chosen.to_json(), "seconds": 0.0}
+    return Identification(effects, chosen, seconds=0.0)

@@ -107,7 +107,7 @@ def _train_memory(shape: ModelShape, method: str, w: Workload, mode: str, world:
     t = trained_params(shape, method, w)
     deltas = shape.precise_params(w.heads) if method.startswith("precise") else 0
     # a delta sits beside W0's slice, which stays in the frozen base; LoRA's A and B are new tensors too
-    frozen = {"full": 0, "lora": shape.params}.get(method, shape.params - (t - deltas))
+    frozen = 0 if method == "full" else shape.params if method == "lora" else shape.params - (t - deltas)
     kind = "precise" if method.startswith("precise") else method
     mlps = w.mlps if method == "precise+mlp" else 0
     per_token = costs.saved_train(shape, b, w.seq_len, micro, kind, w.heads, mlps, w.lora_rank)

@@ -6,11 +6,16 @@ applies the selection rule of keyheads.components to the effects; effects.json i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from ..components import cut_of, rank_heads, rank_mlps
 from ..effects import Effects
+from ..errors import BadFile, MissingFile
 from ..heads import Head
-from .base import Result
+from ..io import read_json
+from .base import Result, problems
 
 
 class KeyHead(Result):
@@ -48,6 +53,17 @@ class KeyHeads(Result):
                           for h in rank_heads(effects, threshold, top_k)],
                    mlps=[KeyMLP(layer=layer, effect=effects.mlps[layer]) for layer in rank_mlps(effects, threshold)])
 
+    @classmethod
+    def read(cls, path: str | Path) -> KeyHeads:
+        """A key_heads.json as identify wrote it; a missing or malformed file is an error that names it."""
+        path = Path(path)
+        if not path.is_file():
+            raise MissingFile(f"{path} does not exist (`keyheads identify` and the identify stage write it)")
+        try:
+            return cls.from_json(read_json(path))
+        except ValidationError as err:
+            raise BadFile(f"{path} is not a key_heads.json written by keyheads ({problems(err)})") from None
+
     @property
     def heads_ranked(self) -> list[Head]:
         """The key heads as Heads, most negative effect first."""
@@ -56,7 +72,10 @@ class KeyHeads(Result):
 
 @dataclass(frozen=True)
 class Identification:
-    """One identification's two files: identify/ (the run's pairs) or identify/NAME/ (also_identify)."""
+    """One identification: its two files, identify/ (the run's pairs) or identify/NAME/ (also_identify), and what
+    the step that made them measured besides (None when read back from the files)."""
 
     effects: Effects
     key_heads: KeyHeads
+    seconds: float | None = None  # the sweep's time (0 for effects read from a circuit file)
+    spearman_vs_path: float | None = None  # attribution methods: rank correlation with exact path patching

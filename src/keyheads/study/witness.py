@@ -7,7 +7,9 @@ cells takes hours; the witness takes minutes, and it proves only what it reaches
 1. A tiny study with every kind of cell (pairs, identify, knockout, attention, MLPs, the eval rows, a rate grid and
    precise, precise+MLP, random, LoRA and full fine-tunes) runs on a random tiny model of each family asked for:
    once with the old sources and twice with today's, each in the same folder. The first family's study runs again
-   with its precise and full fine-tunes under FSDP2 (one process: the sharded loading and checkpointing path).
+   with its precise and full fine-tunes under FSDP2 (one process: the sharded loading and checkpointing path), and
+   twice more, slimmed to identify and one eval row, to reach identify's other ways (attribution patching, and
+   key heads read from a circuit graph that `keyheads export` wrote of its run).
 2. What today's two runs disagree on is a time or a machine's detail, not a number, and is left out: a whole file,
    or in a JSON file the values at the keys that differ, and always the values under keys that name a time
    (`NOT_RESULTS`). Everything else must be byte-equal (JSON: value-equal) to
@@ -41,6 +43,9 @@ Leaf = tuple[str, ...]  # a JSON value's place: the keys (and list indices) down
 # wall_seconds, seconds_this_run, samples_per_second, ...). What a fingerprint hashes is compared itself.
 TEXT = (".md", ".csv", ".txt", ".html", ".svg")
 NOT_RESULTS = ("second", "timing", "speed", "finished", "versions", "machine", "fingerprint")
+# identify's other ways, each a slim study on the first family: attribution patching (and its comparison with exact
+# path patching), and key heads read from a circuit graph (`keyheads export` of the first family's run)
+PROBES = ("attribution", "circuit")
 
 
 @dataclass
@@ -58,10 +63,11 @@ class Outcome:
         return self.compared > 0 and not self.differ and not self.unreached
 
 
-def study_config(root: Path, family: str, fsdp: bool = False) -> Path:
+def study_config(root: Path, family: str, fsdp: bool = False, probe: str = "", circuit: Path | None = None) -> Path:
     """A tiny study of every kind of cell on a random `family` model, written under `root` -> its config. `fsdp`:
     its fine-tunes (precise and full only) under FSDP2 in one process, which loads the model as a skeleton and reads
-    its weights shard by shard (keyheads.models.sharded), as a multi-process run does."""
+    its weights shard by shard (keyheads.models.sharded), as a multi-process run does. `probe`: a study of identify
+    and one eval row only, by another way to identify (one of PROBES; "circuit" reads the graph file `circuit`)."""
     from ..testing.tiny import tiny_model  # noqa: PLC0415 (loads transformers' model classes)
 
     model = tiny_model(family, seed=0)
@@ -86,6 +92,13 @@ def study_config(root: Path, family: str, fsdp: bool = False) -> Path:
                    "finetune": {"train": str(root / "train.jsonl"), "epochs": 1, "optimizer_batch_size": 4,
                                 "micro_batch_size": 2, "parallel": "fsdp", "validation": 4, "mlps": 1},
                    "eval": {"benchmarks": ["arith-add", "generic-kl"], "limit": 4, "few_shot": 1}}
+    if probe:
+        config |= {"variants": [], "eval": {"benchmarks": ["arith-add"], "limit": 4, "few_shot": 1}}
+        config.pop("finetune")
+        if probe == "attribution":
+            config["identify"] = {"top_k": 3, "method": "attribution"}
+        else:
+            config["circuit"] = str(circuit)
     path = root / "study.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     return path
@@ -243,20 +256,34 @@ def interrupt(run: Path) -> None:
         record.unlink()
 
 
+def export_circuit(src: Path, run: Path, out: Path) -> Path:
+    """`keyheads export RUN` with the package at `src` -> the circuit graph file it wrote."""
+    done = subprocess.run([sys.executable, "-m", "keyheads", "export", str(run), "--out", str(out)],
+                          env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the witness could not export {run}'s circuit:\n{done.stderr[-3000:]}")
+    return out / "circuit.json"
+
+
 def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
-            changed: dict[str, set[int]] | None = None, fsdp: bool = True) -> Outcome:
+            changed: dict[str, set[int]] | None = None, fsdp: bool = True, probes: bool = True) -> Outcome:
     """Run the tiny study of each family with the old sources and twice with the new ones (the second under
     coverage.py when `changed` lines are to be checked), and compare what they wrote; `fsdp`: the first family's
-    study again with its fine-tunes under FSDP2."""
+    study again with its fine-tunes under FSDP2; `probes`: the slim studies of identify's other ways (PROBES)."""
     outcome = Outcome()
     coverage_files = []
-    # each family's study, and the first one's again with its fine-tunes under FSDP2 (the sharded loading path)
-    for family, sharded in [*((f, False) for f in families), *((f, True) for f in families[:1] if fsdp)]:
-        root = work / (f"{family}-fsdp" if sharded else family)
+    # each family's study, the first one's again with its fine-tunes under FSDP2 (the sharded loading path), and
+    # the probes on the first family
+    studies = [*((f, "", "") for f in families), *((f, "fsdp", "") for f in families[:1] if fsdp),
+               *((families[0], "", p) for p in (PROBES if probes else ()))]
+    for family, sharded, probe in studies:
+        root = work / "-".join(filter(None, (family, sharded, probe)))
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         (root / "inputs").mkdir()
-        config = study_config(root / "inputs", family, sharded)
+        circuit = export_circuit(new_src, work / family / "run", root / "inputs" / "export") \
+            if probe == "circuit" else None
+        config = study_config(root / "inputs", family, bool(sharded), probe, circuit)
         run = root / "run"  # one folder for all three runs: its path inside the outputs is the same
         got = {}
         for name, src in (("old", old_src), ("new", new_src), ("again", new_src)):
