@@ -36,7 +36,7 @@ VERIFIED = "keyheads-verified.json"  # the stat results of a folder whose sums m
 
 
 def cache_root() -> Path:
-    return Path(os.getenv("KEYHEADS_CACHE", str(Path.home() / ".cache" / "keyheads")))
+    return Path(os.environ.get("KEYHEADS_CACHE", Path.home() / ".cache" / "keyheads"))
 
 
 def _cache_valid(folder: Path) -> bool:
