@@ -104,20 +104,26 @@ def study_config(root: Path, family: str, fsdp: bool = False, probe: str = "", c
     return path
 
 
-def run_study(src: Path, config: Path, out: Path, coverage_file: Path | None = None, fresh: bool = True) -> None:
-    """`keyheads run CONFIG` with the package at `src` (a checkout's src folder), into `out` (cleared first unless
-    not `fresh`); under coverage.py when `coverage_file` is given."""
-    if fresh:
-        shutil.rmtree(out, ignore_errors=True)
+def _keyheads(src: Path, args: list[str], failed: str, coverage_file: Path | None = None) -> None:
+    """`keyheads ARGS` with the package at `src` (a checkout's src folder), under coverage.py when `coverage_file`
+    is given; a failure raises with `failed` and the command's error output."""
     # one hash seed for every run: a set written as a list (PEFT's target_modules) keeps one order
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": "0"}
     head = [sys.executable, "-m"]
     if coverage_file is not None:
         head += ["coverage", "run", f"--data-file={coverage_file}", f"--include={src}/keyheads/*", "-m"]
-    done = subprocess.run([*head, "keyheads", "run", str(config), "--out", str(out), "--quiet", "--threads", "1"],
-                          env=env, capture_output=True, text=True)
+    done = subprocess.run([*head, "keyheads", *args], env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"the witness study failed with the sources in {src}:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{failed}:\n{done.stderr[-3000:]}")
+
+
+def run_study(src: Path, config: Path, out: Path, coverage_file: Path | None = None, fresh: bool = True) -> None:
+    """`keyheads run CONFIG` with the package at `src`, into `out` (cleared first unless not `fresh`); under
+    coverage.py when `coverage_file` is given."""
+    if fresh:
+        shutil.rmtree(out, ignore_errors=True)
+    _keyheads(src, ["run", str(config), "--out", str(out), "--quiet", "--threads", "1"],
+              f"the witness study failed with the sources in {src}", coverage_file)
 
 
 def outputs(folder: Path) -> dict[str, Any]:
@@ -258,10 +264,7 @@ def interrupt(run: Path) -> None:
 
 def export_circuit(src: Path, run: Path, out: Path) -> Path:
     """`keyheads export RUN` with the package at `src` -> the circuit graph file it wrote."""
-    done = subprocess.run([sys.executable, "-m", "keyheads", "export", str(run), "--out", str(out)],
-                          env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"the witness could not export {run}'s circuit:\n{done.stderr[-3000:]}")
+    _keyheads(src, ["export", str(run), "--out", str(out)], f"the witness could not export {run}'s circuit")
     return out / "circuit.json"
 
 
