@@ -7,9 +7,10 @@ import sys
 import pytest
 import torch
 
-from keyheads.models import ModelNotFound, UnsupportedArchitecture, family_for, load_model
-from keyheads.models.loading import MANIFEST, _cache_valid, _one_gguf_reader, cached_folder
+from keyheads.models import ModelNotFound, UnsupportedArchitecture, family_for, load_model, streamed_gguf
+from keyheads.models.loading import MANIFEST, _cache_valid, _convert_gguf, _one_gguf_reader, cached_folder
 from keyheads.testing import tiny_model
+from keyheads.testing.tiny_gguf import write_tiny_gguf
 
 FEW_SHOT_PROMPT = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n5 + 3 = "
 
@@ -65,6 +66,26 @@ def test_a_conversion_parses_the_gguf_file_once(tmp_path, monkeypatch):
     assert len(opened) == 2  # outside, every call reads the file again
 
 
+@pytest.mark.parametrize("unembedding, tied", [(True, True), (True, False), (False, False)])
+def test_a_gguf_converted_tensor_by_tensor_writes_the_files_transformers_writes(tmp_path, monkeypatch, unembedding,
+                                                                               tied):
+    """The streamed conversion's files equal, byte for byte, the ones transformers' whole load and save_pretrained
+    write (so a converted model's fingerprint is what it was): for a tied model whose file carries the unembedding
+    apart (it becomes the one matrix), an untied one, and a file without an unembedding. Blocks of 3 rows: a
+    64-row matrix is written in 22 blocks, the last of one row; Q and K whole (their rows re-ordered by head)."""
+    pytest.importorskip("gguf")
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", unembedding=unembedding)
+    monkeypatch.setattr(streamed_gguf, "BLOCK_BYTES", 3 * 4 * 64)
+    blocks = []
+    original = streamed_gguf._blocks
+    monkeypatch.setattr(streamed_gguf, "_blocks", lambda t, p: blocks.append(t.name) or original(t, p))
+    _convert_gguf(gguf, tmp_path / "streamed", tied=tied)
+    _convert_gguf(gguf, tmp_path / "whole", tied=tied, whole=True)
+    streamed, whole = (json.loads((tmp_path / way / MANIFEST).read_text())["files"] for way in ("streamed", "whole"))
+    assert streamed == whole and "model.safetensors" in streamed
+    assert ("output.weight" in blocks) == unembedding and ("token_embd.weight" in blocks) != (unembedding and tied)
+
+
 def test_folder_without_config_is_explained(tmp_path):
     with pytest.raises(ModelNotFound, match="config.json"):
         load_model(str(tmp_path))
@@ -97,7 +118,7 @@ def test_smollm2_offline_convert_cache_reload(smollm2, tmp_path, monkeypatch):
 
     reads = []
 
-    def read_converted(gguf, tied=False):
+    def read_converted(gguf, tied=False, whole=False):
         reads.append(gguf)
         return AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32), first.tokenizer
 

@@ -1,6 +1,6 @@
 """load_model: a bundled name, a GGUF file, a local HF folder or a hub id -> HookedModel.
 
-GGUF files are de-quantised by transformers into fp32 once (30-80 s) and cached as
+GGUF files are de-quantised into fp32 once (30-80 s; tensor by tensor, streamed_gguf) and cached as
 safetensors under $KEYHEADS_CACHE (default ~/.cache/keyheads). The cache folder is
 written to a temporary name, verified, and renamed, and carries a manifest of sha256
 sums; a truncated or corrupt cache is detected and rebuilt, never loaded.
@@ -30,6 +30,7 @@ from .bundled import BUNDLED, DEFAULT_MODEL
 from .families import family_for
 from .model import HookedModel
 from .sharded import has_safetensors, skeleton, unreadable
+from .streamed_gguf import StreamedModel
 
 MANIFEST = "keyheads-manifest.json"
 VERIFIED = "keyheads-verified.json"  # the stat results of a folder whose sums matched (_cache_valid)
@@ -106,19 +107,22 @@ def tie_embeddings(model) -> None:
     model.get_output_embeddings().weight = model.get_input_embeddings().weight
 
 
-def _convert_gguf(gguf: Path, target: Path, tied: bool = False) -> None:
-    """De-quantise a GGUF file into an fp32 safetensors folder, atomically."""
-    model, tokenizer = _read_gguf(gguf, tied)
+def _convert_gguf(gguf: Path, target: Path, tied: bool = False, whole: bool = False) -> None:
+    """De-quantise a GGUF file into an fp32 safetensors folder, atomically (`whole`: see _read_gguf)."""
+    model, tokenizer = _read_gguf(gguf, tied, whole)
     _save_converted(model, tokenizer, gguf, target)
 
 
-def _read_gguf(gguf: Path, tied: bool = False):
-    """The GGUF file's model, de-quantised to fp32, and its tokenizer."""
+def _read_gguf(gguf: Path, tied: bool = False, whole: bool = False):
+    """The GGUF file's model and its tokenizer. The model is de-quantised tensor by tensor as it is saved
+    (streamed_gguf: the same files, without the whole float32 model in memory) where its architecture allows;
+    else, or `whole`, by transformers into fp32 all at once."""
     _require("gguf", "pip install gguf")
     folder, filename = str(gguf.parent), gguf.name
     with _one_gguf_reader():
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
+        model = None if whole else StreamedModel.of(gguf, tied)
+        model = model or AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
     if tied:
         tie_embeddings(model)
     return model, tokenizer
