@@ -9,7 +9,9 @@ cells takes hours; the witness takes minutes, and it proves only what it reaches
    once with the old sources and twice with today's, each in the same folder. The first family's study runs again
    with its precise and full fine-tunes under FSDP2 (one process: the sharded loading and checkpointing path), and
    twice more, slimmed to identify and one eval row, to reach identify's other ways (attribution patching, and
-   key heads read from a circuit graph that `keyheads export` wrote of its run).
+   key heads read from a circuit graph that `keyheads export` wrote of its run). A tiny GGUF file is converted
+   into an empty model cache the same three ways (`keyheads generate --model FILE.gguf`), and the cache's files
+   compared: every bundled model's cells read their weights from such a cache.
 2. What today's two runs disagree on is a time or a machine's detail, not a number, and is left out: a whole file,
    or in a JSON file the values at the keys that differ, and always the values under keys that name a time
    (`NOT_RESULTS`). Everything else must be byte-equal (JSON: value-equal) to
@@ -36,6 +38,7 @@ import torch
 
 from ..io import file_sha256, write_json
 from ..testing.benchmarks import write_tiny_benchmarks
+from ..testing.tiny_gguf import write_tiny_gguf
 
 Leaf = tuple[str, ...]  # a JSON value's place: the keys (and list indices) down to it
 # words in the keys of times, a machine's details and provenance (the versions, with the commit; a fingerprint, a
@@ -104,11 +107,12 @@ def study_config(root: Path, family: str, fsdp: bool = False, probe: str = "", c
     return path
 
 
-def _keyheads(src: Path, args: list[str], failed: str, coverage_file: Path | None = None) -> None:
+def _keyheads(src: Path, args: list[str], failed: str, coverage_file: Path | None = None,
+              env: dict[str, str] | None = None) -> None:
     """`keyheads ARGS` with the package at `src` (a checkout's src folder), under coverage.py when `coverage_file`
-    is given; a failure raises with `failed` and the command's error output."""
+    is given, with `env` added to the environment; a failure raises with `failed` and the command's error output."""
     # one hash seed for every run: a set written as a list (PEFT's target_modules) keeps one order
-    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": "0"}
+    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": "0", **(env or {})}
     head = [sys.executable, "-m"]
     if coverage_file is not None:
         head += ["coverage", "run", f"--data-file={coverage_file}", f"--include={src}/keyheads/*", "-m"]
@@ -262,6 +266,15 @@ def interrupt(run: Path) -> None:
         record.unlink()
 
 
+def convert_gguf(src: Path, gguf: Path, cache: Path, coverage_file: Path | None = None) -> None:
+    """`keyheads generate --model GGUF` with the package at `src` and an empty model cache `cache`: the GGUF file is
+    converted into the float32 cache (keyheads.models.loading), and the model it makes answers."""
+    shutil.rmtree(cache, ignore_errors=True)
+    _keyheads(src, ["generate", "--model", str(gguf), "--max-new-tokens", "2", "--threads", "1", "!#"],
+              f"the witness could not convert {gguf} with the sources in {src}", coverage_file,
+              {"KEYHEADS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})
+
+
 def export_circuit(src: Path, run: Path, out: Path) -> Path:
     """`keyheads export RUN` with the package at `src` -> the circuit graph file it wrote."""
     _keyheads(src, ["export", str(run), "--out", str(out)], f"the witness could not export {run}'s circuit")
@@ -272,7 +285,8 @@ def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
             changed: dict[str, set[int]] | None = None, fsdp: bool = True, probes: bool = True) -> Outcome:
     """Run the tiny study of each family with the old sources and twice with the new ones (the second under
     coverage.py when `changed` lines are to be checked), and compare what they wrote; `fsdp`: the first family's
-    study again with its fine-tunes under FSDP2; `probes`: the slim studies of identify's other ways (PROBES)."""
+    study again with its fine-tunes under FSDP2; `probes`: the slim studies of identify's other ways (PROBES), and
+    the conversion of a tiny GGUF file."""
     outcome = Outcome()
     coverage_files = []
     # each family's study, the first one's again with its fine-tunes under FSDP2 (the sharded loading path), and
@@ -303,6 +317,15 @@ def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
             resumed = Outcome()
             compare(got["again"], outputs(run), outputs(run), resumed)
             outcome.differ += [f"resumed: {d}" for d in resumed.differ]
+    if probes:  # the conversion of a GGUF file into the model cache, which bundled models' cells read weights from
+        gguf = write_tiny_gguf(work / "tiny.gguf")
+        got = {}
+        for name, src in (("old", old_src), ("new", new_src), ("again", new_src)):
+            cov = work / "coverage-gguf" if name == "again" and changed else None
+            convert_gguf(src, gguf, work / "gguf-cache", cov)
+            got[name] = outputs(work / "gguf-cache" / "models")
+        compare(got["old"], got["new"], got["again"], outcome)
+        coverage_files += [work / "coverage-gguf"] if changed else []
     if changed:
         outcome.unreached = unreached(coverage_files, new_src, changed)
     write_json(work / "witness.json", {"families": families, "compared": outcome.compared,
