@@ -27,8 +27,8 @@ demo: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(VENV)/bin/keyheads demo
 
 # Two pytest-xdist workers, each test file on one of them (its module and session fixtures made once there), one
-# torch thread each (tests/conftest.py). PARALLEL= runs the tests in one process.
-PARALLEL ?= -n 2 --dist loadfile
+# torch thread each (tests/conftest.py), the modules marked `longest` first. PARALLEL= runs the tests in one process.
+PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 # The inner loop's full check: every test but the two tiers that start other processes or environments
 # (distributed: torchrun and multiprocessing; package: the wheel in a fresh environment).

@@ -19,6 +19,13 @@ SHARED_DATA = Path(os.environ.get("KEYHEADS_TEST_DATA",
                                   Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"))
 
 
+def pytest_collection_modifyitems(items):
+    """The modules marked `longest` first, the rest in file order: the two workers (`--dist loadfile
+    --no-loadscope-reorder`) take each module in this order as they come free, so the longest, taken last, would
+    leave one worker running it alone for minutes at the end (test_witness: about a third of a worker's time)."""
+    items.sort(key=lambda item: item.get_closest_marker("longest") is None)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -7,7 +7,8 @@ import pytest
 
 from keyheads.study.witness import Outcome, compare, witness
 
-pytestmark = pytest.mark.slow  # three runs of a tiny study per witness (and of the FSDP2 and probe ones in the first)
+# three runs of a tiny study per witness (and of the FSDP2 and probe ones, and a GGUF conversion, in the first)
+pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
