@@ -54,7 +54,7 @@ def test_a_manifest_over_a_folder_without_weights_does_not_validate(tmp_path, mo
     files = {p.name: {"size": p.stat().st_size, "sha256": loading.file_sha256(p)} for p in folder.iterdir()}
     (folder / MANIFEST).write_text(json.dumps({"source": str(gguf), "files": files}))
     assert not _cache_valid(folder)
-    monkeypatch.setattr(loading, "_read_gguf", lambda path, tied=False: (model.hf, model.tokenizer))
+    monkeypatch.setattr(loading, "_read_gguf", lambda path, tied=False, whole=False: (model.hf, model.tokenizer))
     assert loading.ensure_converted(str(gguf), progress=False) == folder
     assert _cache_valid(folder) and (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
 
@@ -66,7 +66,7 @@ def test_a_verified_folder_is_hashed_again_only_when_a_file_changes(tmp_path, mo
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"x")
     model = tiny_model("llama", seed=0)
-    monkeypatch.setattr(loading, "_read_gguf", lambda path, tied=False: (model.hf, model.tokenizer))
+    monkeypatch.setattr(loading, "_read_gguf", lambda path, tied=False, whole=False: (model.hf, model.tokenizer))
     folder = loading.ensure_converted(str(gguf), progress=False)
     hashed = []
     real_sha256 = loading.file_sha256
