@@ -5,7 +5,7 @@ save_pretrained writes it: about 1.5x the float32 model at its peak (8.7 GiB for
 process of a launch that converts. Here the file's layout is known before any weight is read (every tensor is
 float32, its shape is in the GGUF header), so the safetensors header is written first and each tensor after it,
 de-quantised a few rows at a time straight into the file: the peak is the runtime, the tokenizer and a block of
-rows. The files are the ones save_pretrained writes, byte for byte (tests/test_loading_gguf.py compares them):
+rows. The files are the ones save_pretrained writes, byte for byte (tests/models/test_loading.py compares them):
 the same header (safetensors orders tensors by name when they share a dtype), the same values (the rows are
 de-quantised by gguf's own code and re-arranged by transformers' own tensor processor), the same config, generation
 config and tokenizer files. So every fingerprint of a converted model stays what it was.
