@@ -140,7 +140,11 @@ def main() -> None:
               f"the forward, FSDP2's root unit gathered whole: the embeddings are {root_share:.0%} of this model "
               "(a 151,936-token vocabulary, tied), and on the CPU the gathered copy and gloo's all-gather buffer "
               "exist together for a moment; then the layer computing and the one prefetched. At LLaMA-2-7B's "
-              "proportions (embeddings 4%) the same sum is about 0.6 of the model."]
+              "proportions (embeddings 4%) the same sum is about 0.6 of the model.",
+              "- converting: the process that converts de-quantises the GGUF tensor by tensor, a block of rows at a "
+              "time, straight into the cache's safetensors file (keyheads.models.streamed_gguf: the bytes "
+              "transformers' whole conversion wrote), so it peaks no higher than the others; transformers' whole "
+              "conversion held the float32 model and more (1.51 of the weights files at commit f4667cb)."]
     print("\n".join(lines))
     if not args.no_write:
         from bench.results import machine, provenance, publish
