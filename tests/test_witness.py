@@ -7,7 +7,8 @@ import pytest
 
 from keyheads.study.witness import Outcome, compare, witness
 
-# three runs of a tiny study per witness (and of the FSDP2 and probe ones, and a GGUF conversion, in the first)
+# three runs of a tiny study per witness (and of the FSDP2 and circuit ones in the first, of a GGUF conversion in
+# the second)
 pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -40,7 +41,7 @@ def test_a_refactor_that_keeps_every_number_is_witnessed(tmp_path):
         # a line only identify from a circuit graph runs: the circuit probe reaches it
         "patching/from_circuit.py": ("    path, out = Path(path), Path(out)\n",
                                      "    path = Path(path)\n    out = Path(out)\n")})
-    outcome = witness(SRC, src, tmp_path / "work", ["llama"], changed)
+    outcome = witness(SRC, src, tmp_path / "work", ["llama"], changed, probes=("circuit",), gguf=False)
     assert outcome.compared > 50 and outcome.differ == [] and outcome.unreached == []
     assert outcome.holds
 
@@ -51,9 +52,13 @@ def test_a_changed_number_or_an_unreached_statement_is_not(tmp_path):
                                 "        return 2 * (patched - original) / original\n"),
         # a branch the witness study never takes (it asks for no GPU)
         "machine.py": ("from __future__ import annotations\n",
-                       "from __future__ import annotations\n\n\ndef _never_called():\n    return 1\n")})
-    outcome = witness(SRC, src, tmp_path / "work", ["llama"], changed, fsdp=False, probes=False)
+                       "from __future__ import annotations\n\n\ndef _never_called():\n    return 1\n"),
+        # a converted GGUF's weights file that is no longer the one transformers writes (its metadata)
+        "models/streamed_gguf.py": ('{"__metadata__": {"format": "pt"}}',
+                                    '{"__metadata__": {"format": "pt", "by": "hand"}}')})
+    outcome = witness(SRC, src, tmp_path / "work", ["llama"], changed, fsdp=False, probes=())
     assert any(d.startswith("identify/effects.json") for d in outcome.differ), outcome.differ
+    assert any(d.endswith("model.safetensors:metadata.by") for d in outcome.differ), outcome.differ
     assert [u for u in outcome.unreached if u.startswith("machine.py:")], outcome.unreached
     assert not outcome.holds
 

@@ -282,17 +282,18 @@ def export_circuit(src: Path, run: Path, out: Path) -> Path:
 
 
 def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
-            changed: dict[str, set[int]] | None = None, fsdp: bool = True, probes: bool = True) -> Outcome:
+            changed: dict[str, set[int]] | None = None, fsdp: bool = True, probes: tuple[str, ...] = PROBES,
+            gguf: bool = True) -> Outcome:
     """Run the tiny study of each family with the old sources and twice with the new ones (the second under
     coverage.py when `changed` lines are to be checked), and compare what they wrote; `fsdp`: the first family's
-    study again with its fine-tunes under FSDP2; `probes`: the slim studies of identify's other ways (PROBES), and
-    the conversion of a tiny GGUF file."""
+    study again with its fine-tunes under FSDP2; `probes`: the slim studies of identify's other ways (of PROBES);
+    `gguf`: the conversion of a tiny GGUF file."""
     outcome = Outcome()
     coverage_files = []
     # each family's study, the first one's again with its fine-tunes under FSDP2 (the sharded loading path), and
     # the probes on the first family
     studies = [*((f, "", "") for f in families), *((f, "fsdp", "") for f in families[:1] if fsdp),
-               *((families[0], "", p) for p in (PROBES if probes else ()))]
+               *((families[0], "", p) for p in probes)]
     for family, sharded, probe in studies:
         root = work / "-".join(filter(None, (family, sharded, probe)))
         shutil.rmtree(root, ignore_errors=True)
@@ -317,12 +318,12 @@ def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
             resumed = Outcome()
             compare(got["again"], outputs(run), outputs(run), resumed)
             outcome.differ += [f"resumed: {d}" for d in resumed.differ]
-    if probes:  # the conversion of a GGUF file into the model cache, which bundled models' cells read weights from
-        gguf = write_tiny_gguf(work / "tiny.gguf")
+    if gguf:  # the conversion of a GGUF file into the model cache, which bundled models' cells read weights from
+        tiny = write_tiny_gguf(work / "tiny.gguf")
         got = {}
         for name, src in (("old", old_src), ("new", new_src), ("again", new_src)):
             cov = work / "coverage-gguf" if name == "again" and changed else None
-            convert_gguf(src, gguf, work / "gguf-cache", cov)
+            convert_gguf(src, tiny, work / "gguf-cache", cov)
             got[name] = outputs(work / "gguf-cache" / "models")
         compare(got["old"], got["new"], got["again"], outcome)
         coverage_files += [work / "coverage-gguf"] if changed else []
