@@ -339,6 +339,17 @@ def test_an_error_message_s_words_keep_a_signature_and_a_statement_does_not():
     assert source_hash(base) != source_hash(base.replace("ValueError", "KeyError"))
 
 
+def test_the_witness_need_not_reach_a_raise_but_must_reach_the_condition_before_it():
+    """A witness run that reached a `raise`, or an `except` clause that only raises, would end in it, so a changed
+    one is exempt from being reached; every line of a raise spanning several is, and no other statement."""
+    from keyheads.study.witness import raising_lines
+
+    text = ('def f(x):\n    if x.get("a") < 0:\n        raise ValueError(\n            f"{x} is negative")\n'
+            '    try:\n        y = int(x["a"])\n    except ValueError as err:\n        raise KeyError(err) from None\n'
+            '    except KeyError:\n        y = 0\n    return y\n')
+    assert raising_lines(text) == {3, 4, 7, 8}
+
+
 def test_resigning_takes_a_record_s_own_commit_sources_and_checks_them(tmp_path, monkeypatch):
     """tools/resign_cells.py: a record signed with the older hashing gets today's hashes of its commit's sources;
     a record whose signature is not of those sources is left as it was and named."""

@@ -142,7 +142,7 @@ def check_dtype(value: str | None, key: str = "dtype", device: str | None = None
     """
     if value is None:
         return None
-    name = DTYPES.get(value) if isinstance(value, str) else None
+    name = DTYPES[value] if isinstance(value, str) and value in DTYPES else None
     if name is None:
         raise SettingError(key, value, f"unknown dtype; use {DTYPE_HELP}")
     if name == "bfloat16" and (device is None or device == "auto" or str(device).startswith("cuda")):

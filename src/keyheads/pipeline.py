@@ -117,7 +117,7 @@ def build_stages(cfg: RunSettings, folder: RunFolder | Path, get_model, progress
     for variant in cfg.variants:
         extra: dict[str, object] = {"mlps": cfg.finetune.mlps} if variant.endswith("+mlp") else {}
         inputs = [KEY_HEADS, EFFECTS] if variant.startswith(("precise", "random")) else []
-        chosen_from = grids.get(rate_family(variant), [])
+        chosen_from = rate_grid(cfg, rate_family(variant))
         if chosen_from:  # its rate is the grid's choice: the grid's results are its inputs
             extra["lr_grid"] = chosen_from
             inputs += [f"{grid_rel(rate_family(variant), lr)}/{GRID_JSON}" for lr in chosen_from]
@@ -373,8 +373,7 @@ GRID_JSON = "grid.json"
 def rate_grid(cfg: RunSettings, family: str) -> list[float]:
     """The rates `family` is tried at: its own entry of finetune.lr_grid, else its method's ('precise', 'full',
     'lora'), else none (it trains at finetune.lr)."""
-    grid = cfg.finetune.lr_grid
-    return list(grid.get(family) or grid.get(_method(family)) or [])
+    return list(_own_else_method(cfg.finetune.lr_grid, family) or [])
 
 
 def grid_rel(family: str, lr: float) -> str:
@@ -390,8 +389,12 @@ def chosen_lr(run: RunFolder, family: str, rates: list[float]) -> tuple[float, d
 
 def given_lr(cfg: RunSettings, family: str) -> float | None:
     """The rate finetune.lr_chosen gives `family` (its own entry, else its method's), or None."""
-    chosen = cfg.finetune.lr_chosen
-    return chosen.get(family) or chosen.get(_method(family))
+    return _own_else_method(cfg.finetune.lr_chosen, family)
+
+
+def _own_else_method(setting: dict, family: str):
+    """A per-family setting's entry for `family`: its own, else its method's, else None (empty: none)."""
+    return next((setting[k] for k in (family, _method(family)) if k in setting and setting[k]), None)
 
 
 @dataclass(frozen=True)

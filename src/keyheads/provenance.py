@@ -74,10 +74,9 @@ def changed_settings(old: dict, new: dict, skip: Iterable[str] = (), missing: An
     one side lacks reads as `missing` there, and keys in `skip` are not compared. None and an empty list or
     mapping are the same setting (a list setting's default once written as None, now as [])."""
     a, b = flatten(old), flatten(new)
-    skip = set(skip)
-    keys = sorted(k for k in set(a) | set(b) if k not in skip)
-    pairs = ((k, a.get(k, missing), b.get(k, missing)) for k in keys)
-    return [(k, x, y) for k, x, y in pairs if x != y and not (_unset(x) and _unset(y))]
+    keys = sorted((a.keys() | b.keys()) - set(skip))
+    a, b = (dict.fromkeys(keys, missing) | side for side in (a, b))
+    return [(k, a[k], b[k]) for k in keys if a[k] != b[k] and not (_unset(a[k]) and _unset(b[k]))]
 
 
 def _unset(value: Any) -> bool:

@@ -26,7 +26,7 @@ def test_processes_appending_at_once_lose_nothing(tmp_path):
         mine = [r for r in rows if r["writer"] == w]
         assert [r["batch"] for r in mine] == sorted(r["batch"] for r in mine)
     cache = ResultCache(path)
-    assert len(cache) == 400 and cache.get("3-19-4") == {"key": "3-19-4", "writer": "3", "batch": 19}
+    assert len(cache) == 400 and cache["3-19-4"] == {"key": "3-19-4", "writer": "3", "batch": 19}
 
 
 def test_the_latest_row_of_a_key_wins_and_refresh_reads_only_what_is_new(tmp_path):
@@ -34,9 +34,9 @@ def test_the_latest_row_of_a_key_wins_and_refresh_reads_only_what_is_new(tmp_pat
     a.add([{"key": "k", "v": 1}, {"key": "j", "v": 0}])
     b.refresh()
     a.add([{"key": "k", "v": 2}])
-    assert b.get("k") == {"key": "k", "v": 1}
+    assert b["k"] == {"key": "k", "v": 1}
     b.refresh()
-    assert b.get("k") == {"key": "k", "v": 2} and len(b) == 2 and "j" in b
+    assert b["k"] == {"key": "k", "v": 2} and len(b) == 2 and "j" in b
     assert [r["v"] for r in read_rows(tmp_path / "c.sqlite")] == [1, 0, 2]  # nothing is overwritten
 
 
@@ -44,7 +44,7 @@ def test_an_old_jsonl_cache_is_imported_once(tmp_path):
     rows = [{"key": "a", "output": "1"}, {"key": "b", "output": "2"}]
     (tmp_path / "gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"key": "c", "outp')
     cache = ResultCache(tmp_path / "gsm8k.sqlite")
-    assert len(cache) == 2 and cache.get("b") == rows[1]  # the torn last line is left out
+    assert len(cache) == 2 and cache["b"] == rows[1]  # the torn last line is left out
     (tmp_path / "gsm8k.jsonl").write_text(json.dumps({"key": "z"}) + "\n")
     assert "z" not in ResultCache(tmp_path / "gsm8k.sqlite")  # only into an empty cache
 
@@ -80,7 +80,7 @@ def test_a_database_locked_while_another_process_switches_it_to_wal_is_retried(t
     monkeypatch.setattr(cache_mod.sqlite3, "connect", lambda *a, **k: Flaky(real(*a, **k)))
     cache = ResultCache(tmp_path / "c.sqlite")
     cache.add([{"key": "k", "value": 1}])
-    assert failures["left"] == 0 and ResultCache(tmp_path / "c.sqlite").get("k") == {"key": "k", "value": 1}
+    assert failures["left"] == 0 and ResultCache(tmp_path / "c.sqlite")["k"] == {"key": "k", "value": 1}
     failures.update(left=1, message="disk I/O error")
     with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
         ResultCache(tmp_path / "d.sqlite")

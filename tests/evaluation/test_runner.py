@@ -111,7 +111,7 @@ def test_cache_reads_lines_other_runs_append(tmp_path):
     a.add([{"key": "k1", "x": 1}])
     assert "k1" not in b
     b.refresh()
-    assert b.get("k1") == {"key": "k1", "x": 1}
+    assert b["k1"] == {"key": "k1", "x": 1}
 
 
 def test_knockout_variant_changes_the_outputs(tiny, tiny_data, tmp_path, pairs_file):

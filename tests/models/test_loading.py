@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from keyheads.errors import BadFile
 from keyheads.models import ModelNotFound, UnsupportedArchitecture, family_for, load_model, streamed_gguf
 from keyheads.models.loading import MANIFEST, _cache_valid, _convert_gguf, _one_gguf_reader, cached_folder
 from keyheads.testing import tiny_model
@@ -84,6 +85,20 @@ def test_a_gguf_converted_tensor_by_tensor_writes_the_files_transformers_writes(
     streamed, whole = (json.loads((tmp_path / way / MANIFEST).read_text())["files"] for way in ("streamed", "whole"))
     assert streamed == whole and "model.safetensors" in streamed
     assert ("output.weight" in blocks) == unembedding and ("token_embd.weight" in blocks) != (unembedding and tied)
+
+
+@pytest.mark.parametrize("cut", ["not a GGUF file", "first 15 bytes", "first 200 bytes", "first half"])
+def test_a_broken_gguf_file_is_named_not_a_traceback(tmp_path, cut):
+    """A GGUF file that is foreign or cut short (a download stopped) raises BadFile naming it, from the
+    up-front parse, before transformers' own readers fail inside with a struct.error or a numpy error."""
+    pytest.importorskip("gguf")
+    whole = write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()
+    kept = {"not a GGUF file": b"hello, not a gguf file at all", "first 15 bytes": whole[:15],
+            "first 200 bytes": whole[:200], "first half": whole[:len(whole) // 2]}[cut]
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(kept)
+    with pytest.raises(BadFile, match="broken.gguf is not a GGUF file that can be read .* truncated"):
+        _convert_gguf(broken, tmp_path / "out", tied=False)
 
 
 def test_folder_without_config_is_explained(tmp_path):

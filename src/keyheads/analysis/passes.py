@@ -110,7 +110,7 @@ class EndPasses:
         with model.hooks(capture=points) as suf:
             logits, _ = run_end(model, group.suffixes, P, mask=group.mask, shared=shared)
         self.work.add(1 if P else 0, P, m, group.length - P, L, m + (1 if P else 0))  # padding counts: it is computed
-        resid = {int(k.split(".")[0]): (prefix_resid.get(k), suf[k]) for k in points}
+        resid = {int(k.split(".")[0]): (prefix_resid[k] if P else None, suf[k]) for k in points}
         return {"logits": logits.cpu(), "resid": resid}
 
     def _knockout_pass(self, g: int, sets: Sequence[Sequence[Head]], clean: dict) -> torch.Tensor:
@@ -119,7 +119,8 @@ class EndPasses:
         L, H = model.n_layers, model.n_heads
         start = min(_lowest(s, L) for s in sets)
         P, m, C, T = len(group.prefix), len(group.index), len(sets), group.length
-        prefix_resid, suffix_resid = clean["resid"].get(start, (None, None))
+        # no stream enters layer 0 or the end (a set of no heads): every layer runs
+        prefix_resid, suffix_resid = clean["resid"][start] if start in clean["resid"] else (None, None)
         shared = None
         if P:
             resid = None if prefix_resid is None else prefix_resid.expand(C, -1, -1)

@@ -23,7 +23,7 @@ def resumable_map(compute: Callable[[list[T]], Sequence[R]], items: Sequence[T],
     again; `order` sorts the indices still to compute (the order their chunks run in)."""
     try:  # a checkpoint only saves time: one that cannot be read is started over, not an error
         saved = read_json(path) if path.exists() else {}
-        done = {int(i): decode(v) for i, v in saved["results"].items()} if saved.get("key") == key else {}
+        done = {int(i): decode(v) for i, v in saved["results"].items()} if saved["key"] == key else {}
     except (BadFile, AttributeError, KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
         done = {}
     todo = order(i for i in range(len(items)) if i not in done)

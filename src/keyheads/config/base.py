@@ -34,7 +34,8 @@ S = TypeVar("S", bound=Section)
 
 
 def _dtype(value: str | None, info: ValidationInfo) -> str | None:
-    return check_dtype(value, device=info.data.get("device"))  # bfloat16 needs a GPU that has it
+    device = info.data["device"] if "device" in info.data else None  # a section with a device validates it first
+    return check_dtype(value, device=device)  # bfloat16 needs a GPU that has it
 
 
 def _needs_auto(key: str, value: str, info: ValidationInfo) -> None:

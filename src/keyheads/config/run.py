@@ -197,6 +197,6 @@ def merge_settings(base: dict, top: dict) -> dict:
     replaced)."""
     out = dict(base)
     for key, value in top.items():
-        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        nested = isinstance(value, dict) and key in out and isinstance(out[key], dict)
         out[key] = merge_settings(out[key], value) if nested else value
     return out

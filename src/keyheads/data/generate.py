@@ -241,7 +241,7 @@ class Generator:
             log("  rejected: " + ", ".join(f"{why} ({n})" for why, n in self.rejected.items()))
         if not out:
             hint = " (multi-digit operands need --multi-token-operands, i.e. single_token_operands=False)" \
-                if self.rejected.get("operand is not a single token") else ""
+                if self.rejected["operand is not a single token"] else ""
             raise TemplateError(f"task {task}: every sample was rejected{hint}")
         return out
 

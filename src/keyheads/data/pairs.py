@@ -26,6 +26,7 @@ from .templates import OPERANDS
 
 POSITION_KEYS = ("A", "B", "operator")
 REQUIRED = ("reference", "counterfactual", "answer")
+OPTIONAL = ("task", "template", "operands", "positions")
 
 
 # ---- the file format ----------------------------------------------------------------------------
@@ -78,8 +79,9 @@ def read_pairs(path: str | Path) -> list[Pair]:
         missing = [key for key in REQUIRED if key not in obj]
         if missing:
             raise bad(f"missing {', '.join(missing)} (a pair needs {', '.join(REQUIRED)})")
+        obj = dict.fromkeys(OPTIONAL) | obj  # an optional field left out is null
         for key in ("reference", "counterfactual"):
-            if not isinstance(obj.get(key), str) or not obj[key]:
+            if not isinstance(obj[key], str) or not obj[key]:
                 raise bad(f"`{key}` must be a non-empty string")
         answer = obj["answer"]
         if isinstance(answer, (int, float)) and not isinstance(answer, bool):
@@ -87,14 +89,14 @@ def read_pairs(path: str | Path) -> list[Pair]:
         if not isinstance(answer, str) or not answer.strip():
             raise bad("`answer` must be a non-empty string")
         for key in ("task", "template"):
-            if obj.get(key) is not None and not isinstance(obj[key], str):
+            if obj[key] is not None and not isinstance(obj[key], str):
                 raise bad(f"`{key}` must be a string")
-        operands = obj.get("operands")
+        operands = obj["operands"]
         if operands is not None:
             if not isinstance(operands, dict):
                 raise bad("`operands` must be an object")
             operands = {str(k): str(v) for k, v in operands.items()}
-        positions = obj.get("positions")
+        positions = obj["positions"]
         if positions is not None:
             if not isinstance(positions, dict) or any(k not in positions for k in POSITION_KEYS):
                 raise bad(f"`positions` must be an object with {', '.join(POSITION_KEYS)}")
@@ -102,8 +104,8 @@ def read_pairs(path: str | Path) -> list[Pair]:
                        and positions[k] >= 0 for k in POSITION_KEYS):
                 raise bad("`positions` values must be non-negative integers")
             positions = {k: positions[k] for k in POSITION_KEYS}
-        pairs.append(Pair(obj["reference"], obj["counterfactual"], answer, obj.get("task"),
-                          obj.get("template"), operands, positions, line=number))
+        pairs.append(Pair(obj["reference"], obj["counterfactual"], answer, obj["task"], obj["template"], operands,
+                          positions, line=number))
     if not pairs:
         raise NoPairs(f"{path}: no pairs in the file (one JSON object a line, with {', '.join(REQUIRED)})")
     return pairs

@@ -68,7 +68,7 @@ class PairSettings(Section):
     @field_validator("task")
     @classmethod
     def _task(cls, v, info):
-        files = info.data.get("template_files")
+        files = info.data["template_files"] if "template_files" in info.data else None  # None: they were bad
         return v if v == ALL else ",".join(parse_tasks(v, load_templates(files).tasks if files else TASKS))
 
     @property

@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from ..errors import TemplateError
 from ..io import read_yaml
@@ -147,18 +148,38 @@ def parse_text(template_id: str, text: str) -> tuple:
     return tuple(parts)
 
 
+@dataclass(frozen=True)
+class TemplateEntry:
+    """One entry of a YAML file's `templates:` as written, each field still to be checked (absent: None)."""
+    id: Any = None
+    task: Any = None
+    text: Any = None
+    slots: Any = None
+    max_answer: Any = None
+    answer: Any = None
+
+
+@dataclass(frozen=True)
+class TemplateFile:
+    """A template file as written: its `templates:` and `pools:`, each still to be checked."""
+    templates: Any = field(default_factory=list)
+    pools: Any = field(default_factory=dict)
+
+
 def build_template(raw: dict, pools: dict, source: str = "") -> Template:
     """Validate one YAML entry against the pools."""
     where = f" ({source})" if source else ""
     if not isinstance(raw, dict):
         raise TemplateError(f"template entry{where} must be a mapping, got {raw!r}")
-    tid = raw.get("id")
+    known = {f.name for f in fields(TemplateEntry)}
+    entry = TemplateEntry(**{k: v for k, v in raw.items() if k in known})
+    tid = entry.id
     if not isinstance(tid, str) or not tid:
         raise TemplateError(f"template entry{where} without an id: {raw!r}")
-    unknown = set(raw) - {"id", "task", "text", "slots", "max_answer", "answer"}
+    unknown = set(raw) - known
     if unknown:
         raise TemplateError(f"template {tid}{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    task, text, answer = raw.get("task"), raw.get("text"), raw.get("answer")
+    task, text, answer = entry.task, entry.text, entry.answer
     if answer is None and task not in TASKS:
         raise TemplateError(f"template {tid}{where}: task {task!r} is not one of {', '.join(TASKS)} (a task "
                             "beyond arithmetic names the slot that holds its answer: `answer: NAME`)")
@@ -172,7 +193,7 @@ def build_template(raw: dict, pools: dict, source: str = "") -> Template:
     slots = [p for p in parts if isinstance(p, Slot)]
     names = [s.name for s in slots]
     if answer is not None:
-        _check_answer_slot(tid, where, text, answer, slots, raw)
+        _check_answer_slot(tid, where, text, answer, slots, entry)
     for required in (*OPERANDS, "OP", ANSWER) if answer is None else (ANSWER,):
         if names.count(required) == 0:
             raise TemplateError(f"template {tid}{where}: missing slot {{{required}}} in {text!r}")
@@ -181,7 +202,7 @@ def build_template(raw: dict, pools: dict, source: str = "") -> Template:
     if parts[-1] != Slot(ANSWER):
         raise TemplateError(f"template {tid}{where}: slot {{C}} must end the text (the prompt is what precedes it)")
 
-    mapping = raw.get("slots") or {}
+    mapping = entry.slots or {}
     if not isinstance(mapping, dict):
         raise TemplateError(f"template {tid}{where}: slots must map slot names to pool names")
     pool_of = {}
@@ -203,13 +224,13 @@ def build_template(raw: dict, pools: dict, source: str = "") -> Template:
         if pool_of_op not in pools or not pools[pool_of_op]:
             raise TemplateError(f"template {tid}{where}: slot {{OP}} needs the pool {pool_of_op}")
 
-    max_answer = raw.get("max_answer")
+    max_answer = entry.max_answer
     if max_answer is not None and (not isinstance(max_answer, int) or isinstance(max_answer, bool)):
         raise TemplateError(f"template {tid}{where}: max_answer must be an integer")
     return Template(tid, str(task), text, parts, pool_of, max_answer, source, answer)
 
 
-def _check_answer_slot(tid: str, where: str, text: str, answer, slots: list[Slot], raw: dict) -> None:
+def _check_answer_slot(tid: str, where: str, text: str, answer, slots: list[Slot], entry: TemplateEntry) -> None:
     """What a template whose answer is a slot's value needs: that slot in the text, a ~ occurrence for the
     counterfactual to change, and none of arithmetic's slots."""
     if not isinstance(answer, str) or not _SLOT_BODY.fullmatch(answer) or ":" in answer or "~" in answer:
@@ -229,7 +250,7 @@ def _check_answer_slot(tid: str, where: str, text: str, answer, slots: list[Slot
     if not any(s.resample for s in slots):
         raise TemplateError(f"template {tid}{where}: no slot marked ~, so the counterfactual would equal the "
                             "reference; mark the occurrences it changes, e.g. {S~}")
-    if raw.get("max_answer") is not None:
+    if entry.max_answer is not None:
         raise TemplateError(f"template {tid}{where}: max_answer bounds a computed answer; a slot's answer has "
                             "none")
 
@@ -282,16 +303,16 @@ def load_templates(files: Iterable[str | Path] | None = None) -> TemplateSet:
     docs = [(str(p), _load_yaml(p)) for p in builtin_files()]
     pools: dict[str, list[str]] = {}
     for source, doc in docs:
-        pools.update(_read_pools(doc.get("pools", {}), source))
+        pools.update(_read_pools(doc.pools, source))
     chosen = [(str(p), _load_yaml(p)) for p in paths]
     builtin = {str(p) for p in builtin_files()}
     for source, doc in chosen:
         if source not in builtin:
-            pools.update(_read_pools(doc.get("pools", {}), source))
+            pools.update(_read_pools(doc.pools, source))
     templates: list[Template] = []
     seen: dict[str, str] = {}  # template id -> the file that defines it
     for source, doc in chosen:
-        raw = doc.get("templates", [])
+        raw = doc.templates
         if not isinstance(raw, list):
             raise TemplateError(f"{source}: templates must be a list")
         for entry in raw:
@@ -305,8 +326,8 @@ def load_templates(files: Iterable[str | Path] | None = None) -> TemplateSet:
     return TemplateSet(templates, pools)
 
 
-def _load_yaml(path: Path) -> dict:
+def _load_yaml(path: Path) -> TemplateFile:
     doc = read_yaml(path, "template file") or {}
     if not isinstance(doc, dict) or set(doc) - {"templates", "pools"}:
         raise TemplateError(f"{path}: expected a mapping with `templates:` and/or `pools:`")
-    return doc
+    return TemplateFile(**doc)

@@ -94,8 +94,8 @@ class ResultCache:
         with closing(_connect(self.path)) as db:
             self._read(db)
 
-    def get(self, key: str) -> dict | None:
-        return self.rows.get(key)
+    def __getitem__(self, key: str) -> dict:
+        return self.rows[key]
 
     def __contains__(self, key: str) -> bool:
         return key in self.rows

@@ -108,10 +108,9 @@ def run_task(prepared: Prepared, task: Task, cfg: EvalSettings, cache: ResultCac
 
 
 def _cached(cache: ResultCache, key: str) -> dict:
-    row = cache.get(key)
-    if row is None:  # every item was computed above, or found in the cache
+    if key not in cache:  # every item was computed above, or found in the cache
         raise RuntimeError(f"no cached result for item {key}")
-    return row
+    return cache[key]
 
 
 def in_shard(key: str, shard: tuple[int, int] | None) -> bool:

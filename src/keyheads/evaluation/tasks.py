@@ -2,6 +2,7 @@
 benchmark name (generic-kl is in drift.py, the task types in task_types.py)."""
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 from ..data.benchmarks import LETTERS, Record, get_benchmark, load
@@ -116,11 +117,11 @@ class ChoiceTask(Task):
                                    f"({', '.join(sorted(subjects))})")
         k = cfg.shots(name)
         if mmlu:
-            dev: dict[str | None, list[Record]] = {}
+            dev: defaultdict[str | None, list[Record]] = defaultdict(list)  # a subject's 5-shot pool, in file order
             for r in load("mmlu", "dev", data_dir=data_dir):
-                dev.setdefault(r.subject, []).append(r)
-            shots = {s: rs[:k] for s, rs in dev.items()}  # the dev set is the 5-shot pool, in file order
-            self.exemplars = shots.get(records[0].subject, []) if records else []
+                dev[r.subject].append(r)
+            shots = {s: rs[:k] for s, rs in dev.items()}
+            self.exemplars = dev[records[0].subject][:k] if records else []
             records = round_robin(records)
         else:
             pool = pick_balanced(load(name, "train", data_dir=data_dir), k, cfg.seed)

@@ -48,7 +48,7 @@ class Variant:
         return cls(kind, model, label, tuple(sorted(options.items())))
 
     def opt(self, key: str, default=None):
-        return dict(self.options).get(key, default)
+        return next((value for name, value in self.options if name == key), default)
 
     def with_defaults(self, **options) -> Variant:
         """This variant with `options` added where it does not set them itself."""

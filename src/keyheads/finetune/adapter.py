@@ -49,7 +49,8 @@ def read_adapter(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
         raise BadFile(f"{path} does not exist (it is written by `keyheads finetune --method precise`)")
     try:
         with safe_open(str(path), "pt") as f:
-            meta = json.loads((f.metadata() or {}).get("keyheads", "{}"))
+            metadata = f.metadata() or {}
+            meta = json.loads(metadata["keyheads"]) if "keyheads" in metadata else {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError, ValueError) as err:  # a truncated or foreign file
         raise BadFile(f"{path} cannot be read ({err}): it is truncated or not a safetensors file; "
@@ -61,9 +62,10 @@ def read_adapter(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 
 def check_base(model: HookedModel, meta: dict, what: str) -> None:
     have = base_fingerprint(model)
-    want = meta.get("base_fingerprint")
+    base = {"base_model": None, "base_fingerprint": None} | meta  # a file keyheads did not write may lack them
+    want = base["base_fingerprint"]
     if want != have:
-        raise AdapterMismatch(f"{what} was trained on base model {meta.get('base_model')!r} (fingerprint {want}), "
+        raise AdapterMismatch(f"{what} was trained on base model {base['base_model']!r} (fingerprint {want}), "
                               f"but {model.name!r} has fingerprint {have}: load it onto the model it was trained on")
 
 
@@ -172,7 +174,8 @@ def export_peft(model: HookedModel, folder: str | Path, out: str | Path) -> Path
                 selector[index, torch.arange(len(index))] = 1
                 A.weight.copy_(weight)
                 B.weight.copy_(selector)
-                delta_bias = tensors.get(f"delta.{layer_path}.{kind}.bias")
+                bias_key = f"delta.{layer_path}.{kind}.bias"
+                delta_bias = tensors[bias_key] if bias_key in tensors else None
                 if B.bias is not None:
                     B.bias.zero_()
                     if delta_bias is not None:

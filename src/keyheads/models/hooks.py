@@ -82,7 +82,7 @@ def hooked(model, capture: Iterable[str] = (), edit: Mapping[str, Edit] | None =
     for key in keys:
         layer, name = parse_point(key)
         module, side = _locate(model, layer, name)
-        fn = edit.get(key)
+        fn = edit[key] if key in edit else None
         wants = key in capture
         as_heads = name == "head_out"
 

@@ -37,7 +37,7 @@ VERIFIED = "keyheads-verified.json"  # the stat results of a folder whose sums m
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("KEYHEADS_CACHE", Path.home() / ".cache" / "keyheads"))
+    return Path(os.getenv("KEYHEADS_CACHE") or Path.home() / ".cache" / "keyheads")
 
 
 def _cache_valid(folder: Path) -> bool:
@@ -120,12 +120,23 @@ def _read_gguf(gguf: Path, tied: bool = False, whole: bool = False):
     _require("gguf", "pip install gguf")
     folder, filename = str(gguf.parent), gguf.name
     with _one_gguf_reader():
+        _parse_gguf(gguf)  # a truncated or foreign file is named here, before transformers' readers trip on it
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
         model = None if whole else StreamedModel.of(gguf, tied)
         model = model or AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
     if tied:
         tie_embeddings(model)
     return model, tokenizer
+
+
+def _parse_gguf(gguf: Path) -> None:
+    import gguf as gguf_package  # noqa: PLC0415 -- optional: only GGUF conversion needs it (checked by _require)
+
+    try:
+        gguf_package.GGUFReader(str(gguf))  # the shared reader inside _one_gguf_reader: parsed once for all
+    except (ValueError, IndexError, OSError) as err:  # gguf says "GGUF magic invalid", or numpy a too short buffer
+        raise BadFile(f"{gguf} is not a GGUF file that can be read ({_one_line(err)}): it is truncated or of "
+                      "another format; download or copy it again") from None
 
 
 @contextmanager

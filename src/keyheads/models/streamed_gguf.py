@@ -55,8 +55,9 @@ class StreamedModel:
         reader = GGUFReader(str(gguf))  # parsed once for transformers' calls too (loading._one_gguf_reader)
         config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         config.tie_word_embeddings = config.tie_word_embeddings or tied
-        processor = TENSOR_PROCESSORS.get(read_field(reader, "general.architecture")[0], TensorProcessor)(
-            config=config.to_dict())  # the streamed processors read the head counts, named as in HF's config
+        architecture = read_field(reader, "general.architecture")[0]
+        processing = TENSOR_PROCESSORS[architecture] if architecture in TENSOR_PROCESSORS else TensorProcessor
+        processor = processing(config=config.to_dict())  # the streamed ones read the head counts, named as HF's
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         sources = _sources(skeleton, reader, processor, tied) if type(processor) in STREAMED else None

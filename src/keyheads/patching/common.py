@@ -34,7 +34,7 @@ def forward_end(model: HookedModel, ids: torch.Tensor, capture: Sequence[str] = 
     store: dict[str, torch.Tensor] = {}
     edits = dict(edit or {})
     for key in capture:
-        inner = edits.get(key)
+        inner = edits[key] if key in edits else None
 
         def grab(x, key=key, inner=inner):
             if inner is not None:

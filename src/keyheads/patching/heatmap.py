@@ -20,7 +20,8 @@ UNITS = {"relative-logit": ("relative change of the answer logit", 100.0, "%"),
 
 
 def draw_heatmap(effects: Effects, path: Path, key: Sequence[tuple[int, int]] = (), title: str | None = None) -> Path:
-    label, scale, unit = UNITS.get(effects.metric, (effects.metric, 1.0, ""))  # another tool's scores as given
+    label, scale, unit = UNITS[effects.metric] if effects.metric in UNITS else (effects.metric, 1.0, "")  # another
+    # tool's scores are drawn as given
     heads = np.asarray(effects.heads) * scale
     mlps = np.asarray(effects.mlps)[:, None] * scale
     L, H = heads.shape

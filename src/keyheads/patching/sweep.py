@@ -24,6 +24,7 @@ from ..errors import ResumeMismatch
 from ..io import atomic_write_bytes, file_sha256
 from ..log import logger
 from ..models.model import HookedModel
+from ..provenance import changed_settings
 from .activation import activation_patch_batch
 from .attribution import attribution_patch_batch, integrated_patch_batch
 from .naive import naive_path_patch_batch
@@ -132,8 +133,8 @@ def _resume(out: Path | None, signature: dict, n: int, L: int, H: int) -> dict:
         with np.load(path) as saved:
             old = json.loads(str(saved["signature"]))
             if old != signature:
-                changed = sorted(k for k in set(old) | set(signature) if old.get(k) != signature.get(k))
-                raise ResumeMismatch(f"{path} holds a run with different settings ({', '.join(changed)}); "
+                raise ResumeMismatch(f"{path} holds a run with different settings "
+                                     f"({', '.join(k for k, _, _ in changed_settings(old, signature))}); "
                                      "use another --out folder or pass --restart")
             done = saved["done"]
             for k in ("original", "heads", "mlps"):

@@ -391,9 +391,10 @@ def generic_kept(run: RunFolder, table: EvalTable | None, pairs: Pairs) -> Findi
     said += weak
     key = f"generic {points(table.mean_delta(row, generic))}, math {points(table.mean_delta(row, math_))} points" \
         + ("; underpowered" if weak else "")
-    math_tests, generic_tests = _tests(pairs, [row], math_), {b: pairs.get((row.label, b)) for b in generic}
-    if not math_tests or any(t is None for t in generic_tests.values()):
+    math_tests = _tests(pairs, [row], math_)
+    if not math_tests or any((row.label, b) not in pairs for b in generic):
         return _claim(11, "not measured", said, key)
+    generic_tests = {b: pairs[(row.label, b)] for b in generic}
     drops = any(t.significant and t.delta < 0 for t in math_tests)
     above = {b: above_chance_p(_count(acc, s.n), s.n, CHANCE[b]) for b in generic
              if b in CHANCE and (s := base.summary(b)) is not None and (acc := base.acc(b)) is not None

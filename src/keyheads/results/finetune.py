@@ -16,7 +16,7 @@ from .base import AsSaved, Result
 def _components(value: Any) -> Components:
     if isinstance(value, Components):
         return value
-    if not isinstance(value, dict) or not isinstance(value.get("heads", []), list):
+    if not isinstance(value, dict) or ("heads" in value and not isinstance(value["heads"], list)):
         raise ValueError(f"expected {{\"heads\": [...], \"mlps\": [...], \"source\": ...}}, got {value!r}")
     return Components.from_json(value)
 

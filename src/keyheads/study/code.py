@@ -80,4 +80,5 @@ def counted(name: str) -> bool:
 
 def changed(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
     """The modules whose code differs between a record's signature and the checkout's (added and removed too)."""
-    return sorted(m for m in recorded.keys() | now.keys() if counted(m) and recorded.get(m) != now.get(m))
+    differ = set(recorded.items()) ^ set(now.items())  # a module's (name, hash) on one side only
+    return sorted({m for m, _ in differ if counted(m)})

@@ -34,7 +34,7 @@ def item_outcomes(text: str) -> str:
 def without_cases(text: str) -> str:
     """knockout.json with its transfer sets' example cases cut (their prompts are benchmark questions)."""
     data = json.loads(text)
-    if isinstance(data.get("transfer"), dict):
+    if "transfer" in data and isinstance(data["transfer"], dict):
         data["transfer"]["cases"] = []
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
