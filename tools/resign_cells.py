@@ -114,7 +114,7 @@ def resign_by_witness(old: str, folders: list[Path], work: Path) -> int:
     if not outcome.holds:
         print(f"the witness does not hold ({outcome.compared} outputs compared): nothing re-signed", file=sys.stderr)
         for what, items in (("differs", outcome.differ), ("changed and not reached", outcome.unreached)):
-            for item in items[:20]:
+            for item in items:
                 print(f"  {what}: {item}", file=sys.stderr)
         return 1
     entry = Resigned(was=old, now=head, families=FAMILIES, compared=outcome.compared)

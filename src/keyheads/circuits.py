@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 KEYHEADS_KEY = "keyheads"  # the top-level object of a keyheads export: the effects.json fields besides the scores
+# a node's fields in MIB's files (absent: None)
+NODE_FIELDS: dict[str, Any] = {"in_graph": None, "score": None, "neurons": None}
 
 
 def head_node(layer: int, head: int) -> str:
@@ -171,10 +173,15 @@ def _parse_node(name: str, n_layers: int, n_heads: int) -> tuple[str, int, int]:
 
 
 def _count(cfg: dict, key: str) -> int:
-    value = cfg.get(key)
+    value = cfg[key] if key in cfg else None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"cfg.{key} must be a positive integer, got {value!r}")
     return value
+
+
+def _parallel(cfg: dict) -> bool:
+    """Whether the graph's model runs attention and MLP side by side (EAP-IG's cfg; absent: it does not)."""
+    return bool(cfg["parallel_attn_mlp"]) if "parallel_attn_mlp" in cfg else False
 
 
 def read_graph(data: Any) -> Circuit:
@@ -197,26 +204,26 @@ def read_graph(data: Any) -> Circuit:
         kind, layer, head = _parse_node(name, n_layers, n_heads)
         if isinstance(value, bool):
             value = {"in_graph": value}
-        if not isinstance(value, dict) or not isinstance(value.get("in_graph"), bool):
+        node = NODE_FIELDS | value if isinstance(value, dict) else NODE_FIELDS
+        if not isinstance(node["in_graph"], bool):
             raise ValueError(f"node {name!r}: expected {{\"in_graph\": true|false[, \"score\": number]}}, "
                              f"got {value!r}")
-        score = value.get("score")
+        score, neurons = node["score"], node["neurons"]
         if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
             raise ValueError(f"node {name!r}: score must be a number, got {score!r}")
-        neurons = value.get("neurons")
-        if value["in_graph"] and isinstance(neurons, list) and not all(neurons):
+        if node["in_graph"] and isinstance(neurons, list) and not all(neurons):
             raise ValueError(f"node {name!r} keeps {sum(map(bool, neurons))} of its {len(neurons)} neurons (a MIB "
                              "neuron-level circuit); keyheads takes heads and MLPs whole and would widen the circuit: "
                              "make a node-level graph of it (in_graph per node), or give the heads with --heads")
         if isinstance(score, float) and math.isnan(score):
             score = None
         if kind == "head":
-            if value["in_graph"]:
+            if node["in_graph"]:
                 heads.append((layer, head))
             if score is not None:
                 head_scores[layer][head], scored = float(score), True
         elif kind == "mlp":
-            if value["in_graph"]:
+            if node["in_graph"]:
                 mlps.append(layer)
             if score is not None:
                 mlp_scores[layer], scored = float(score), True
@@ -230,7 +237,7 @@ def read_graph(data: Any) -> Circuit:
         if not isinstance(value, dict) or not {"score", "in_graph"} <= value.keys():
             raise ValueError(f"edge {name!r}: expected {{\"score\": number, \"in_graph\": true|false}}, got {value!r}")
         if known is None:
-            known = {e: (a, b) for e, a, b in edge_names(n_layers, n_heads, bool(cfg.get("parallel_attn_mlp", False)))}
+            known = {e: (a, b) for e, a, b in edge_names(n_layers, n_heads, _parallel(cfg))}
         if name not in known:
             raise ValueError(f"edge {name!r} is not an edge of the graph its cfg describes (names are "
                              "'PARENT->CHILD', with <q>, <k> or <v> after a head child)")
@@ -252,7 +259,7 @@ def read_graph(data: Any) -> Circuit:
         head_scores, mlp_scores, scored = sent_heads, sent_mlps, True
     if not heads and not mlps:  # the nodes mark none: the circuit is the ends of its in-graph edges
         heads, mlps = edge_heads, edge_mlps
-    extra = data.get(KEYHEADS_KEY)
+    extra = data[KEYHEADS_KEY] if KEYHEADS_KEY in data else None
     return Circuit(n_layers, n_heads, sorted(heads), sorted(mlps), head_scores if scored else None,
                    mlp_scores if scored else None, extra if isinstance(extra, dict) else None)
 

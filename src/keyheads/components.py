@@ -113,7 +113,8 @@ class Components:
 
     @classmethod
     def from_json(cls, data: dict) -> Components:
-        return cls(tuple(heads_of(data.get("heads", []))), tuple(data.get("mlps", [])), data.get("source", "explicit"))
+        data = {"heads": [], "mlps": [], "source": "explicit"} | data  # a file written by hand may give heads only
+        return cls(tuple(heads_of(data["heads"])), tuple(data["mlps"]), data["source"])
 
     # ---- the ways to choose ---------------------------------------------------------------------
     @classmethod

@@ -36,6 +36,12 @@ class Sample:
     counterfactual: str | None = None
 
 
+def read_pair_rows(path: str | Path) -> list[dict]:
+    """The pairs file as dicts (keyheads.data.pairs.read_pairs reads and validates every line)."""
+    # read through the module, so that a test can watch every reader go through read_pairs
+    return [p.to_dict() for p in pairs_file.read_pairs(path)]
+
+
 def read_pair_list(path: str | Path) -> list[pairs_file.Pair]:
     """The pairs file, every line read and checked by keyheads.data.pairs.read_pairs."""
     # read through the module, so that a test can watch every reader go through read_pairs

@@ -153,7 +153,7 @@ def cached_means(model: HookedModel, cf: list[str], heads, mean: KnockoutMean, p
     key = hashlib.sha256(json.dumps([model.name, cf, batch_size, mean]).encode()).hexdigest()
     try:
         with safe_open(str(path), "pt") as f:
-            if f.metadata() == {"key": key}:  # the metadata this stage writes, below
+            if (f.metadata() or {}).get("key") == key:
                 return Knockout.from_state(heads, (), {name: f.get_tensor(name) for name in f.keys()},
                                            mean=mean)
     except (OSError, SafetensorError, KeyError, ValueError):

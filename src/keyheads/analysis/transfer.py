@@ -18,16 +18,14 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from ..data.benchmarks import load
-from ..data.pairs import Pair
 from ..knockout import Knockout
 from ..models.model import HookedModel
 from ..models.prompt_set import PromptSet
 from ..numbers import format_number
 from ..results.knockout import Case, TransferRow
-from .common import AnalysisError, answer_token, fallback_note, read_pair_list
+from .common import AnalysisError, answer_token, fallback_note, read_pair_rows
 from .passes import EndPasses
 
 # Hand-written solved examples, one a line: not taken from any benchmark, so that nothing evaluated is shown.
@@ -143,18 +141,19 @@ def _sentence(text: str) -> str:
     return text if text.endswith(("?", ".", "!")) else text + "."
 
 
-def from_pairs(model: HookedModel, path: str | Path, by: Literal["task", "template"] = "task", n: int | None = None,
+def from_pairs(model: HookedModel, path: str | Path, by: str = "task", n: int | None = None,
                seed: int = 0) -> list[TransferSet]:
     """One set per task (or template) of another pairs file, its reference prompts."""
-    groups: dict[str, list[Pair]] = {}
-    for pair in read_pair_list(path):
-        groups.setdefault(str(getattr(pair, by) or "all"), []).append(pair)
+    rows = read_pair_rows(path)
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(str(row.get(by) or "all"), []).append(row)
     sets = []
     for key, items in groups.items():
         if n and n < len(items):
             items = [items[i] for i in sorted(random.Random(seed).sample(range(len(items)), n))]
-        sets.append(_finish(model, f"{Path(path).name}: {by} {key}", [p.reference for p in items],
-                            [p.answer for p in items]))
+        sets.append(_finish(model, f"{Path(path).name}: {by} {key}", [r["reference"] for r in items],
+                            [str(r["answer"]) for r in items]))
     return sets
 
 

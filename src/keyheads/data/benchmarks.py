@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import re
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,7 +222,7 @@ def data_dir_from(data_dir: str | Path | None = None) -> Path | None:
 
 def hub_possible() -> bool:
     """True when `datasets` is installed and the environment does not declare itself offline."""
-    offline = any((os.getenv(v) or "").lower() in ("1", "true", "yes")
+    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes")
                   for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
     return not offline and importlib.util.find_spec("datasets") is not None
 
@@ -262,11 +261,11 @@ def _load_hub(bench: Benchmark, split: str) -> list[Record]:
                                f"hub ({hub_id}: {err}); pass --data-dir or set ${DATA_ENV} to a folder holding "
                                f"{bench.files[split]}") from None
     if bench.name == "mmlu":
-        counters: Counter[str] = Counter()  # the items of each subject so far
+        counters: dict[str, int] = {}
         out = []
         for r in rows:
-            i = counters[r["subject"]]
-            counters[r["subject"]] += 1
+            i = counters.get(r["subject"], 0)
+            counters[r["subject"]] = i + 1
             out.append(Record(f"{r['subject']}/{i}", r["question"].strip(), f"mmlu/{split}",
                               choices=tuple(r["choices"]), label=int(r["answer"]), subject=r["subject"]))
         return out

@@ -58,6 +58,5 @@ def left_context(parts, index: int, values: dict) -> str:
     if index == 0:
         return ""
     prev = parts[index - 1]
-    if not isinstance(prev, str):  # a slot: the operator's word, or the filler it was given (none: empty)
-        prev = prev.word if prev.name == "OP" else values[prev.name] if prev.name in values else ""
+    prev = prev if isinstance(prev, str) else (prev.word if prev.name == "OP" else values.get(prev.name, ""))
     return prev[-1:] if prev[-1:].isspace() else ""

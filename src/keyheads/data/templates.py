@@ -193,7 +193,7 @@ def build_template(raw: dict, pools: dict, source: str = "") -> Template:
     slots = [p for p in parts if isinstance(p, Slot)]
     names = [s.name for s in slots]
     if answer is not None:
-        _check_answer_slot(tid, where, text, answer, slots, entry)
+        _check_answer_slot(tid, where, text, answer, slots, raw)
     for required in (*OPERANDS, "OP", ANSWER) if answer is None else (ANSWER,):
         if names.count(required) == 0:
             raise TemplateError(f"template {tid}{where}: missing slot {{{required}}} in {text!r}")
@@ -230,7 +230,7 @@ def build_template(raw: dict, pools: dict, source: str = "") -> Template:
     return Template(tid, str(task), text, parts, pool_of, max_answer, source, answer)
 
 
-def _check_answer_slot(tid: str, where: str, text: str, answer, slots: list[Slot], entry: TemplateEntry) -> None:
+def _check_answer_slot(tid: str, where: str, text: str, answer, slots: list[Slot], raw: dict) -> None:
     """What a template whose answer is a slot's value needs: that slot in the text, a ~ occurrence for the
     counterfactual to change, and none of arithmetic's slots."""
     if not isinstance(answer, str) or not _SLOT_BODY.fullmatch(answer) or ":" in answer or "~" in answer:
@@ -250,7 +250,7 @@ def _check_answer_slot(tid: str, where: str, text: str, answer, slots: list[Slot
     if not any(s.resample for s in slots):
         raise TemplateError(f"template {tid}{where}: no slot marked ~, so the counterfactual would equal the "
                             "reference; mark the occurrences it changes, e.g. {S~}")
-    if entry.max_answer is not None:
+    if raw.get("max_answer") is not None:
         raise TemplateError(f"template {tid}{where}: max_answer bounds a computed answer; a slot's answer has "
                             "none")
 
@@ -301,14 +301,11 @@ def load_templates(files: Iterable[str | Path] | None = None) -> TemplateSet:
     for f in files:
         paths.extend(builtin_files() if str(f) == "builtin" else [Path(f)])
     docs = [(str(p), _load_yaml(p)) for p in builtin_files()]
-    pools: dict[str, list[str]] = {}
-    for source, doc in docs:
-        pools.update(_read_pools(doc.pools, source))
     chosen = [(str(p), _load_yaml(p)) for p in paths]
     builtin = {str(p) for p in builtin_files()}
-    for source, doc in chosen:
-        if source not in builtin:
-            pools.update(_read_pools(doc.pools, source))
+    pools: dict[str, list[str]] = {}
+    for source, doc in docs + [(source, doc) for source, doc in chosen if source not in builtin]:  # built-in first
+        pools.update(_read_pools(doc.pools, source))
     templates: list[Template] = []
     seen: dict[str, str] = {}  # template id -> the file that defines it
     for source, doc in chosen:

@@ -15,7 +15,6 @@ import argparse
 import hashlib
 import json
 import random
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +106,9 @@ def build_trainset(data_dir: str | Path | None = None, cfg: SplitSettings = DEFA
         seen.add(key)
         rows.append({"id": f"{r.source}/{r.id}", "source": r.source, "question": r.question,
                      "answer": r.answer, "solution": r.solution, "target": target_text(r)})
-    by_source = Counter(row["source"].split("/")[0] for row in rows)
+    by_source: dict[str, int] = {}
+    for row in rows:
+        by_source[row["source"].split("/")[0]] = by_source.get(row["source"].split("/")[0], 0) + 1
     manifest = {
         "split": cfg.to_json(), "tag": cfg.tag(),
         "train_size": len(rows), "train_by_dataset": by_source, "dropped": dropped,

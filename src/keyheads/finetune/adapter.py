@@ -174,8 +174,7 @@ def export_peft(model: HookedModel, folder: str | Path, out: str | Path) -> Path
                 selector[index, torch.arange(len(index))] = 1
                 A.weight.copy_(weight)
                 B.weight.copy_(selector)
-                bias_key = f"delta.{layer_path}.{kind}.bias"
-                delta_bias = tensors[bias_key] if bias_key in tensors else None
+                delta_bias = tensors.get(f"delta.{layer_path}.{kind}.bias")
                 if B.bias is not None:
                     B.bias.zero_()
                     if delta_bias is not None:

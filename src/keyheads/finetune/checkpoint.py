@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from ..errors import ResumeMismatch
 from ..io import atomic_folder, read_json, restore_set_aside, write_json
 from ..log import logger
-from ..provenance import changed_settings
+from ..provenance import changed_settings, flatten
 from .protocol import Parallel
 from .settings import FinetuneSettings
 
@@ -36,9 +36,8 @@ def differing_keys(old: dict, new: dict) -> list[str]:
 
 
 def describe_differences(old: dict, new: dict, keys: list[str], what: str) -> str:
-    """`keys` (of differing_keys) with the value each side holds (None: unset)."""
-    values = {k: (a, b) for k, a, b in changed_settings(old, new)}
-    return "; ".join(f"{k}: {what} {values[k][0]!r}, now {values[k][1]!r}" for k in keys[:8])
+    a, b = flatten(old), flatten(new)
+    return "; ".join(f"{k}: {what} {a.get(k)!r}, now {b.get(k)!r}" for k in keys[:8])
 
 
 def _rng_state() -> dict:
@@ -105,8 +104,7 @@ def load_checkpoint(folder: Path, record: dict, tuned, optimizer, scheduler) -> 
     if not (folder / "record.json").is_file():
         return 0, []
     stored = read_json(folder / "record.json")
-    # read as settings: an older release's record compares by meaning
-    if "config" in stored and isinstance(stored["config"], dict):
+    if isinstance(stored.get("config"), dict):  # read as settings: an older release's record compares by meaning
         stored = {**stored, "config": FinetuneSettings.from_json(stored["config"]).to_json()}
     differ = differing_keys({k: v for k, v in stored.items() if k not in ("step", "losses", "processes")}, record)
     if differ:

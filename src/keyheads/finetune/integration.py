@@ -359,7 +359,7 @@ def handle_of(model) -> PreciseSFT:
     for candidate in (model, getattr(model, "module", None)):
         if isinstance(candidate, PreciseSFT):
             return candidate
-        found = getattr(candidate, HANDLE, None)
+        found = getattr(candidate, "__dict__", {}).get(HANDLE)
         if found is not None:
             return found
     raise UserError("this model has no precise SFT attached (keyheads.finetune.attach)")
