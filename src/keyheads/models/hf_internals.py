@@ -198,7 +198,7 @@ def start_at(layers: nn.ModuleList, layer: int, resid: torch.Tensor | None) -> I
             return (resid, *args[1:]), kwargs
         return args, dict(kwargs, hidden_states=resid)
 
-    saved = [vars(layers[i]).pop("forward", None) for i in range(layer)]  # a forward set on the instance before
+    saved = [layers[i].__dict__.get("forward") for i in range(layer)]
     handle = layers[layer].register_forward_pre_hook(enter, with_kwargs=True)
     try:
         for i in range(layer):
