@@ -32,7 +32,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +295,17 @@ def export_circuit(src: Path, run: Path, out: Path) -> Path:
     return out / "circuit.json"
 
 
+def three_ways(old_src: Path, new_src: Path, step: Callable[..., None],
+               written: Callable[[], dict[str, Any]], coverage_file: Path | None) -> dict[str, dict[str, Any]]:
+    """`step(src, coverage_file=...)` with the old sources, then twice with the new ones, the second under coverage.py
+    when `coverage_file` is given -> {"old", "new", "again": what each left (`written()`)}."""
+    got = {}
+    for name, src in (("old", old_src), ("new", new_src), ("again", new_src)):
+        step(src, coverage_file=coverage_file if name == "again" else None)
+        got[name] = written()
+    return got
+
+
 def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
             changed: dict[str, set[int]] | None = None, fsdp: bool = True, probes: tuple[str, ...] = PROBES,
             gguf: bool = True) -> Outcome:
@@ -315,13 +328,9 @@ def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
             if probe == "circuit" else None
         config = study_config(root / "inputs", family, bool(sharded), probe, circuit)
         run = root / "run"  # one folder for all three runs: its path inside the outputs is the same
-        got = {}
-        for name, src in (("old", old_src), ("new", new_src), ("again", new_src)):
-            cov = root / f"coverage-{name}" if name == "again" and changed else None
-            run_study(src, config, run, cov)
-            got[name] = outputs(run)
-            if cov is not None:
-                coverage_files.append(cov)
+        cov = root / "coverage-again" if changed else None
+        got = three_ways(old_src, new_src, partial(run_study, config=config, out=run), partial(outputs, run), cov)
+        coverage_files += [cov] if cov else []
         compare(got["old"], got["new"], got["again"], outcome)
         if changed:  # the resumed paths run too: every stage as if interrupted after its outputs were written
             interrupt(run)
@@ -331,14 +340,12 @@ def witness(old_src: Path, new_src: Path, work: Path, families: list[str],
             compare(got["again"], outputs(run), outputs(run), resumed)
             outcome.differ += [f"resumed: {d}" for d in resumed.differ]
     if gguf:  # the conversion of a GGUF file into the model cache, which bundled models' cells read weights from
-        tiny = write_tiny_gguf(work / "tiny.gguf")
-        got = {}
-        for name, src in (("old", old_src), ("new", new_src), ("again", new_src)):
-            cov = work / "coverage-gguf" if name == "again" and changed else None
-            convert_gguf(src, tiny, work / "gguf-cache", cov)
-            got[name] = outputs(work / "gguf-cache" / "models")
+        tiny, cache = write_tiny_gguf(work / "tiny.gguf"), work / "gguf-cache"
+        cov = work / "coverage-gguf" if changed else None
+        got = three_ways(old_src, new_src, partial(convert_gguf, gguf=tiny, cache=cache),
+                         partial(outputs, cache / "models"), cov)
+        coverage_files += [cov] if cov else []
         compare(got["old"], got["new"], got["again"], outcome)
-        coverage_files += [work / "coverage-gguf"] if changed else []
     if changed:
         outcome.unreached = unreached(coverage_files, new_src, changed)
     write_json(work / "witness.json", {"families": families, "compared": outcome.compared,
