@@ -11,7 +11,7 @@ from keyheads.errors import BadFile
 from keyheads.models import ModelNotFound, UnsupportedArchitecture, family_for, load_model, streamed_gguf
 from keyheads.models.loading import MANIFEST, _cache_valid, _convert_gguf, _one_gguf_reader, cached_folder
 from keyheads.testing import tiny_model
-from keyheads.testing.tiny_gguf import write_tiny_gguf
+from keyheads.testing.tiny_gguf import WIDTH, write_tiny_gguf
 
 FEW_SHOT_PROMPT = "1 + 2 = 3\n4 + 4 = 8\n6 + 1 = 7\n5 + 3 = "
 
@@ -45,12 +45,7 @@ def test_a_conversion_parses_the_gguf_file_once(tmp_path, monkeypatch):
     gguf = pytest.importorskip("gguf")
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    path = tmp_path / "tiny.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(1), writer.add_context_length(8), writer.add_embedding_length(4)
-    writer.add_head_count(1), writer.add_vocab_size(3)
-    writer.add_tensor("token_embd.weight", torch.zeros(3, 4).numpy())
-    writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
     opened = []
 
     def counting_reader(*args, **kwargs):
@@ -61,7 +56,7 @@ def test_a_conversion_parses_the_gguf_file_once(tmp_path, monkeypatch):
     monkeypatch.setattr(gguf, "GGUFReader", counting_reader)
     with _one_gguf_reader():
         first, second = load_gguf_checkpoint(str(path)), load_gguf_checkpoint(str(path))
-    assert len(opened) == 1 and first["config"] == second["config"] and first["config"]["hidden_size"] == 4
+    assert len(opened) == 1 and first["config"] == second["config"] and first["config"]["hidden_size"] == WIDTH
     assert gguf.GGUFReader is counting_reader  # put back as it was
     load_gguf_checkpoint(str(path))
     assert len(opened) == 2  # outside, every call reads the file again
