@@ -16,10 +16,10 @@ cells takes hours; the witness takes minutes, and it proves only what it reaches
    or in a JSON file the values at the keys that differ, and always the values under keys that name a time
    (`NOT_RESULTS`). Everything else must be byte-equal (JSON: value-equal) to
    the old run's.
-3. Every changed line of the signed modules (`git diff OLD`) that is a statement, other than a `raise`, must have run
-   in today's witness (coverage.py), or in today's run resumed as if every stage had been interrupted after writing
-   its outputs (which must then be as they were): a change the witness does not reach is not witnessed, and nothing
-   is re-signed.
+3. Every changed line of the signed modules (`git diff OLD`) that is a statement must have run in today's witness
+   (coverage.py), or in today's run resumed as if every stage had been interrupted after writing its outputs (which
+   must then be as they were), but for a `raise` and an `except` that only raises (`raising_lines`): a change the
+   witness does not reach is not witnessed, and nothing is re-signed.
 """
 from __future__ import annotations
 
