@@ -181,16 +181,20 @@ def training_part(run: RunFolder) -> list[str]:
         return []
     lines = ["## Fine-tuning", "",
              "Each variant's training: what it tuned, its speed over the run, and its loss curve (the first, the "
-             "lowest and the last step's loss; every step's is in the record's finetune.json).", "",
-             "| variant | method | lr | tuned params | of | samples | steps | samples/s | loss: first | lowest "
-             "| last |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "lowest and the last step's loss; every step's is in the record's finetune.json). Heads: how many "
+             "heads precise SFT trained, in how many layers; under K/V policy 'group' each head's whole K/V group "
+             "trains, so heads spread over more layers tune more weights.", "",
+             "| variant | method | lr | heads | tuned params | of | samples | steps | samples/s | loss: first "
+             "| lowest | last |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, info in sorted(runs.items()):
         t, losses = info.train, info.train.losses
         first, low, last = (f"{x:.3f}" for x in (losses[0], min(losses), losses[-1])) if losses else ("-",) * 3
         lr = info.config.lr
         shown = "-" if lr is None else format(lr, "g")
-        lines.append(f"| {name} | {info.method} | {shown} | {info.tuned_params:,} | {info.total_params:,} | "
+        heads = info.components.heads if info.components else ()
+        spread = f"{len(heads)} in {len({h.layer for h in heads})} layers" if heads else "-"
+        lines.append(f"| {name} | {info.method} | {shown} | {spread} | {info.tuned_params:,} | {info.total_params:,} | "
                      f"{info.data.n:,} | "
                      f"{t.steps} | {t.samples_per_second:.2f} | {first} | {low} | {last} |")
     return lines

@@ -92,7 +92,10 @@ def test_a_record_with_an_evaluation_gets_tables_1_and_2_with_its_accuracies(tmp
     for name, info in RunFolder(run).finetune_records.items():  # each variant's loss curve, from its record
         losses = info.train.losses
         lr = info.config.lr
-        assert f"| {name} | {info.method} | {'-' if lr is None else format(lr, 'g')} | {info.tuned_params:,} |" in text
+        heads = [] if info.components is None else [(h.layer, h.head) for h in info.components.heads]
+        spread = f"{len(heads)} in {len(set(layer for layer, _ in heads))} layers" if heads else "-"
+        assert (f"| {name} | {info.method} | {'-' if lr is None else format(lr, 'g')} | {spread} | "
+                f"{info.tuned_params:,} |") in text
         assert f"| {losses[0]:.3f} | {min(losses):.3f} | {losses[-1]:.3f} |" in text
     mlp, att = RunFolder(run).mlp_record, RunFolder(run).attention_record
     assert mlp is not None and att is not None
