@@ -27,7 +27,7 @@ def test_the_records_have_run_folders():
 def test_a_study_kept_as_cells_reads_as_one_run(cells, tmp_path):
     """Each cell's stage records read as their type; the cells merged read as a run, with a config, a model and
     every cell's stages, and render."""
-    from keyheads.study.cells import merge
+    from keyheads.study.cells import ROW_FOLDER, merge
 
     for folder in sorted(cells.glob("*/run")):
         assert RunFolder(folder).stage_records, folder
@@ -36,6 +36,11 @@ def test_a_study_kept_as_cells_reads_as_one_run(cells, tmp_path):
     assert read["config_record"] and read["model_record"] and read["effects_record"] is not None
     assert set(merged.stage_records) == {name for folder in cells.glob("*/run") for name in RunFolder(folder)
                                          .stage_records}
+    # every evaluated cell is a row of the merged table, listed in the recorded config or not
+    rows = {json.loads(f.read_text())["cell"].split("/", 1)[1] for f in cells.glob("*/record.json")
+            if (f.parent / "run" / ROW_FOLDER).is_dir()}
+    labels = [v.label for v in merged.eval_record.variants] if rows else []
+    assert len(labels) == len(rows), (sorted(rows), labels)
     assert "Findings" in render(merged.root)
 
 

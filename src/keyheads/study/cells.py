@@ -317,7 +317,7 @@ def is_cells(folder: Path) -> bool:
 
 def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolder:
     """Every cell record under `records` laid into one run folder `dest`, its evaluation rows joined into one table
-    (base, knockout, then the variants in the order of `cfg`, else of the recorded config)."""
+    (base, knockout, then the variants in the order of `cfg`, else of the recorded config, then any other row)."""
     if dest.exists():
         shutil.rmtree(dest)
     folders = sorted(p for p in records.iterdir() if (p / "record.json").is_file()) if records.is_dir() else []
@@ -347,7 +347,8 @@ def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolde
             variants = recorded.variants
         else:
             variants = sorted(set(rows) - set(ROWS))
-        order = [*ROWS, *variants]
+        # a row the config does not list (an adopted config older than the cell) is still a measured row: kept last
+        order = [*ROWS, *variants, *sorted(set(rows) - set(ROWS) - set(variants))]
         merged = EvalResults(config=config, variants=[rows[r] for r in order if r in rows])
         write_json(dest / "eval" / "results.json", merged.to_json())
     return RunFolder(dest)
