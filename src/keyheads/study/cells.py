@@ -341,14 +341,9 @@ def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolde
             shutil.copytree(src, dest / "eval" / src.name, dirs_exist_ok=True)
     if rows:
         recorded = RunFolder(dest).config_record
-        if cfg is not None:
-            variants = cfg.variants
-        elif recorded is not None and recorded.variants is not None:
-            variants = recorded.variants
-        else:
-            variants = sorted(set(rows) - set(ROWS))
-        # a row the config does not list (an adopted config older than the cell) is still a measured row: kept last
-        order = [*ROWS, *variants, *sorted(set(rows) - set(ROWS) - set(variants))]
+        listed = cfg.variants if cfg is not None else (recorded.variants if recorded is not None else None) or []
+        # a row no config lists (an adopted config older than the cell) is still a measured row: kept last, sorted
+        order = [*ROWS, *listed, *sorted(set(rows) - set(ROWS) - set(listed))]
         merged = EvalResults(config=config, variants=[rows[r] for r in order if r in rows])
         write_json(dest / "eval" / "results.json", merged.to_json())
     return RunFolder(dest)
