@@ -134,3 +134,16 @@ def test_a_saved_config_reads_typed_and_writes_back_as_it_was(path):
     assert saved.model == data.get("model") and saved.also_identify == data.get("also_identify")
     section = data.get("data")
     assert (saved.data is None) if section is None else (saved.data.task == section.get("task", "addition"))
+
+
+@pytest.mark.parametrize("broken", ['{"cell": "eval/base"}', '{"cell": "eval/ba'], ids=["missing-keys", "truncated"])
+def test_merging_cells_with_a_broken_record_names_the_file(broken, tmp_path):
+    """A damaged cell record stops the merge with a BadFile that names it, not a validation traceback."""
+    from keyheads.study.cells import merge
+
+    cells = tmp_path / "cells"
+    shutil.copytree(CELLS[0] / "identify", cells / "identify")
+    (cells / "eval--base").mkdir()
+    (cells / "eval--base" / "record.json").write_text(broken)
+    with pytest.raises(BadFile, match=r"eval--base/record\.json"):
+        merge(cells, tmp_path / "merged")

@@ -324,7 +324,8 @@ def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolde
     rows: dict[str, VariantResult] = {}
     config = None
     for folder in folders:
-        meta = CellRecord.from_json(read_json(folder / "record.json"))
+        meta = cell_record(folder)
+        assert meta is not None  # the folders were chosen by their record.json
         for path in sorted((folder / "run").rglob("*")):
             rel = path.relative_to(folder / "run")
             if path.is_file() and rel.parts[0] != ROW_FOLDER:
@@ -332,8 +333,14 @@ def merge(records: Path, dest: Path, cfg: RunSettings | None = None) -> RunFolde
                 shutil.copy2(path, dest / rel)
         if meta.cell.startswith(("eval/", "finetune/")) and (folder / "run" / ROW_FOLDER).is_dir():
             row = meta.cell.split("/", 1)[1]
-            [table] = (folder / "run" / ROW_FOLDER).glob("*/results.json")
-            data = EvalResults.from_json(read_json(table))
+            tables = sorted((folder / "run" / ROW_FOLDER).glob("*/results.json"))
+            if len(tables) != 1:
+                raise BadFile(f"{folder / 'run' / ROW_FOLDER} holds {len(tables)} evaluation tables "
+                              "(*/results.json), not the one its cell writes: restore the cell record from git "
+                              "(git checkout -- records/)")
+            [table] = tables
+            data = read_result(table, EvalResults.from_json)
+            assert data is not None
             config = config or data.config
             mine = data.variants[-1]  # the row itself; the base row before it is its reference
             rows[row] = mine
