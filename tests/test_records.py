@@ -141,7 +141,9 @@ def test_merging_cells_with_a_broken_record_names_the_file(broken, tmp_path):
     """A damaged cell record stops the merge with a BadFile that names it, not a validation traceback."""
     from keyheads.study.cells import merge
 
-    cells = tmp_path / "cells"
+    # two levels down: `keyheads study status` estimates from every */cells/*/record.json beside a records folder,
+    # and other tests keep theirs in this session's temporary folders
+    cells = tmp_path / "records" / "broken" / "cells"
     shutil.copytree(CELLS[0] / "identify", cells / "identify")
     (cells / "eval--base").mkdir()
     (cells / "eval--base" / "record.json").write_text(broken)
